@@ -1,0 +1,410 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/ipam"
+)
+
+// BlockRequestReconciler answers BlockRequests: it carves the next free block
+// of the pool for the node and records it in the request's status.
+//
+// A block is never given twice, also when several instances run at once
+// (leader election off, or a stale leader): block names are "<pool>-<index>",
+// so creating the same block twice conflicts, and the request's status is
+// only ever written with optimistic concurrency. The protocol is:
+//
+//  1. claim: write the chosen block name into the request's status;
+//  2. create the block, labelled with the request's UID; if a block of that
+//     name exists for another request, forget the claim and choose again;
+//  3. advance the pool's cursor (status.lastBlockIndex);
+//  4. mark the request Complete.
+//
+// A reconcile that finds a claim resumes at step 2, so a retry, a restart or a
+// second instance ends with one request, one block.
+type BlockRequestReconciler struct {
+	// Client reads from the cache and writes to the apiserver.
+	Client client.Client
+	// APIReader reads from the apiserver directly, where a stale cache could
+	// lead to a wrong decision.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+
+	// nodeLocks serialises the default-pool requests of one node inside this
+	// instance, so that concurrent reconciles do not both mark a block as the
+	// node's node subnet.
+	nodeLocks sync.Map // node name -> *sync.Mutex
+}
+
+// +kubebuilder:rbac:groups=vcoil.io,resources=blockrequests,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=vcoil.io,resources=blockrequests/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=vcoil.io,resources=addressblocks,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=vcoil.io,resources=addresspools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vcoil.io,resources=addresspools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// maxClaims bounds how many block names one reconcile tries before it gives
+// the request back to the queue; only instances racing for the same indexes
+// make a claim fail.
+const maxClaims = 16
+
+// errClaimLost means another writer changed the request first; requeue.
+var errClaimLost = errors.New("the request was changed by another writer")
+
+// Reconcile implements reconcile.Reconciler.
+func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	br := &vcoilv2.BlockRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, br); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !br.DeletionTimestamp.IsZero() || br.Done() {
+		return ctrl.Result{}, nil
+	}
+
+	node := &corev1.Node{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: br.Spec.NodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonNodeNotFound, fmt.Sprintf("node %q does not exist", br.Spec.NodeName))
+		}
+		return ctrl.Result{}, fmt.Errorf("get node %q of block request %q: %w", br.Spec.NodeName, br.Name, err)
+	}
+	if err := r.ensureNodeOwner(ctx, br, node); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	pool := &vcoilv2.AddressPool{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: br.Spec.PoolName}, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonPoolNotFound, fmt.Sprintf("address pool %q does not exist", br.Spec.PoolName))
+		}
+		return ctrl.Result{}, fmt.Errorf("get address pool %q for block request %q: %w", br.Spec.PoolName, br.Name, err)
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		if err := r.undoClaim(ctx, br); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonPoolDeleting, fmt.Sprintf("address pool %q is being deleted", pool.Name))
+	}
+	parsed, err := parsePool(pool)
+	if err != nil {
+		return ctrl.Result{}, r.fail(ctx, br, "PoolInvalid", err.Error())
+	}
+
+	if br.Spec.PoolName == vcoilv2.DefaultPool {
+		mu, _ := r.nodeLocks.LoadOrStore(br.Spec.NodeName, &sync.Mutex{})
+		mu.(*sync.Mutex).Lock()
+		defer mu.(*sync.Mutex).Unlock()
+	}
+	block, err := r.allocate(ctx, br, pool, parsed)
+	switch {
+	case errors.Is(err, ipam.ErrNoSuchBlock):
+		return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonPoolExhausted,
+			fmt.Sprintf("all %d blocks of address pool %q are allocated", parsed.NumBlocks(), pool.Name))
+	case errors.Is(err, errClaimLost):
+		return ctrl.Result{Requeue: true}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+
+	r.advanceCursor(ctx, pool, block.Index)
+
+	patch := client.MergeFromWithOptions(br.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	meta.SetStatusCondition(&br.Status.Conditions, metav1.Condition{
+		Type:    vcoilv2.BlockRequestComplete,
+		Status:  metav1.ConditionTrue,
+		Reason:  vcoilv2.ReasonAllocated,
+		Message: fmt.Sprintf("address block %s (%s) is carved for node %s", block.Name, blockCIDRs(block), br.Spec.NodeName),
+	})
+	if err := r.Client.Status().Patch(ctx, br, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("complete block request %q: %w", br.Name, err)
+	}
+	logger.Info("allocated address block", "request", br.Name, "node", br.Spec.NodeName, "pool", pool.Name,
+		"block", block.Name, "cidrs", blockCIDRs(block), "nodeSubnet", block.NodeSubnet)
+	return ctrl.Result{}, nil
+}
+
+// allocate runs steps 1 and 2 of the protocol and returns the request's block.
+func (r *BlockRequestReconciler) allocate(ctx context.Context, br *vcoilv2.BlockRequest, pool *vcoilv2.AddressPool, parsed ipam.Pool) (*vcoilv2.AddressBlock, error) {
+	tried := map[int64]bool{}
+	for range maxClaims {
+		name := br.Status.AddressBlockName
+		index, ok := blockIndex(pool.Name, name)
+		if !ok || index >= parsed.NumBlocks() {
+			// No claim yet, or one that no longer fits the pool.
+			next, err := r.nextIndex(ctx, pool, parsed, tried)
+			if err != nil {
+				return nil, err
+			}
+			index, name = next, vcoilv2.BlockName(pool.Name, next)
+			if err := r.claim(ctx, br, name); err != nil {
+				return nil, err
+			}
+		}
+		tried[index] = true
+
+		block, err := r.createBlock(ctx, br, pool, parsed, index)
+		if err == nil {
+			return block, nil
+		}
+		if !errors.Is(err, errBlockTaken) {
+			return nil, err
+		}
+		// Another request holds that block: choose again.
+		if err := r.claim(ctx, br, ""); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errClaimLost
+}
+
+// claim writes name (or clears it) into the request's status. A conflict
+// means another instance got there first.
+func (r *BlockRequestReconciler) claim(ctx context.Context, br *vcoilv2.BlockRequest, name string) error {
+	patch := client.MergeFromWithOptions(br.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	br.Status.AddressBlockName = name
+	if err := r.Client.Status().Patch(ctx, br, patch); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return errClaimLost
+		}
+		return fmt.Errorf("claim block %q for block request %q: %w", name, br.Name, err)
+	}
+	return nil
+}
+
+var errBlockTaken = errors.New("the block belongs to another request")
+
+// createBlock creates the block at index for the request, or finds the one a
+// previous attempt created. errBlockTaken means another request has it.
+func (r *BlockRequestReconciler) createBlock(ctx context.Context, br *vcoilv2.BlockRequest, pool *vcoilv2.AddressPool, parsed ipam.Pool, index int64) (*vcoilv2.AddressBlock, error) {
+	cidrs, err := parsed.Block(index)
+	if err != nil {
+		return nil, fmt.Errorf("carve block %d of address pool %q: %w", index, pool.Name, err)
+	}
+	nodeSubnet, err := r.needsNodeSubnet(ctx, br)
+	if err != nil {
+		return nil, err
+	}
+	block := &vcoilv2.AddressBlock{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: vcoilv2.BlockName(pool.Name, index),
+			Labels: map[string]string{
+				vcoilv2.LabelPool:    pool.Name,
+				vcoilv2.LabelNode:    br.Spec.NodeName,
+				vcoilv2.LabelRequest: string(br.UID),
+			},
+			Finalizers: []string{vcoilv2.Finalizer},
+		},
+		Index:      index,
+		NodeSubnet: nodeSubnet,
+	}
+	if cidrs.IPv4.IsValid() {
+		block.IPv4 = ptr.To(cidrs.IPv4.String())
+	}
+	if cidrs.IPv6.IsValid() {
+		block.IPv6 = ptr.To(cidrs.IPv6.String())
+	}
+	if err := controllerutil.SetControllerReference(pool, block, r.Client.Scheme()); err != nil {
+		return nil, fmt.Errorf("set owner of address block %q: %w", block.Name, err)
+	}
+	err = r.Client.Create(ctx, block)
+	if err == nil {
+		return block, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create address block %q for block request %q: %w", block.Name, br.Name, err)
+	}
+	existing := &vcoilv2.AddressBlock{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(block), existing); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted in between: the next attempt chooses again.
+			return nil, errBlockTaken
+		}
+		return nil, fmt.Errorf("get address block %q: %w", block.Name, err)
+	}
+	if existing.Labels[vcoilv2.LabelRequest] != string(br.UID) {
+		return nil, errBlockTaken
+	}
+	return existing, nil
+}
+
+// needsNodeSubnet decides whether the block for br is the node's node subnet:
+// its first block of the default pool, as long as it has none. Inside one
+// instance nodeLocks serialises this; across instances vcoild's habit of
+// asking for one default block at a time does.
+func (r *BlockRequestReconciler) needsNodeSubnet(ctx context.Context, br *vcoilv2.BlockRequest) (bool, error) {
+	if br.Spec.PoolName != vcoilv2.DefaultPool {
+		return false, nil
+	}
+	blocks := &vcoilv2.AddressBlockList{}
+	if err := r.APIReader.List(ctx, blocks, client.MatchingLabels{
+		vcoilv2.LabelPool: vcoilv2.DefaultPool,
+		vcoilv2.LabelNode: br.Spec.NodeName,
+	}); err != nil {
+		return false, fmt.Errorf("list default blocks of node %q: %w", br.Spec.NodeName, err)
+	}
+	for _, b := range blocks.Items {
+		if b.NodeSubnet && b.Labels[vcoilv2.LabelRequest] != string(br.UID) && b.DeletionTimestamp.IsZero() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// nextIndex finds the first free index after the pool's cursor, wrapping at
+// the end, so that a freed block is not reused at once. ipam.ErrNoSuchBlock
+// means the pool is exhausted.
+func (r *BlockRequestReconciler) nextIndex(ctx context.Context, pool *vcoilv2.AddressPool, parsed ipam.Pool, tried map[int64]bool) (int64, error) {
+	blocks := &vcoilv2.AddressBlockList{}
+	if err := r.Client.List(ctx, blocks, client.MatchingLabels{vcoilv2.LabelPool: pool.Name}); err != nil {
+		return 0, fmt.Errorf("list blocks of address pool %q: %w", pool.Name, err)
+	}
+	used := make(map[int64]bool, len(blocks.Items)+len(tried))
+	for _, b := range blocks.Items {
+		used[b.Index] = true
+	}
+	for i := range tried {
+		used[i] = true
+	}
+	n := parsed.NumBlocks()
+	if int64(len(used)) >= n {
+		return 0, ipam.ErrNoSuchBlock
+	}
+	start := int64(0)
+	if last := pool.Status.LastBlockIndex; last != nil && *last >= 0 && *last < n-1 {
+		start = *last + 1
+	}
+	// At most len(used)+1 steps: every step past a free index returns.
+	for i, idx := int64(0), start; i < n; i, idx = i+1, (idx+1)%n {
+		if !used[idx] {
+			return idx, nil
+		}
+	}
+	return 0, ipam.ErrNoSuchBlock
+}
+
+// advanceCursor records index as the pool's last carved block. Losing this
+// write only risks an early reuse of a freed block, never a double
+// allocation, so failures are logged, not returned.
+func (r *BlockRequestReconciler) advanceCursor(ctx context.Context, pool *vcoilv2.AddressPool, index int64) {
+	if pool.Status.LastBlockIndex != nil && *pool.Status.LastBlockIndex == index {
+		return
+	}
+	patch := client.MergeFrom(pool.DeepCopy())
+	pool.Status.LastBlockIndex = ptr.To(index)
+	if err := r.Client.Status().Patch(ctx, pool, patch); err != nil {
+		log.FromContext(ctx).Error(err, "cannot record the last block index of the pool", "pool", pool.Name, "index", index)
+	}
+}
+
+// undoClaim deletes a block this request's claim created before it
+// completed, when the request can no longer complete.
+func (r *BlockRequestReconciler) undoClaim(ctx context.Context, br *vcoilv2.BlockRequest) error {
+	if br.Status.AddressBlockName == "" {
+		return nil
+	}
+	block := &vcoilv2.AddressBlock{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: br.Status.AddressBlockName}, block); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if block.Labels[vcoilv2.LabelRequest] != string(br.UID) {
+		return nil
+	}
+	return releaseBlock(ctx, r.Client, block)
+}
+
+// ensureNodeOwner makes the Node an owner (not the controller) of the
+// request, so that Kubernetes collects the request with the Node even when
+// vcoild created it without one.
+func (r *BlockRequestReconciler) ensureNodeOwner(ctx context.Context, br *vcoilv2.BlockRequest, node *corev1.Node) error {
+	for _, ref := range br.OwnerReferences {
+		if ref.UID == node.UID {
+			return nil
+		}
+	}
+	patch := client.MergeFromWithOptions(br.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	br.OwnerReferences = append(br.OwnerReferences, metav1.OwnerReference{
+		APIVersion: "v1",
+		Kind:       "Node",
+		Name:       node.Name,
+		UID:        node.UID,
+	})
+	if err := r.Client.Patch(ctx, br, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("set node owner of block request %q: %w", br.Name, errClaimLost)
+		}
+		return fmt.Errorf("set node owner of block request %q: %w", br.Name, err)
+	}
+	return nil
+}
+
+// fail marks the request Failed; vcoild reads the reason, reports it and
+// deletes the request.
+func (r *BlockRequestReconciler) fail(ctx context.Context, br *vcoilv2.BlockRequest, reason, msg string) error {
+	patch := client.MergeFromWithOptions(br.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	meta.SetStatusCondition(&br.Status.Conditions, metav1.Condition{
+		Type: vcoilv2.BlockRequestFailed, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
+	})
+	if err := r.Client.Status().Patch(ctx, br, patch); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // requeued by the watch event of the other write
+		}
+		return fmt.Errorf("mark block request %q failed (%s): %w", br.Name, reason, err)
+	}
+	log.FromContext(ctx).Info("block request failed", "request", br.Name, "node", br.Spec.NodeName, "pool", br.Spec.PoolName, "reason", reason, "message", msg)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(br, nil, corev1.EventTypeWarning, reason, "AllocateBlock", "%s", msg)
+	}
+	return nil
+}
+
+// blockIndex parses the index out of a block name of pool.
+func blockIndex(pool, name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, pool+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(rest, 10, 64)
+	return i, err == nil && i >= 0 && strconv.FormatInt(i, 10) == rest
+}
+
+func blockCIDRs(b *vcoilv2.AddressBlock) string {
+	var parts []string
+	for _, c := range []*string{b.IPv4, b.IPv6} {
+		if c != nil {
+			parts = append(parts, *c)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// SetupWithManager registers the reconciler.
+func (r *BlockRequestReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&vcoilv2.BlockRequest{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		Named("blockrequest").
+		Complete(r)
+}

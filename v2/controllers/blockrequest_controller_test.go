@@ -1,0 +1,361 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
+)
+
+func TestBlockRequestIsAnsweredWithTheNextFreeBlock(t *testing.T) {
+	cleanAPIServer(t)
+	startController(t, time.Hour)
+	pool := createPool(t, "default", 5, dual("10.64.0.0/24", "fd00:10:64::/120"))
+	n1 := env.CreateNode(t, "node-1", "")
+	env.CreateNode(t, "node-2", "")
+
+	b := allocate(t, "node-1", "default")
+	if b.Name != "default-0" || *b.IPv4 != "10.64.0.0/27" || *b.IPv6 != "fd00:10:64::/123" || b.Index != 0 {
+		t.Fatalf("first block = %s %d %v %v, want default-0 10.64.0.0/27 fd00:10:64::/123", b.Name, b.Index, *b.IPv4, *b.IPv6)
+	}
+	if !b.NodeSubnet {
+		t.Errorf("the node's first block of the default pool is not marked as its node subnet")
+	}
+	if b.Labels[vcoilv2.LabelPool] != "default" || b.Labels[vcoilv2.LabelNode] != "node-1" {
+		t.Errorf("labels = %v", b.Labels)
+	}
+	if len(b.Finalizers) != 1 || b.Finalizers[0] != vcoilv2.Finalizer {
+		t.Errorf("finalizers = %v, want [%s]", b.Finalizers, vcoilv2.Finalizer)
+	}
+	owner := metav1.GetControllerOf(b)
+	if owner == nil || owner.Kind != "AddressPool" || owner.Name != pool.Name || owner.UID != pool.UID || owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
+		t.Errorf("controller owner = %+v, want the pool", owner)
+	}
+
+	b2 := allocate(t, "node-1", "default")
+	if b2.Name != "default-1" || b2.NodeSubnet {
+		t.Errorf("second block of node-1 = %s nodeSubnet=%v, want default-1 without the mark", b2.Name, b2.NodeSubnet)
+	}
+	b3 := allocate(t, "node-2", "default")
+	if b3.Name != "default-2" || !b3.NodeSubnet {
+		t.Errorf("first block of node-2 = %s nodeSubnet=%v, want default-2 marked as node subnet", b3.Name, b3.NodeSubnet)
+	}
+
+	// The request is owned (not controlled) by its Node, for collection.
+	var reqs vcoilv2.BlockRequestList
+	if err := env.Client.List(context.Background(), &reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reqs.Items {
+		if !r.Completed() || r.Status.AddressBlockName == "" {
+			t.Errorf("request %s: %+v", r.Name, r.Status)
+		}
+		if r.Spec.NodeName != "node-1" {
+			continue
+		}
+		found := false
+		for _, ref := range r.OwnerReferences {
+			if ref.Kind == "Node" && ref.UID == n1.UID && (ref.Controller == nil || !*ref.Controller) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("request %s has owners %+v, want node-1 as a non-controller owner", r.Name, r.OwnerReferences)
+		}
+	}
+
+	// Blocks of other pools never hold node subnets.
+	createPool(t, "extra", 2, v4("203.0.113.0/28"))
+	if b := allocate(t, "node-2", "extra"); b.NodeSubnet || *b.IPv4 != "203.0.113.0/30" {
+		t.Errorf("block of pool extra = %s %s nodeSubnet=%v", b.Name, *b.IPv4, b.NodeSubnet)
+	}
+}
+
+func TestFreedBlockIsNotReusedAtOnceAlsoAfterARestart(t *testing.T) {
+	cleanAPIServer(t)
+	c := startController(t, time.Hour)
+	createPool(t, "p", 5, v4("10.70.0.0/25")) // 4 blocks
+	env.CreateNode(t, "node-1", "")
+
+	b0 := allocate(t, "node-1", "p")
+	b1 := allocate(t, "node-1", "p")
+	releaseBlockNow(t, b0)
+	if b := allocate(t, "node-1", "p"); b.Name != "p-2" {
+		t.Fatalf("after freeing p-0 the next block is %s, want p-2", b.Name)
+	}
+
+	// The cursor is in the pool's status: a new controller continues after it.
+	c.stop()
+	releaseBlockNow(t, b1)
+	startController(t, time.Hour)
+	if b := allocate(t, "node-1", "p"); b.Name != "p-3" {
+		t.Fatalf("after a restart the next block is %s, want p-3", b.Name)
+	}
+	// At the end the search wraps around to the freed blocks, in order.
+	if b := allocate(t, "node-1", "p"); b.Name != "p-0" {
+		t.Fatalf("after the last block the next is %s, want p-0 (wrapped)", b.Name)
+	}
+	if b := allocate(t, "node-1", "p"); b.Name != "p-1" {
+		t.Fatalf("then %s, want p-1", b.Name)
+	}
+	failed := waitDone(t, createRequest(t, "node-1", "p"))
+	if c := failed.FailedCondition(); c == nil || c.Reason != vcoilv2.ReasonPoolExhausted {
+		t.Fatalf("request to a full pool: %+v, want Failed with reason PoolExhausted", failed.Status)
+	}
+}
+
+func TestBlockRequestFailuresNameTheReason(t *testing.T) {
+	cleanAPIServer(t)
+	startController(t, time.Hour)
+	env.CreateNode(t, "node-1", "")
+	createPool(t, "tiny", 5, v4("10.71.0.0/27")) // one block
+	allocate(t, "node-1", "tiny")
+
+	deleting := createPool(t, "deleting", 5, v4("10.72.0.0/24"))
+	allocate(t, "node-1", "deleting")
+	// The pool's finalizer keeps it while its block exists.
+	if err := env.Client.Delete(context.Background(), deleting); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		p := &vcoilv2.AddressPool{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(deleting), p); err != nil {
+			return err
+		}
+		if p.DeletionTimestamp.IsZero() {
+			return fmt.Errorf("pool not marked for deletion")
+		}
+		return nil
+	})
+
+	for _, tc := range []struct {
+		name, node, pool, reason, message string
+	}{
+		{"an exhausted pool", "node-1", "tiny", vcoilv2.ReasonPoolExhausted, `all 1 blocks of address pool "tiny" are allocated`},
+		{"a pool that does not exist", "node-1", "nope", vcoilv2.ReasonPoolNotFound, `address pool "nope" does not exist`},
+		{"a pool being deleted", "node-1", "deleting", vcoilv2.ReasonPoolDeleting, `address pool "deleting" is being deleted`},
+		{"a node that does not exist", "ghost", "tiny", vcoilv2.ReasonNodeNotFound, `node "ghost" does not exist`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := waitDone(t, createRequest(t, tc.node, tc.pool))
+			c := r.FailedCondition()
+			if c == nil || c.Reason != tc.reason || c.Message != tc.message {
+				t.Fatalf("status = %+v, want Failed %s %q", r.Status, tc.reason, tc.message)
+			}
+			if r.Completed() || r.Status.AddressBlockName != "" {
+				t.Fatalf("failed request also completed: %+v", r.Status)
+			}
+		})
+	}
+}
+
+// TestReconcilingAgainKeepsOneBlockPerRequest replays the protocol's crash
+// points: a claim without a block, a block without completion, and repeated
+// reconciles of a completed request.
+func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
+	cleanAPIServer(t)
+	createPool(t, "p", 5, v4("10.73.0.0/24"))
+	env.CreateNode(t, "node-1", "")
+	ctx := context.Background()
+	r := &BlockRequestReconciler{Client: env.Client, APIReader: env.Client}
+	reconcileN := func(t *testing.T, br *vcoilv2.BlockRequest, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(br)}); err != nil {
+				t.Fatalf("reconcile %d: %v", i, err)
+			}
+		}
+	}
+	blocksOf := func(t *testing.T, br *vcoilv2.BlockRequest) []string {
+		t.Helper()
+		var l vcoilv2.AddressBlockList
+		if err := env.Client.List(ctx, &l, client.MatchingLabels{vcoilv2.LabelRequest: string(br.UID)}); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, b := range l.Items {
+			names = append(names, b.Name)
+		}
+		return names
+	}
+	get := func(t *testing.T, br *vcoilv2.BlockRequest) *vcoilv2.BlockRequest {
+		t.Helper()
+		got := &vcoilv2.BlockRequest{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(br), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	t.Run("a completed request is left alone", func(t *testing.T) {
+		br := createRequest(t, "node-1", "p")
+		reconcileN(t, br, 5)
+		got := get(t, br)
+		if names := blocksOf(t, br); len(names) != 1 || names[0] != got.Status.AddressBlockName || !got.Completed() {
+			t.Fatalf("blocks %v, status %+v", names, got.Status)
+		}
+	})
+
+	t.Run("a claim without a block resumes with the claimed block", func(t *testing.T) {
+		br := createRequest(t, "node-1", "p")
+		br.Status.AddressBlockName = "p-7"
+		if err := env.Client.Status().Update(ctx, br); err != nil {
+			t.Fatal(err)
+		}
+		reconcileN(t, br, 3)
+		got := get(t, br)
+		if names := blocksOf(t, br); len(names) != 1 || names[0] != "p-7" || got.Status.AddressBlockName != "p-7" || !got.Completed() {
+			t.Fatalf("blocks %v, status %+v; want p-7 only", names, got.Status)
+		}
+	})
+
+	t.Run("a block created before the crash is the request's block", func(t *testing.T) {
+		br := createRequest(t, "node-1", "p")
+		br.Status.AddressBlockName = "p-5"
+		if err := env.Client.Status().Update(ctx, br); err != nil {
+			t.Fatal(err)
+		}
+		pool := &vcoilv2.AddressPool{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "p"}, pool); err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := parsePool(pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.createBlock(ctx, br, pool, parsed, 5); err != nil {
+			t.Fatal(err)
+		}
+		reconcileN(t, br, 3)
+		got := get(t, br)
+		if names := blocksOf(t, br); len(names) != 1 || names[0] != "p-5" || !got.Completed() {
+			t.Fatalf("blocks %v, status %+v; want p-5 only", names, got.Status)
+		}
+	})
+
+	t.Run("a claim outside the pool chooses again", func(t *testing.T) {
+		br := createRequest(t, "node-1", "p")
+		br.Status.AddressBlockName = "p-99"
+		if err := env.Client.Status().Update(ctx, br); err != nil {
+			t.Fatal(err)
+		}
+		reconcileN(t, br, 2)
+		got := get(t, br)
+		names := blocksOf(t, br)
+		if len(names) != 1 || names[0] != got.Status.AddressBlockName || !got.Completed() {
+			t.Fatalf("blocks %v, status %+v; want one block of the pool", names, got.Status)
+		}
+	})
+
+	t.Run("a claim on another request's block chooses again", func(t *testing.T) {
+		br := createRequest(t, "node-1", "p")
+		br.Status.AddressBlockName = "p-5" // taken by the previous request
+		if err := env.Client.Status().Update(ctx, br); err != nil {
+			t.Fatal(err)
+		}
+		reconcileN(t, br, 2)
+		got := get(t, br)
+		names := blocksOf(t, br)
+		if len(names) != 1 || names[0] == "p-5" || names[0] != got.Status.AddressBlockName || !got.Completed() {
+			t.Fatalf("blocks %v, status %+v; want one block other than p-5", names, got.Status)
+		}
+	})
+}
+
+// TestRacingControllersGiveEveryBlockOnce creates 64 requests from 16 nodes at
+// once for a pool of exactly 64 blocks, answered by two controller instances
+// without leader election; one of them is replaced by a third midway. Every
+// request must complete with its own block: a block given twice would leave a
+// request without one.
+func TestRacingControllersGiveEveryBlockOnce(t *testing.T) {
+	cleanAPIServer(t)
+	a := startController(t, time.Hour)
+	startController(t, time.Hour)
+	createPool(t, "race", 5, dual("10.80.0.0/21", "fd00:80::/117")) // 2^(11-5) = 64 blocks
+	const nodes, perNode = 16, 4
+	for i := 0; i < nodes; i++ {
+		env.CreateNode(t, fmt.Sprintf("node-%02d", i), "")
+	}
+
+	reqs := make([]*vcoilv2.BlockRequest, nodes*perNode)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs[i] = createRequest(t, fmt.Sprintf("node-%02d", i%nodes), "race")
+		}()
+	}
+	wg.Wait()
+
+	// Replace one instance while requests are being answered.
+	testenv.Eventually(t, 20*time.Second, func() error {
+		var l vcoilv2.AddressBlockList
+		if err := env.Client.List(context.Background(), &l); err != nil {
+			return err
+		}
+		if len(l.Items) < 16 {
+			return fmt.Errorf("%d blocks so far", len(l.Items))
+		}
+		return nil
+	})
+	a.stop()
+	startController(t, time.Hour)
+
+	byBlock := map[string]*vcoilv2.BlockRequest{}
+	for _, r := range reqs {
+		got := waitDone(t, r)
+		if !got.Completed() {
+			t.Fatalf("request %s of %s did not complete: %+v", got.Name, got.Spec.NodeName, got.Status)
+		}
+		if other, dup := byBlock[got.Status.AddressBlockName]; dup {
+			t.Fatalf("block %s given to both %s and %s", got.Status.AddressBlockName, other.Name, got.Name)
+		}
+		byBlock[got.Status.AddressBlockName] = got
+	}
+
+	var blocks vcoilv2.AddressBlockList
+	if err := env.Client.List(context.Background(), &blocks); err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks.Items) != len(reqs) {
+		t.Fatalf("%d blocks exist for %d requests", len(blocks.Items), len(reqs))
+	}
+	cidrs := map[string]bool{}
+	for _, b := range blocks.Items {
+		r := byBlock[b.Name]
+		if r == nil {
+			t.Fatalf("block %s belongs to no request", b.Name)
+		}
+		if b.Labels[vcoilv2.LabelRequest] != string(r.UID) || b.Labels[vcoilv2.LabelNode] != r.Spec.NodeName {
+			t.Fatalf("block %s has labels %v, but request %s of node %s holds it", b.Name, b.Labels, r.Name, r.Spec.NodeName)
+		}
+		if cidrs[*b.IPv4] || cidrs[*b.IPv6] {
+			t.Fatalf("block %s repeats a CIDR", b.Name)
+		}
+		cidrs[*b.IPv4], cidrs[*b.IPv6] = true, true
+	}
+	t.Logf("64 requests from 16 nodes answered by racing controllers with 64 distinct blocks")
+}
+
+func TestNodeOwnerIsAddedWhenTheRequestLacksIt(t *testing.T) {
+	cleanAPIServer(t)
+	startController(t, time.Hour)
+	createPool(t, "p", 5, v4("10.74.0.0/24"))
+	n := env.CreateNode(t, "node-1", "")
+	r := waitDone(t, createRequest(t, "node-1", "p"))
+	want := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}
+	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0] != want {
+		t.Fatalf("owners = %+v, want [%+v]", r.OwnerReferences, want)
+	}
+	_ = corev1.Node{}
+}

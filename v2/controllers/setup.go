@@ -1,0 +1,61 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Options configure vcoil-controller's reconcilers.
+type Options struct {
+	// NodeGCInterval is the period of the sweep for deleted nodes' blocks.
+	NodeGCInterval time.Duration
+	// BlockRequestConcurrency is the number of requests answered at once.
+	BlockRequestConcurrency int
+	// Webhooks registers the AddressPool webhooks with the manager's server.
+	Webhooks bool
+	// Metrics receives the pool gauges.
+	Metrics *PoolMetrics
+}
+
+// Leader election and the webhook certificate live in the controller's own
+// namespace ("system" is replaced by kustomize).
+// Creation cannot be limited to names; reads and writes are.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create,namespace=system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;update,resourceNames=vcoil-controller-leader,namespace=system
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create,namespace=system
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;update,resourceNames=vcoil-webhook-cert,namespace=system
+// +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch,namespace=system
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;update;patch,resourceNames=vcoil-mutating-webhook-configuration;vcoil-validating-webhook-configuration
+
+// Setup registers every reconciler (and the webhooks) of vcoil-controller
+// with mgr. vcoil-controller's main and the tests use the same wiring.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.NodeGCInterval <= 0 || opts.BlockRequestConcurrency <= 0 || opts.Metrics == nil {
+		return fmt.Errorf("controller options need a positive GC interval, a positive concurrency and metrics: %+v", opts)
+	}
+	if err := (&BlockRequestReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("vcoil-controller"),
+	}).SetupWithManager(mgr, opts.BlockRequestConcurrency); err != nil {
+		return fmt.Errorf("set up the block request reconciler: %w", err)
+	}
+	if err := (&AddressPoolReconciler{Client: mgr.GetClient(), Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the address pool reconciler: %w", err)
+	}
+	if err := (&NodeCollector{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Interval:  opts.NodeGCInterval,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the node garbage collector: %w", err)
+	}
+	if opts.Webhooks {
+		if err := (&AddressPoolWebhook{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the address pool webhooks: %w", err)
+		}
+	}
+	return nil
+}

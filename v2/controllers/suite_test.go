@@ -1,0 +1,270 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
+)
+
+// env is one kube-apiserver for every test of the package. The webhooks are
+// installed and served by a manager that lives as long as the package's tests;
+// each test starts its own controller managers and leaves the apiserver empty.
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{Webhooks: true}, &env, startWebhookServer)
+}
+
+// startWebhookServer serves the AddressPool webhooks for every test.
+func startWebhookServer(ctx context.Context, e *testenv.Env) (func(), error) {
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 e.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    e.Webhook.LocalServingHost,
+			Port:    e.Webhook.LocalServingPort,
+			CertDir: e.Webhook.LocalServingCertDir,
+		}),
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := (&AddressPoolWebhook{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			panic(err)
+		}
+	}()
+	wait := func() { <-done }
+	// Ready when the webhook server accepts TLS connections.
+	addr := net.JoinHostPort(e.Webhook.LocalServingHost, strconv.Itoa(e.Webhook.LocalServingPort))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := mgr.GetWebhookServer().StartedChecker()(nil); err == nil {
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				return wait, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.New("webhook server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// controllerInstance is one running vcoil-controller (without leader
+// election, so that several can race).
+type controllerInstance struct {
+	metrics  *PoolMetrics
+	registry *prometheus.Registry
+	stop     func()
+}
+
+func startController(t *testing.T, gcInterval time.Duration) *controllerInstance {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	metrics, err := NewPoolMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Setup(mgr, Options{NodeGCInterval: gcInterval, BlockRequestConcurrency: 4, Metrics: metrics}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller manager: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return &controllerInstance{metrics: metrics, registry: reg, stop: stop}
+}
+
+// cleanAPIServer removes every vcoil object and Node when the test ends
+// (after its controllers stopped: cleanups run last-registered first).
+func cleanAPIServer(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		c := env.Client
+		_ = c.DeleteAllOf(ctx, &vcoilv2.BlockRequest{})
+		var blocks vcoilv2.AddressBlockList
+		_ = c.List(ctx, &blocks)
+		for i := range blocks.Items {
+			unfinalize(t, &blocks.Items[i])
+		}
+		_ = c.DeleteAllOf(ctx, &vcoilv2.AddressBlock{})
+		var pools vcoilv2.AddressPoolList
+		_ = c.List(ctx, &pools)
+		for i := range pools.Items {
+			unfinalize(t, &pools.Items[i])
+		}
+		_ = c.DeleteAllOf(ctx, &vcoilv2.AddressPool{})
+		_ = c.DeleteAllOf(ctx, &corev1.Node{})
+		testenv.Eventually(t, 10*time.Second, func() error {
+			for _, l := range []client.ObjectList{&vcoilv2.AddressPoolList{}, &vcoilv2.AddressBlockList{}, &vcoilv2.BlockRequestList{}, &corev1.NodeList{}} {
+				if err := c.List(ctx, l); err != nil {
+					return err
+				}
+				if n := len(mustItems(l)); n > 0 {
+					return fmt.Errorf("%d %T left", n, l)
+				}
+			}
+			return nil
+		})
+	})
+}
+
+func mustItems(l client.ObjectList) []client.Object {
+	switch l := l.(type) {
+	case *vcoilv2.AddressPoolList:
+		return objs(l.Items)
+	case *vcoilv2.AddressBlockList:
+		return objs(l.Items)
+	case *vcoilv2.BlockRequestList:
+		return objs(l.Items)
+	case *corev1.NodeList:
+		return objs(l.Items)
+	}
+	panic(fmt.Sprintf("unknown list %T", l))
+}
+
+func objs[T any, PT interface {
+	*T
+	client.Object
+}](items []T) []client.Object {
+	out := make([]client.Object, len(items))
+	for i := range items {
+		out[i] = PT(&items[i])
+	}
+	return out
+}
+
+func unfinalize(t *testing.T, o client.Object) {
+	t.Helper()
+	if controllerutil.RemoveFinalizer(o, vcoilv2.Finalizer) {
+		if err := env.Client.Update(context.Background(), o); client.IgnoreNotFound(err) != nil {
+			t.Logf("remove finalizer of %s: %v", o.GetName(), err)
+		}
+	}
+}
+
+func createPool(t *testing.T, name string, bits int32, subnets ...vcoilv2.SubnetSet) *vcoilv2.AddressPool {
+	t.Helper()
+	p := &vcoilv2.AddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       vcoilv2.AddressPoolSpec{BlockSizeBits: bits, Subnets: subnets},
+	}
+	if err := env.Client.Create(context.Background(), p); err != nil {
+		t.Fatalf("create pool %s: %v", name, err)
+	}
+	return p
+}
+
+func v4(cidr string) vcoilv2.SubnetSet { return vcoilv2.SubnetSet{IPv4: ptr.To(cidr)} }
+
+func dual(cidr4, cidr6 string) vcoilv2.SubnetSet {
+	return vcoilv2.SubnetSet{IPv4: ptr.To(cidr4), IPv6: ptr.To(cidr6)}
+}
+
+func createRequest(t testing.TB, node, pool string) *vcoilv2.BlockRequest {
+	t.Helper()
+	r := &vcoilv2.BlockRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: node + "-" + pool + "-"},
+		Spec:       vcoilv2.BlockRequestSpec{NodeName: node, PoolName: pool},
+	}
+	if err := env.Client.Create(context.Background(), r); err != nil {
+		t.Fatalf("create block request for %s from %s: %v", node, pool, err)
+	}
+	return r
+}
+
+// waitDone waits until the controller has answered the request and returns it.
+func waitDone(t testing.TB, r *vcoilv2.BlockRequest) *vcoilv2.BlockRequest {
+	t.Helper()
+	got := &vcoilv2.BlockRequest{}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(r), got); err != nil {
+			return err
+		}
+		if !got.Done() {
+			return fmt.Errorf("block request %s is not answered: %+v", r.Name, got.Status)
+		}
+		return nil
+	})
+	return got
+}
+
+// allocate requests a block and returns it, failing when the request fails.
+func allocate(t testing.TB, node, pool string) *vcoilv2.AddressBlock {
+	t.Helper()
+	r := waitDone(t, createRequest(t, node, pool))
+	if c := r.FailedCondition(); c != nil {
+		t.Fatalf("block request for %s from %s failed: %s: %s", node, pool, c.Reason, c.Message)
+	}
+	b := &vcoilv2.AddressBlock{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: r.Status.AddressBlockName}, b); err != nil {
+		t.Fatalf("get block %s: %v", r.Status.AddressBlockName, err)
+	}
+	return b
+}
+
+func releaseBlockNow(t *testing.T, b *vcoilv2.AddressBlock) {
+	t.Helper()
+	unfinalize(t, b)
+	if err := env.Client.Delete(context.Background(), b); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), &vcoilv2.AddressBlock{})
+		if err == nil {
+			return fmt.Errorf("block %s still exists", b.Name)
+		}
+		return client.IgnoreNotFound(err)
+	})
+}

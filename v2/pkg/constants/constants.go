@@ -1,0 +1,26 @@
+// Package constants holds the defaults of every vcoil program in one place, so
+// that flags, manifests and documentation agree.
+package constants
+
+import "time"
+
+// vcoil-controller.
+const (
+	ControllerMetricsAddr = ":9386"
+	ControllerHealthAddr  = ":9387"
+	ControllerWebhookPort = 9443
+	ControllerCertDir     = "/run/vcoil-controller/certs"
+	// ControllerLeaderElectionID names the Lease the replicas compete for.
+	ControllerLeaderElectionID = "vcoil-controller-leader"
+	// ControllerNamespace is used when POD_NAMESPACE is unset.
+	ControllerNamespace = "kube-system"
+	// NodeGCInterval is the period of the sweep for deleted nodes' blocks.
+	NodeGCInterval = 10 * time.Minute
+	// BlockRequestConcurrency is the number of BlockRequests answered at once.
+	BlockRequestConcurrency = 4
+
+	WebhookCertSecret       = "vcoil-webhook-cert"
+	WebhookService          = "vcoil-webhook-service"
+	MutatingWebhookConfig   = "vcoil-mutating-webhook-configuration"
+	ValidatingWebhookConfig = "vcoil-validating-webhook-configuration"
+)

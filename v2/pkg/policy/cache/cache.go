@@ -1,0 +1,255 @@
+// Package cache holds the Kubernetes state that NetworkPolicies depend on:
+// the current Pods, Namespaces and NetworkPolicies (networking.k8s.io/v1) of
+// the cluster. It is the top layer of the policy stack (seed
+// policies-contiv-vpp.md, "Cache"): it stores what it is given, answers
+// lookups by label selector, and tells its watchers (the processor) about
+// every change, one object at a time, with the object before and after.
+//
+// It does not interpret policies and does no I/O. It is fed either by the
+// informer adapter (Feed) or, in tests, by plain values. A Cache is not safe
+// for concurrent use; Feed serializes the informers' callbacks.
+package cache
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Watcher is notified of changes. before is nil for an object that appeared,
+// after is nil for one that disappeared. When a method is called the cache
+// already holds the new state, so the watcher can look the rest up.
+type Watcher interface {
+	// Resync is called when the cache starts (Synced) or its whole content
+	// was replaced (Replace): everything may have changed.
+	Resync(ctx context.Context) error
+	PodChanged(ctx context.Context, before, after *corev1.Pod) error
+	NamespaceChanged(ctx context.Context, before, after *corev1.Namespace) error
+	PolicyChanged(ctx context.Context, before, after *networkingv1.NetworkPolicy) error
+}
+
+// Cache is the store. Objects given to it are never modified and must not be
+// modified by the caller afterwards.
+type Cache struct {
+	pods       map[string]map[string]*corev1.Pod // namespace -> name -> pod
+	namespaces map[string]*corev1.Namespace
+	policies   map[string]map[string]*networkingv1.NetworkPolicy
+	watchers   []Watcher
+	synced     bool
+}
+
+// New returns an empty cache that does not notify until Synced or Replace.
+func New() *Cache {
+	return &Cache{
+		pods:       make(map[string]map[string]*corev1.Pod),
+		namespaces: make(map[string]*corev1.Namespace),
+		policies:   make(map[string]map[string]*networkingv1.NetworkPolicy),
+	}
+}
+
+// Watch adds a watcher. Watchers are notified in the order they were added.
+func (c *Cache) Watch(w Watcher) { c.watchers = append(c.watchers, w) }
+
+// Synced marks the initial content complete (the informers have listed
+// everything) and resyncs the watchers. Changes before it are only stored,
+// so that start-up is one transaction instead of one per object.
+func (c *Cache) Synced(ctx context.Context) error {
+	c.synced = true
+	return c.notify(func(w Watcher) error { return w.Resync(ctx) })
+}
+
+// Replace swaps the whole content for the given objects, marks the cache
+// synced and resyncs the watchers.
+func (c *Cache) Replace(ctx context.Context, pods []*corev1.Pod, namespaces []*corev1.Namespace, policies []*networkingv1.NetworkPolicy) error {
+	c.pods = make(map[string]map[string]*corev1.Pod)
+	c.namespaces = make(map[string]*corev1.Namespace)
+	c.policies = make(map[string]map[string]*networkingv1.NetworkPolicy)
+	for _, p := range pods {
+		put(c.pods, p.Namespace, p.Name, p)
+	}
+	for _, n := range namespaces {
+		c.namespaces[n.Name] = n
+	}
+	for _, p := range policies {
+		put(c.policies, p.Namespace, p.Name, p)
+	}
+	return c.Synced(ctx)
+}
+
+// SetPod stores a pod that was added or updated.
+func (c *Cache) SetPod(ctx context.Context, pod *corev1.Pod) error {
+	before := put(c.pods, pod.Namespace, pod.Name, pod)
+	return c.notify(func(w Watcher) error { return w.PodChanged(ctx, before, pod) })
+}
+
+// DeletePod forgets a pod. Deleting an unknown pod does nothing.
+func (c *Cache) DeletePod(ctx context.Context, namespace, name string) error {
+	before := remove(c.pods, namespace, name)
+	if before == nil {
+		return nil
+	}
+	return c.notify(func(w Watcher) error { return w.PodChanged(ctx, before, nil) })
+}
+
+// SetNamespace stores a namespace that was added or updated.
+func (c *Cache) SetNamespace(ctx context.Context, ns *corev1.Namespace) error {
+	before := c.namespaces[ns.Name]
+	c.namespaces[ns.Name] = ns
+	return c.notify(func(w Watcher) error { return w.NamespaceChanged(ctx, before, ns) })
+}
+
+// DeleteNamespace forgets a namespace. Deleting an unknown one does nothing.
+func (c *Cache) DeleteNamespace(ctx context.Context, name string) error {
+	before := c.namespaces[name]
+	if before == nil {
+		return nil
+	}
+	delete(c.namespaces, name)
+	return c.notify(func(w Watcher) error { return w.NamespaceChanged(ctx, before, nil) })
+}
+
+// SetPolicy stores a NetworkPolicy that was added or updated.
+func (c *Cache) SetPolicy(ctx context.Context, policy *networkingv1.NetworkPolicy) error {
+	before := put(c.policies, policy.Namespace, policy.Name, policy)
+	return c.notify(func(w Watcher) error { return w.PolicyChanged(ctx, before, policy) })
+}
+
+// DeletePolicy forgets a NetworkPolicy. Deleting an unknown one does nothing.
+func (c *Cache) DeletePolicy(ctx context.Context, namespace, name string) error {
+	before := remove(c.policies, namespace, name)
+	if before == nil {
+		return nil
+	}
+	return c.notify(func(w Watcher) error { return w.PolicyChanged(ctx, before, nil) })
+}
+
+func (c *Cache) notify(f func(Watcher) error) error {
+	if !c.synced {
+		return nil
+	}
+	var errs []error
+	for _, w := range c.watchers {
+		if err := f(w); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func put[T any](m map[string]map[string]*T, namespace, name string, v *T) *T {
+	inner := m[namespace]
+	if inner == nil {
+		inner = make(map[string]*T)
+		m[namespace] = inner
+	}
+	before := inner[name]
+	inner[name] = v
+	return before
+}
+
+func remove[T any](m map[string]map[string]*T, namespace, name string) *T {
+	inner := m[namespace]
+	before := inner[name]
+	if before == nil {
+		return nil
+	}
+	delete(inner, name)
+	if len(inner) == 0 {
+		delete(m, namespace)
+	}
+	return before
+}
+
+// Pod returns a pod, or nil.
+func (c *Cache) Pod(namespace, name string) *corev1.Pod { return c.pods[namespace][name] }
+
+// Namespace returns a namespace, or nil.
+func (c *Cache) Namespace(name string) *corev1.Namespace { return c.namespaces[name] }
+
+// Policy returns a NetworkPolicy, or nil.
+func (c *Cache) Policy(namespace, name string) *networkingv1.NetworkPolicy {
+	return c.policies[namespace][name]
+}
+
+// PodsInNamespace returns the pods of a namespace whose labels match sel,
+// ordered by name.
+func (c *Cache) PodsInNamespace(namespace string, sel labels.Selector) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range c.pods[namespace] {
+		if sel.Matches(labels.Set(p.Labels)) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Pods returns every pod, ordered by namespace and name.
+func (c *Cache) Pods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, inner := range c.pods {
+		for _, p := range inner {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// Namespaces returns the namespaces whose labels match sel, ordered by name.
+func (c *Cache) Namespaces(sel labels.Selector) []*corev1.Namespace {
+	var out []*corev1.Namespace
+	for _, n := range c.namespaces {
+		if sel.Matches(labels.Set(n.Labels)) {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Namespace) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// PoliciesInNamespace returns the NetworkPolicies of a namespace, ordered by
+// name.
+func (c *Cache) PoliciesInNamespace(namespace string) []*networkingv1.NetworkPolicy {
+	var out []*networkingv1.NetworkPolicy
+	for _, p := range c.policies[namespace] {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *networkingv1.NetworkPolicy) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Policies returns every NetworkPolicy, ordered by namespace and name.
+func (c *Cache) Policies() []*networkingv1.NetworkPolicy {
+	var out []*networkingv1.NetworkPolicy
+	for _, inner := range c.policies {
+		for _, p := range inner {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *networkingv1.NetworkPolicy) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// String describes the cache's size, for logs.
+func (c *Cache) String() string {
+	n := 0
+	for _, inner := range c.pods {
+		n += len(inner)
+	}
+	m := 0
+	for _, inner := range c.policies {
+		m += len(inner)
+	}
+	return fmt.Sprintf("%d pods, %d namespaces, %d policies", n, len(c.namespaces), m)
+}

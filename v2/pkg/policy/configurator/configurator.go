@@ -1,0 +1,119 @@
+// Package configurator turns the policies of local pods into the 6-tuple rules
+// of package renderer and hands them to the registered renderers, one
+// transaction per change (seed policies-contiv-vpp.md, "Configurator").
+//
+// It knows neither Kubernetes objects nor any network stack: its input is the
+// processor's model (Pod, Policy, Match) and its output is renderer.Txn. It
+// keeps no state between transactions besides its configuration and its
+// renderers.
+package configurator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// Config is what the configurator needs to know about its node.
+type Config struct {
+	// NATLoopback holds the node's NAT loopback addresses (at most one IPv4
+	// and one IPv6; see ARCHITECTURE.md, "Node subnet"). Traffic from them to
+	// a pod is a pod reaching itself through a service and is always
+	// permitted (seed services-contiv-vpp.md, "Integration of services with
+	// policies").
+	NATLoopback []netip.Addr
+	// NodeAddresses are the addresses of the node itself as its pods see them
+	// (the host side). Kubernetes always permits traffic between a pod and
+	// its own node, so they are permitted in both directions.
+	NodeAddresses []netip.Addr
+}
+
+// Txn is one change for the configurator: every local pod whose policies may
+// have changed.
+type Txn struct {
+	// Resync is set when Pods lists every local pod with an address.
+	Resync bool
+	Pods   []Pod
+}
+
+// Configurator generates rules and fans them out to renderers.
+type Configurator struct {
+	ingressPeers []netip.Addr // always permitted sources of traffic into a pod
+	egressPeers  []netip.Addr // always permitted destinations of traffic out of a pod
+	renderers    []namedRenderer
+}
+
+type namedRenderer struct {
+	name string
+	r    renderer.Renderer
+}
+
+// New checks cfg and returns a configurator without renderers.
+func New(cfg Config) (*Configurator, error) {
+	c := &Configurator{}
+	v4, v6 := 0, 0
+	for _, a := range cfg.NATLoopback {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("NAT loopback %v: not an address", a)
+		}
+		if a.Unmap().Is4() {
+			v4++
+		} else {
+			v6++
+		}
+		c.ingressPeers = append(c.ingressPeers, a.Unmap())
+	}
+	if v4 > 1 || v6 > 1 {
+		return nil, fmt.Errorf("NAT loopback %v: at most one address per family", cfg.NATLoopback)
+	}
+	for _, a := range cfg.NodeAddresses {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("node address %v: not an address", a)
+		}
+		c.ingressPeers = append(c.ingressPeers, a.Unmap())
+		c.egressPeers = append(c.egressPeers, a.Unmap())
+	}
+	return c, nil
+}
+
+// Register adds a renderer; every later transaction goes to it. name is used
+// in errors only.
+func (c *Configurator) Register(name string, r renderer.Renderer) {
+	c.renderers = append(c.renderers, namedRenderer{name: name, r: r})
+}
+
+// Rules returns the renderer's view of one pod: GenerateRules for both
+// directions, plus the permits no policy can take away.
+func (c *Configurator) Rules(p *Pod) renderer.PodRules {
+	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs, Removed: p.Removed}
+	if p.Removed {
+		return pr
+	}
+	pr.Egress = GenerateRules(PolicyIngress, p.Policies, c.ingressPeers)
+	pr.Ingress = GenerateRules(PolicyEgress, p.Policies, c.egressPeers)
+	return pr
+}
+
+// Configure renders txn: one renderer transaction holding the rules of every
+// pod in txn, given to every renderer. All renderers are tried; the error
+// names each that failed.
+func (c *Configurator) Configure(ctx context.Context, txn Txn) error {
+	rt := renderer.Txn{Resync: txn.Resync, Pods: make([]renderer.PodRules, 0, len(txn.Pods))}
+	for i := range txn.Pods {
+		p := &txn.Pods[i]
+		if !p.Removed && len(p.IPs) == 0 {
+			return fmt.Errorf("configure pod %s: it has no address", p.ID)
+		}
+		rt.Pods = append(rt.Pods, c.Rules(p))
+	}
+	var errs []error
+	for _, nr := range c.renderers {
+		if err := nr.r.Render(ctx, rt); err != nil {
+			errs = append(errs, fmt.Errorf("renderer %s: %w", nr.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

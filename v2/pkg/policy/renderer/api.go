@@ -1,0 +1,137 @@
+package renderer
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+)
+
+// PodID names a pod.
+type PodID struct {
+	Namespace, Name string
+}
+
+func (p PodID) String() string { return p.Namespace + "/" + p.Name }
+
+// Compare orders pod IDs by namespace, then name.
+func (p PodID) Compare(o PodID) int {
+	if p.Namespace != o.Namespace {
+		if p.Namespace < o.Namespace {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case p.Name < o.Name:
+		return -1
+	case p.Name > o.Name:
+		return 1
+	}
+	return 0
+}
+
+// PodRules is the policy configuration of one pod deployed on this node.
+//
+// Ingress and Egress follow the vswitch point of view (see the package
+// comment). Each list is either empty, meaning the pod is not isolated in that
+// direction and all its traffic passes, or a list of Permit rules that ends
+// with exactly one rule matching all traffic: DenyAll, or PermitAll when
+// some policy permits everything. The lists are sorted by Rule.Compare and
+// hold no duplicates, so a renderer may apply them in order with first-match
+// semantics, apply the Permit rules before the final rule, or use a
+// longest-prefix match.
+type PodRules struct {
+	Pod PodID
+	// IPs are the pod's addresses, at most one per family.
+	IPs []netip.Addr
+	// Removed is set when the pod is gone from this node (deleted, or it lost
+	// its address); the renderer forgets it and its rule lists are empty.
+	Removed bool
+	// Ingress filters traffic entering the vswitch from the pod: its source
+	// network is "any", its destination network names the peer.
+	Ingress []Rule
+	// Egress filters traffic leaving the vswitch towards the pod: its
+	// destination network is "any", its source network names the peer.
+	Egress []Rule
+}
+
+// Txn is one transaction for the renderers: the new configuration of every
+// local pod whose configuration may have changed. One change in the cluster
+// (a policy, a pod, a namespace) that touches many pods is one Txn.
+type Txn struct {
+	// Resync is set when Pods lists every local pod with an address; a
+	// renderer then forgets the pods it knows that are not listed.
+	Resync bool
+	Pods   []PodRules
+}
+
+// Renderer installs rules into one network stack. Render must leave the
+// stack enforcing, for every pod, the last rules it received for that pod
+// (seed, "Renderers"). It is called from one goroutine at a time.
+type Renderer interface {
+	Render(ctx context.Context, txn Txn) error
+}
+
+// TableID names a rule table. Local tables get IDs that the renderer cache
+// never reuses for other contents in the same transaction; the global table
+// is GlobalTableID.
+type TableID string
+
+// GlobalTableID is the ID of the node's one global table.
+const GlobalTableID TableID = "global"
+
+// Table is an ordered list of rules applied together with first-match
+// semantics, as the renderer cache returns it (seed, "Renderer cache"). A
+// table that is not empty ends with a rule matching all traffic.
+type Table struct {
+	ID    TableID
+	Rules []Rule
+}
+
+// Direction says which of a pod's two rule lists a rule belongs to.
+type Direction uint8
+
+const (
+	// DirectionIngress is the vswitch ingress: traffic from the pod.
+	DirectionIngress Direction = iota
+	// DirectionEgress is the vswitch egress: traffic to the pod.
+	DirectionEgress
+)
+
+func (d Direction) String() string {
+	if d == DirectionEgress {
+		return "egress"
+	}
+	return "ingress"
+}
+
+// ValidateRuleList checks that rules is a rule list as PodRules describes it
+// for direction d. Renderers and the renderer cache use it to reject input
+// whose meaning would depend on an ordering they do not keep.
+func ValidateRuleList(d Direction, rules []Rule) error {
+	if len(rules) == 0 {
+		return nil
+	}
+	for i, r := range rules {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("%s rule %d: %w", d, i, err)
+		}
+		if d == DirectionIngress && r.SrcNetwork.IsValid() {
+			return fmt.Errorf("%s rule %d (%v): the source of traffic from the pod is the pod itself", d, i, r)
+		}
+		if d == DirectionEgress && r.DstNetwork.IsValid() {
+			return fmt.Errorf("%s rule %d (%v): the destination of traffic to the pod is the pod itself", d, i, r)
+		}
+		last := i == len(rules)-1
+		if last && !r.MatchesAll() {
+			return fmt.Errorf("%s rule %d (%v): the last rule must match all traffic", d, i, r)
+		}
+		if !last && r.Action != ActionPermit {
+			return fmt.Errorf("%s rule %d (%v): only the last rule may deny", d, i, r)
+		}
+		if i > 0 && rules[i-1].Compare(r) >= 0 {
+			return fmt.Errorf("%s rule %d (%v): rules are not sorted or not unique", d, i, r)
+		}
+	}
+	return nil
+}

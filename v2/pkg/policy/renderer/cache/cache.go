@@ -1,0 +1,689 @@
+// Package cache is the renderer cache of the seed (policies-contiv-vpp.md,
+// "Renderer cache" and "Rule transformations"): it keeps the rules of every
+// local pod as the configurator sent them, combines the two directions into
+// one side (CombineRules), builds the node's global table
+// (BuildGlobalTable), shares one local table between pods whose tables are
+// equal, and tells a renderer the minimal changes of each transaction.
+//
+// The cache holds the desired state, not what a network stack has: if a
+// renderer fails to apply a transaction's Changes, it re-renders the whole
+// state (LocalTables, Assignments, GlobalTable) on its next resync.
+//
+// A Cache is pure logic, not safe for concurrent use; a renderer owns one.
+package cache
+
+import (
+	"fmt"
+	"hash/maphash"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// Side is the vswitch side that the two directions are combined into.
+type Side uint8
+
+const (
+	// SideEgress is for renderers that can only filter after services are
+	// translated, like VPP ACLs: a pod's local table filters the traffic
+	// leaving the vswitch towards the pod, and the global table filters the
+	// traffic leaving the node through its uplinks. A connection is decided by
+	// the destination's local table if the destination is a local pod, else
+	// by the global table; replies of admitted connections must be let
+	// through (reflected) on every interface.
+	SideEgress Side = iota
+	// SideIngress is the mirror, for stacks that filter where traffic enters
+	// (VPPTCP session rules in the seed): a pod's local table filters the
+	// traffic entering the vswitch from the pod, and the global table filters
+	// the traffic entering the node from its uplinks. A connection is decided
+	// by the source's local table if the source is a local pod, else by the
+	// global table.
+	SideIngress
+)
+
+func (s Side) String() string {
+	if s == SideIngress {
+		return "ingress"
+	}
+	return "egress"
+}
+
+// Assignment says which local table a pod has. An empty Table means none:
+// nothing restricts the traffic on the pod's side.
+type Assignment struct {
+	Pod   renderer.PodID
+	Table renderer.TableID
+}
+
+// Changes is what one transaction changed. Each table is in at most one of
+// Added, Changed and Removed. Renderers apply Added and Changed tables, then
+// Assignments, then remove Removed tables, so that no pod is ever left
+// without its table.
+type Changes struct {
+	// Added are new local tables.
+	Added []renderer.Table
+	// Changed are local tables that keep their ID but have new rules.
+	Changed []renderer.Table
+	// Removed are local tables no pod uses any more.
+	Removed []renderer.TableID
+	// Assignments are the pods whose local table changed, including removed
+	// pods (with no table).
+	Assignments []Assignment
+	// Global is the new global table, or nil if it did not change. A global
+	// table without rules means there is none.
+	Global *renderer.Table
+}
+
+// Empty reports whether the transaction changed nothing.
+func (c *Changes) Empty() bool {
+	return len(c.Added) == 0 && len(c.Changed) == 0 && len(c.Removed) == 0 &&
+		len(c.Assignments) == 0 && c.Global == nil
+}
+
+// Cache is the renderer cache. The zero value is not usable; call New.
+type Cache struct {
+	side Side
+	pods map[renderer.PodID]*podState
+	byIP map[netip.Addr]*podState
+
+	tables map[renderer.TableID]*table
+	byHash map[uint64][]*table
+	nextID uint64
+	seed   maphash.Seed
+
+	// globalBlocks holds, per address of a local pod isolated for traffic
+	// from it, that pod's rules with the address as source (egress-side
+	// orientation); the global table is their concatenation in address order.
+	globalBlocks map[netip.Addr][]renderer.Rule
+	global       []renderer.Rule
+}
+
+// podState is one known pod. Rules are kept in the egress-side orientation
+// (see orient): own filters traffic towards the pod (peer = source), out
+// filters traffic from it (peer = destination).
+type podState struct {
+	in         renderer.PodRules
+	own, out   []renderer.Rule
+	ownIx      *ruleIndex
+	outIx      *ruleIndex
+	blocks     map[netip.Addr][]renderer.Rule // CombineRules insertions, per peer address
+	content    []renderer.Rule                // the local table, output orientation
+	table      *table
+	needsTable bool
+}
+
+type table struct {
+	id    renderer.TableID
+	rules []renderer.Rule
+	hash  uint64
+	pods  map[renderer.PodID]struct{}
+}
+
+// New returns an empty cache that combines rules into side.
+func New(side Side) *Cache {
+	return &Cache{
+		side:         side,
+		pods:         make(map[renderer.PodID]*podState),
+		byIP:         make(map[netip.Addr]*podState),
+		tables:       make(map[renderer.TableID]*table),
+		byHash:       make(map[uint64][]*table),
+		seed:         maphash.MakeSeed(),
+		globalBlocks: make(map[netip.Addr][]renderer.Rule),
+	}
+}
+
+// Side returns the side the cache combines into.
+func (c *Cache) Side() Side { return c.side }
+
+// orient turns a rule list between the renderer's orientation and the
+// egress-side orientation in which the algorithms are written. For
+// SideIngress it swaps source and destination networks (the seed: "only
+// source and destination IPs are swapped"); ports stay, since the
+// destination port is the port of the connection's server either way.
+func (c *Cache) orient(rules []renderer.Rule) []renderer.Rule {
+	if c.side == SideEgress || len(rules) == 0 {
+		return rules
+	}
+	out := make([]renderer.Rule, len(rules))
+	for i, r := range rules {
+		r.SrcNetwork, r.DstNetwork = r.DstNetwork, r.SrcNetwork
+		out[i] = r
+	}
+	return out
+}
+
+// output turns a table built in the egress-side orientation into the
+// renderer's, sorted by Rule.Compare.
+func (c *Cache) output(rules []renderer.Rule) []renderer.Rule {
+	if c.side == SideEgress {
+		return rules
+	}
+	out := c.orient(rules)
+	sortRules(out)
+	return out
+}
+
+func sortRules(rules []renderer.Rule) { slices.SortFunc(rules, renderer.Rule.Compare) }
+
+// Apply records a transaction from the configurator and returns what changed.
+// A transaction that is not valid is rejected as a whole and changes nothing.
+func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
+	if err := validate(txn); err != nil {
+		return Changes{}, err
+	}
+
+	// Work out which pods really change.
+	type update struct {
+		id       renderer.PodID
+		old, new *podState
+	}
+	var updates []update
+	seen := make(map[renderer.PodID]bool, len(txn.Pods))
+	for i := range txn.Pods {
+		pr := &txn.Pods[i]
+		seen[pr.Pod] = true
+		old := c.pods[pr.Pod]
+		if pr.Removed {
+			if old != nil {
+				updates = append(updates, update{id: pr.Pod, old: old})
+			}
+			continue
+		}
+		if old != nil && slices.Equal(old.in.IPs, pr.IPs) &&
+			slices.Equal(old.in.Ingress, pr.Ingress) && slices.Equal(old.in.Egress, pr.Egress) {
+			continue
+		}
+		updates = append(updates, update{id: pr.Pod, old: old, new: c.newPodState(pr)})
+	}
+	if txn.Resync {
+		for id, old := range c.pods {
+			if !seen[id] {
+				updates = append(updates, update{id: id, old: old})
+			}
+		}
+	}
+	slices.SortFunc(updates, func(a, b update) int { return a.id.Compare(b.id) })
+
+	// Swap the new states in, noting whose own rules changed (their whole
+	// local table is rebuilt) and which peer addresses changed (every local
+	// table's insertions for them are rebuilt).
+	dirtyPeers := make(map[netip.Addr]struct{})
+	var rebuildAll []*podState
+	var removed []*podState
+	globalDirty := false
+	for _, u := range updates {
+		ipsChanged := u.old == nil || u.new == nil || !slices.Equal(u.old.in.IPs, u.new.in.IPs)
+		outChanged := ipsChanged || !slices.Equal(u.old.out, u.new.out)
+		ownChanged := ipsChanged || !slices.Equal(u.old.own, u.new.own)
+		if u.old != nil {
+			for _, a := range u.old.in.IPs {
+				if c.byIP[a] == u.old {
+					delete(c.byIP, a)
+				}
+			}
+			delete(c.pods, u.id)
+		}
+		if u.new != nil {
+			if u.old != nil {
+				// The pod keeps its table until assignTables decides; its
+				// insertions stay valid while its own rules and addresses do.
+				u.new.content, u.new.table = u.old.content, u.old.table
+				if !ownChanged {
+					u.new.blocks = u.old.blocks
+				}
+			}
+			c.pods[u.id] = u.new
+			for _, a := range u.new.in.IPs {
+				c.byIP[a] = u.new
+			}
+			if ownChanged {
+				rebuildAll = append(rebuildAll, u.new)
+			}
+		} else {
+			removed = append(removed, u.old)
+		}
+		if outChanged {
+			globalDirty = true
+			for _, s := range []*podState{u.old, u.new} {
+				if s == nil {
+					continue
+				}
+				for _, a := range s.in.IPs {
+					dirtyPeers[a] = struct{}{}
+					delete(c.globalBlocks, a)
+				}
+			}
+			if u.new != nil {
+				c.setGlobalBlocks(u.new)
+			}
+		}
+	}
+
+	// CombineRules, incrementally.
+	var retable []*podState
+	for _, p := range rebuildAll {
+		p.blocks = nil
+		for _, other := range c.pods {
+			if other == p {
+				continue
+			}
+			for _, x := range other.in.IPs {
+				if b := c.combine(p, x); b != nil {
+					if p.blocks == nil {
+						p.blocks = make(map[netip.Addr][]renderer.Rule)
+					}
+					p.blocks[x] = b
+				}
+			}
+		}
+		p.needsTable = true
+	}
+	if len(dirtyPeers) > 0 {
+		for _, p := range c.pods {
+			if p.needsTable {
+				continue
+			}
+			for x := range dirtyPeers {
+				b := c.combine(p, x)
+				if slices.Equal(b, p.blocks[x]) {
+					continue
+				}
+				if b == nil {
+					delete(p.blocks, x)
+				} else {
+					if p.blocks == nil {
+						p.blocks = make(map[netip.Addr][]renderer.Rule)
+					}
+					p.blocks[x] = b
+				}
+				p.needsTable = true
+			}
+		}
+	}
+	for _, p := range c.pods {
+		if !p.needsTable {
+			continue
+		}
+		p.needsTable = false
+		content := c.localTable(p)
+		if p.table != nil && slices.Equal(content, p.content) {
+			continue
+		}
+		if p.table == nil && len(content) == 0 {
+			p.content = nil
+			continue
+		}
+		p.content = content
+		retable = append(retable, p)
+	}
+	slices.SortFunc(retable, func(a, b *podState) int { return a.in.Pod.Compare(b.in.Pod) })
+
+	var ch Changes
+	c.assignTables(retable, removed, &ch)
+	if globalDirty {
+		g := c.buildGlobalTable()
+		if !slices.Equal(g, c.global) {
+			c.global = g
+			ch.Global = &renderer.Table{ID: renderer.GlobalTableID, Rules: g}
+		}
+	}
+	return ch, nil
+}
+
+func (c *Cache) newPodState(pr *renderer.PodRules) *podState {
+	p := &podState{in: *pr}
+	p.in.IPs = slices.Clone(pr.IPs)
+	if c.side == SideEgress {
+		p.own, p.out = pr.Egress, pr.Ingress
+	} else {
+		p.own, p.out = c.orient(pr.Ingress), c.orient(pr.Egress)
+	}
+	p.ownIx = newRuleIndex(p.own, srcOf)
+	p.outIx = newRuleIndex(p.out, dstOf)
+	return p
+}
+
+// validate rejects a transaction whose rule lists are not shaped as
+// renderer.PodRules promises: the cache's index depends on it.
+func validate(txn renderer.Txn) error {
+	seen := make(map[renderer.PodID]bool, len(txn.Pods))
+	for i := range txn.Pods {
+		pr := &txn.Pods[i]
+		if seen[pr.Pod] {
+			return fmt.Errorf("pod %s: listed twice in one transaction", pr.Pod)
+		}
+		seen[pr.Pod] = true
+		if pr.Removed {
+			continue
+		}
+		if len(pr.IPs) == 0 {
+			return fmt.Errorf("pod %s: no address", pr.Pod)
+		}
+		v4, v6 := 0, 0
+		for _, a := range pr.IPs {
+			switch {
+			case !a.IsValid() || a.Is4In6():
+				return fmt.Errorf("pod %s: address %v is not valid or is IPv4-mapped", pr.Pod, a)
+			case a.Is4():
+				v4++
+			default:
+				v6++
+			}
+		}
+		if v4 > 1 || v6 > 1 {
+			return fmt.Errorf("pod %s: addresses %v: more than one per family", pr.Pod, pr.IPs)
+		}
+		for _, l := range []struct {
+			d     renderer.Direction
+			rules []renderer.Rule
+		}{{renderer.DirectionIngress, pr.Ingress}, {renderer.DirectionEgress, pr.Egress}} {
+			if err := renderer.ValidateRuleList(l.d, l.rules); err != nil {
+				return fmt.Errorf("pod %s: %w", pr.Pod, err)
+			}
+			for j, r := range l.rules {
+				if !r.SrcPort.IsAny() {
+					return fmt.Errorf("pod %s: %s rule %d (%v): source ports cannot be combined", pr.Pod, l.d, j, r)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// combine is the body of the seed's CombineRules for one target pod p (pod1)
+// and one address x of another known pod (pod2): if what p permits from x is
+// not all permitted by x's own rules towards p, it returns the rules that
+// replace p's rules for source x: Permit the intersection, then deny the rest
+// from x. Otherwise it returns nil and p's rules stand.
+func (c *Cache) combine(p *podState, x netip.Addr) []renderer.Rule {
+	other := c.byIP[x]
+	if other == nil || other == p || other.outIx.open {
+		return nil
+	}
+	y, ok := addrOfFamily(p.in.IPs, x.Is4())
+	if !ok || !p.ownIx.mayPermit(x) {
+		return nil
+	}
+	permitted := p.ownIx.allowed(x)   // what p lets in from x
+	offered := other.outIx.allowed(y) // what x may send to p
+	if offered.covers(&permitted) {
+		return nil
+	}
+	both := offered.intersect(&permitted)
+	src := renderer.HostNetwork(x)
+	rules := both.appendRules(nil, src)
+	deny := renderer.DenyAll
+	deny.SrcNetwork = src
+	return append(rules, deny)
+}
+
+func addrOfFamily(ips []netip.Addr, v4 bool) (netip.Addr, bool) {
+	for _, a := range ips {
+		if a.Is4() == v4 {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// localTable is the seed's buildLocalTable: p's own rules, where the rules
+// for each combined peer address are replaced by its insertions, in output
+// orientation. An open pod with no insertions has no table.
+func (c *Cache) localTable(p *podState) []renderer.Rule {
+	if len(p.blocks) == 0 {
+		if p.ownIx.open {
+			return nil
+		}
+		return c.output(p.own)
+	}
+	n := len(p.own)
+	for _, b := range p.blocks {
+		n += len(b)
+	}
+	rules := make([]renderer.Rule, 0, n+1)
+	if p.ownIx.open {
+		rules = append(rules, renderer.PermitAll)
+	} else {
+		for _, r := range p.own {
+			if r.SrcNetwork.IsValid() && r.SrcNetwork.IsSingleIP() {
+				if _, replaced := p.blocks[r.SrcNetwork.Addr()]; replaced {
+					continue
+				}
+			}
+			rules = append(rules, r)
+		}
+	}
+	for _, b := range p.blocks {
+		rules = append(rules, b...)
+	}
+	sortRules(rules)
+	return c.output(rules)
+}
+
+// setGlobalBlocks records the part of BuildGlobalTable that comes from pod p:
+// each of its rules on traffic from it, with the source changed from "any"
+// to the pod's address of the rule's family.
+func (c *Cache) setGlobalBlocks(p *podState) {
+	if p.outIx.open {
+		return
+	}
+	for _, x := range p.in.IPs {
+		src := renderer.HostNetwork(x)
+		block := make([]renderer.Rule, 0, len(p.out))
+		for _, r := range p.out {
+			if r.DstNetwork.IsValid() && r.DstNetwork.Addr().Is4() != x.Is4() {
+				continue
+			}
+			r.SrcNetwork = src
+			block = append(block, r)
+		}
+		c.globalBlocks[x] = block
+	}
+}
+
+// buildGlobalTable is the seed's BuildGlobalTable: the rules of every local
+// pod on traffic from it, with its address as source, and PermitAll for the
+// rest. In the egress-side orientation the blocks are already in Compare
+// order when concatenated by address (the source network is the first key).
+func (c *Cache) buildGlobalTable() []renderer.Rule {
+	if len(c.globalBlocks) == 0 {
+		return nil
+	}
+	addrs := make([]netip.Addr, 0, len(c.globalBlocks))
+	n := 1
+	for a, b := range c.globalBlocks {
+		addrs = append(addrs, a)
+		n += len(b)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	rules := make([]renderer.Rule, 0, n)
+	for _, a := range addrs {
+		rules = append(rules, c.globalBlocks[a]...)
+	}
+	rules = append(rules, renderer.PermitAll)
+	return c.output(rules)
+}
+
+// assignTables gives each retabled pod a table with its new content, sharing
+// equal tables, and records the minimal changes: a table whose pods all
+// left is changed in place for one of them if its content is new, else
+// removed.
+func (c *Cache) assignTables(retable, removed []*podState, ch *Changes) {
+	before := make(map[renderer.PodID]*table, len(retable)+len(removed))
+	freed := make(map[*table]bool)
+	detach := func(p *podState) {
+		before[p.in.Pod] = p.table
+		if t := p.table; t != nil {
+			delete(t.pods, p.in.Pod)
+			if len(t.pods) == 0 {
+				freed[t] = true
+			}
+		}
+		p.table = nil
+	}
+	for _, p := range removed {
+		detach(p)
+	}
+	for _, p := range retable {
+		detach(p)
+	}
+	changed := make(map[*table]bool)
+	for _, p := range retable {
+		if len(p.content) == 0 {
+			continue
+		}
+		h := c.hash(p.content)
+		t := c.find(h, p.content)
+		switch {
+		case t != nil:
+			delete(freed, t)
+		case before[p.in.Pod] != nil && freed[before[p.in.Pod]]:
+			t = before[p.in.Pod]
+			delete(freed, t)
+			c.unindex(t)
+			t.rules, t.hash = p.content, h
+			c.byHash[h] = append(c.byHash[h], t)
+			changed[t] = true
+		default:
+			c.nextID++
+			t = &table{
+				id:    renderer.TableID("local-" + strconv.FormatUint(c.nextID, 10)),
+				rules: p.content,
+				hash:  h,
+				pods:  make(map[renderer.PodID]struct{}),
+			}
+			c.tables[t.id] = t
+			c.byHash[h] = append(c.byHash[h], t)
+			ch.Added = append(ch.Added, renderer.Table{ID: t.id, Rules: t.rules})
+		}
+		t.pods[p.in.Pod] = struct{}{}
+		p.table = t
+	}
+	for t := range changed {
+		ch.Changed = append(ch.Changed, renderer.Table{ID: t.id, Rules: t.rules})
+	}
+	for t := range freed {
+		c.unindex(t)
+		delete(c.tables, t.id)
+		ch.Removed = append(ch.Removed, t.id)
+	}
+	slices.SortFunc(ch.Changed, func(a, b renderer.Table) int { return compareTableIDs(a.ID, b.ID) })
+	slices.SortFunc(ch.Removed, compareTableIDs)
+	for _, list := range [][]*podState{removed, retable} {
+		for _, p := range list {
+			var now renderer.TableID
+			if p.table != nil {
+				now = p.table.id
+			}
+			var was renderer.TableID
+			if t := before[p.in.Pod]; t != nil {
+				was = t.id
+			}
+			if now != was {
+				ch.Assignments = append(ch.Assignments, Assignment{Pod: p.in.Pod, Table: now})
+			}
+		}
+	}
+	slices.SortFunc(ch.Assignments, func(a, b Assignment) int { return a.Pod.Compare(b.Pod) })
+}
+
+func (c *Cache) hash(rules []renderer.Rule) uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	for i := range rules {
+		maphash.WriteComparable(&h, rules[i])
+	}
+	return h.Sum64()
+}
+
+func (c *Cache) find(h uint64, rules []renderer.Rule) *table {
+	for _, t := range c.byHash[h] {
+		if slices.Equal(t.rules, rules) {
+			return t
+		}
+	}
+	return nil
+}
+
+func (c *Cache) unindex(t *table) {
+	list := c.byHash[t.hash]
+	i := slices.Index(list, t)
+	if i < 0 {
+		return
+	}
+	list = slices.Delete(list, i, i+1)
+	if len(list) == 0 {
+		delete(c.byHash, t.hash)
+	} else {
+		c.byHash[t.hash] = list
+	}
+}
+
+// compareTableIDs orders "local-N" IDs by N, then anything else by string.
+func compareTableIDs(a, b renderer.TableID) int {
+	if len(a) != len(b) {
+		if len(a) < len(b) {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// LocalTable returns the local table of pod, if it has one.
+func (c *Cache) LocalTable(pod renderer.PodID) (renderer.Table, bool) {
+	p := c.pods[pod]
+	if p == nil || p.table == nil {
+		return renderer.Table{}, false
+	}
+	return renderer.Table{ID: p.table.id, Rules: p.table.rules}, true
+}
+
+// LocalTables returns every local table, ordered by ID. The rule slices are
+// the cache's own: do not modify them.
+func (c *Cache) LocalTables() []renderer.Table {
+	out := make([]renderer.Table, 0, len(c.tables))
+	for _, t := range c.tables {
+		out = append(out, renderer.Table{ID: t.id, Rules: t.rules})
+	}
+	slices.SortFunc(out, func(a, b renderer.Table) int { return compareTableIDs(a.ID, b.ID) })
+	return out
+}
+
+// Assignments returns the local table of every known pod (empty Table for
+// pods without one), ordered by pod.
+func (c *Cache) Assignments() []Assignment {
+	out := make([]Assignment, 0, len(c.pods))
+	for id, p := range c.pods {
+		a := Assignment{Pod: id}
+		if p.table != nil {
+			a.Table = p.table.id
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b Assignment) int { return a.Pod.Compare(b.Pod) })
+	return out
+}
+
+// GlobalTable returns the global table; no rules means there is none.
+func (c *Cache) GlobalTable() renderer.Table {
+	return renderer.Table{ID: renderer.GlobalTableID, Rules: c.global}
+}
+
+// Pods returns the known pods' addresses, ordered by pod.
+func (c *Cache) Pods() []renderer.PodRules {
+	out := make([]renderer.PodRules, 0, len(c.pods))
+	for _, p := range c.pods {
+		out = append(out, p.in)
+	}
+	slices.SortFunc(out, func(a, b renderer.PodRules) int { return a.Pod.Compare(b.Pod) })
+	return out
+}
