@@ -1,0 +1,15 @@
+// Package policy is the root of vcoil's NetworkPolicy stack, which follows the
+// Contiv/VPP policy design (../shared/seeds/policies-contiv-vpp.md). Data flows
+// one way through its layers, each a plain Go type in its own package:
+//
+//	informers -> cache.Feed -> cache.Cache         Pods, Namespaces, NetworkPolicies
+//	          -> processor.Processor               which local pods changed; policies in vcoil's model
+//	          -> configurator.Configurator         GenerateRules: 6-tuple rules per pod and direction
+//	          -> renderer.Renderer (one per stack) receives renderer.Txn
+//	             using renderer/cache.Cache        CombineRules, BuildGlobalTable, shared tables, changes
+//
+// This package holds no code of its own, only the tests that run the layers
+// together: the property test against the Kubernetes semantics (package
+// oracle), the examples of the Kubernetes documentation, and the benchmarks.
+// See docs/policy.md.
+package policy

@@ -1,0 +1,109 @@
+package oracle
+
+import (
+	"net/netip"
+
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+	rcache "github.com/vcoil/vcoil/v2/pkg/policy/renderer/cache"
+)
+
+// Tables evaluates connections the way a network stack applies the renderer
+// cache's output on one node (seed policies-contiv-vpp.md, "ACL Renderer"):
+//
+// For SideEgress, a pod's local table sits on the egress side of the pod's
+// interface (traffic towards the pod) and the global table on the egress
+// side of the node's uplinks (traffic leaving the node). The first packet of
+// a connection to a local pod meets the destination's local table; one from
+// a local pod to anywhere else meets the global table. The source's side
+// holds a reflective rule that lets every packet out and the connection's
+// replies back in, so restrictions come only from the destination's local
+// table or the global table, and replies of an admitted connection pass.
+//
+// SideIngress mirrors it: a connection from a local pod meets the source's
+// local table (traffic entering the vswitch from the pod); one from anywhere
+// else to a local pod meets the global table on the uplinks' ingress.
+//
+// Tables are applied in order with first-match semantics.
+type Tables struct {
+	Side rcache.Side
+	// Local maps the address of each local pod to its local table; a local
+	// pod without a table has a nil entry.
+	Local map[netip.Addr][]renderer.Rule
+	// Global is the global table; empty when there is none.
+	Global []renderer.Rule
+}
+
+// Allowed returns the verdict on the first packet of c, and whether the
+// node sees that packet at all (one end is a local pod).
+func (t *Tables) Allowed(c Connection) (allowed, decided bool) {
+	_, srcLocal := t.Local[c.Src]
+	_, dstLocal := t.Local[c.Dst]
+	if t.Side == rcache.SideEgress {
+		switch {
+		case dstLocal:
+			return firstMatch(t.Local[c.Dst], c), true
+		case srcLocal:
+			return firstMatch(t.Global, c), true
+		}
+		return false, false
+	}
+	switch {
+	case srcLocal:
+		return firstMatch(t.Local[c.Src], c), true
+	case dstLocal:
+		return firstMatch(t.Global, c), true
+	}
+	return false, false
+}
+
+// firstMatch applies a table; a packet that no rule matches passes (only an
+// empty table lets that happen: tables end with a rule matching all).
+func firstMatch(rules []renderer.Rule, c Connection) bool {
+	for i := range rules {
+		if ruleMatches(&rules[i], c) {
+			return rules[i].Action == renderer.ActionPermit
+		}
+	}
+	return true
+}
+
+func ruleMatches(r *renderer.Rule, c Connection) bool {
+	if r.SrcNetwork.IsValid() && !r.SrcNetwork.Contains(c.Src) {
+		return false
+	}
+	if r.DstNetwork.IsValid() && !r.DstNetwork.Contains(c.Dst) {
+		return false
+	}
+	switch r.Protocol {
+	case renderer.ProtocolAny:
+		return true
+	case renderer.ProtocolTCP:
+		if c.Protocol != TCP {
+			return false
+		}
+	case renderer.ProtocolUDP:
+		if c.Protocol != UDP {
+			return false
+		}
+	case renderer.ProtocolSCTP:
+		if c.Protocol != SCTP {
+			return false
+		}
+	default:
+		return false
+	}
+	return r.SrcPort.First <= c.SrcPort && c.SrcPort <= r.SrcPort.Last &&
+		r.DstPort.First <= c.DstPort && c.DstPort <= r.DstPort.Last
+}
+
+// TablesOf reads a renderer cache's state into a Tables.
+func TablesOf(c *rcache.Cache) *Tables {
+	t := &Tables{Side: c.Side(), Local: make(map[netip.Addr][]renderer.Rule), Global: c.GlobalTable().Rules}
+	for _, p := range c.Pods() {
+		tbl, _ := c.LocalTable(p.Pod)
+		for _, a := range p.IPs {
+			t.Local[a] = tbl.Rules
+		}
+	}
+	return t
+}

@@ -1,0 +1,206 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
+	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
+	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
+	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+	rcache "github.com/vcoil/vcoil/v2/pkg/policy/renderer/cache"
+)
+
+// pipeline is the whole stack of one node, with a renderer cache per side
+// behind a renderer that only records.
+type pipeline struct {
+	cache   *pcache.Cache
+	egress  *cacheRenderer
+	ingress *cacheRenderer
+}
+
+// cacheRenderer is a renderer whose network stack is a renderer cache.
+type cacheRenderer struct {
+	cache   *rcache.Cache
+	txns    int
+	changes []rcache.Changes
+}
+
+func (r *cacheRenderer) Render(_ context.Context, txn renderer.Txn) error {
+	ch, err := r.cache.Apply(txn)
+	if err != nil {
+		return err
+	}
+	r.txns++
+	r.changes = append(r.changes, ch)
+	return nil
+}
+
+func newPipeline(c *oracle.Cluster) (*pipeline, error) {
+	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
+	if err != nil {
+		return nil, err
+	}
+	p := &pipeline{
+		cache:   pcache.New(),
+		egress:  &cacheRenderer{cache: rcache.New(rcache.SideEgress)},
+		ingress: &cacheRenderer{cache: rcache.New(rcache.SideIngress)},
+	}
+	conf.Register("egress", p.egress)
+	conf.Register("ingress", p.ingress)
+	p.cache.Watch(processor.New(c.Node, p.cache, conf, logr.Discard()))
+	if err := p.cache.Replace(context.Background(), c.Pods, c.Namespaces, c.Policies); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// connections returns the connections worth checking in c: between every
+// two addresses of the same family with a local pod at one end, ICMP and
+// some sampled ports of TCP, UDP and SCTP.
+func connections(c *oracle.Cluster, k *oracle.Kubernetes, pick func(int) int) []oracle.Connection {
+	addrs := c.Addresses()
+	var out []oracle.Connection
+	for _, src := range addrs {
+		for _, dst := range addrs {
+			if src == dst || src.Is4() != dst.Is4() || (!k.IsLocalPod(src) && !k.IsLocalPod(dst)) {
+				continue
+			}
+			out = append(out, oracle.Connection{Src: src, Dst: dst, Protocol: oracle.ICMP})
+			for _, proto := range []oracle.Protocol{oracle.TCP, oracle.UDP, oracle.SCTP} {
+				for range 4 {
+					port := oracle.SamplePorts[pick(len(oracle.SamplePorts))]
+					out = append(out, oracle.Connection{Src: src, Dst: dst, Protocol: proto, SrcPort: uint16(32768 + pick(28000)), DstPort: port})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// disagreement compares the Kubernetes evaluator with the renderer caches'
+// output on every connection and describes the first disagreement.
+func (p *pipeline) disagreement(c *oracle.Cluster, pick func(int) int) string {
+	k := oracle.NewKubernetes(c)
+	sides := []*oracle.Tables{oracle.TablesOf(p.egress.cache), oracle.TablesOf(p.ingress.cache)}
+	for _, conn := range connections(c, k, pick) {
+		want, responsible := k.NodeVerdict(conn)
+		for _, t := range sides {
+			got, decided := t.Allowed(conn)
+			if got == want && decided == responsible {
+				continue
+			}
+			return fmt.Sprintf("side %s, connection %s:%d -> %s %s/%d: Kubernetes says allowed=%v (node responsible=%v), tables say allowed=%v (seen=%v)\n%s",
+				t.Side, conn.Src, conn.SrcPort, conn.Dst, conn.Protocol, conn.DstPort, want, responsible, got, decided,
+				p.describe(t.Side, conn))
+		}
+	}
+	return ""
+}
+
+// describe prints the tables that decide conn, for failure messages.
+func (p *pipeline) describe(side rcache.Side, conn oracle.Connection) string {
+	rc := p.egress.cache
+	if side == rcache.SideIngress {
+		rc = p.ingress.cache
+	}
+	var b strings.Builder
+	for _, pr := range rc.Pods() {
+		if slices.Contains(pr.IPs, conn.Src) || slices.Contains(pr.IPs, conn.Dst) {
+			t, _ := rc.LocalTable(pr.Pod)
+			fmt.Fprintf(&b, "local table %q of %s %v:\n%s", t.ID, pr.Pod, pr.IPs, rulesString(t.Rules))
+		}
+	}
+	fmt.Fprintf(&b, "global table:\n%s", rulesString(rc.GlobalTable().Rules))
+	return b.String()
+}
+
+func rulesString(rules []renderer.Rule) string {
+	var b strings.Builder
+	for _, r := range rules {
+		fmt.Fprintf(&b, "  %v\n", r)
+	}
+	return b.String()
+}
+
+// stateOf summarizes a renderer cache independently of table IDs: each
+// pod's local table rules and the global table.
+func stateOf(rc *rcache.Cache) map[string][]renderer.Rule {
+	out := map[string][]renderer.Rule{"global": rc.GlobalTable().Rules}
+	for _, pr := range rc.Pods() {
+		t, _ := rc.LocalTable(pr.Pod)
+		out[pr.Pod.String()+fmt.Sprint(pr.IPs)] = t.Rules
+	}
+	return out
+}
+
+func sameState(a, b *rcache.Cache) string {
+	sa, sb := stateOf(a), stateOf(b)
+	for k, ra := range sa {
+		rb, ok := sb[k]
+		if !ok {
+			return fmt.Sprintf("%s is known incrementally but not after a resync", k)
+		}
+		if !slices.Equal(ra, rb) {
+			return fmt.Sprintf("table of %s differs:\nincremental:\n%sresync:\n%s", k, rulesString(ra), rulesString(rb))
+		}
+	}
+	for k := range sb {
+		if _, ok := sa[k]; !ok {
+			return fmt.Sprintf("%s is known after a resync but not incrementally", k)
+		}
+	}
+	return ""
+}
+
+// checkTables checks the invariants of a renderer cache's tables: sorted by
+// Compare, valid rules, ending with a rule matching all, and shared tables
+// really equal.
+func checkTables(t *testing.T, rc *rcache.Cache) {
+	t.Helper()
+	tables := rc.LocalTables()
+	if g := rc.GlobalTable(); len(g.Rules) > 0 {
+		tables = append(tables, g)
+	}
+	for _, tbl := range tables {
+		for i, r := range tbl.Rules {
+			if err := r.Validate(); err != nil {
+				t.Fatalf("table %s: %v", tbl.ID, err)
+			}
+			if i > 0 && tbl.Rules[i-1].Compare(r) >= 0 {
+				t.Fatalf("table %s: rule %d (%v) is not after rule %d (%v)", tbl.ID, i, r, i-1, tbl.Rules[i-1])
+			}
+		}
+		if len(tbl.Rules) == 0 || !tbl.Rules[len(tbl.Rules)-1].MatchesAll() {
+			t.Fatalf("table %s does not end with a rule matching all traffic:\n%s", tbl.ID, rulesString(tbl.Rules))
+		}
+	}
+	used := make(map[renderer.TableID]bool)
+	for _, a := range rc.Assignments() {
+		if a.Table != "" {
+			used[a.Table] = true
+		}
+	}
+	for _, tbl := range rc.LocalTables() {
+		if !used[tbl.ID] {
+			t.Fatalf("table %s is kept but no pod uses it", tbl.ID)
+		}
+	}
+	seen := make(map[string]renderer.TableID)
+	for _, tbl := range rc.LocalTables() {
+		key := rulesString(tbl.Rules)
+		if other, dup := seen[key]; dup {
+			t.Fatalf("tables %s and %s are equal but not shared", other, tbl.ID)
+		}
+		seen[key] = tbl.ID
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
