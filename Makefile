@@ -100,7 +100,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 
 .PHONY: run
 run: build envtest-assets ## start a local apiserver with vcoil's CRDs and webhooks and run vcoil-controller against it
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) run ./hack/devenv --controller $(BIN_DIR)/vcoil-controller
+	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) run ./v2/e2e/devenv --controller $(BIN_DIR)/vcoil-controller $(if $(RUN_FOR),--for $(RUN_FOR))
 
 .PHONY: clean
 clean: ## remove build outputs (the cache in $(VCOIL_CACHE_DIR) stays)

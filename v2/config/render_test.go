@@ -1,18 +1,99 @@
+// Package config holds vcoil's kustomize manifests; its test renders them.
 package config
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 )
 
-func TestX(t *testing.T) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), "default")
+// decode finds the rendered object of kind and name and decodes it into out.
+func decode(t *testing.T, objs []*unstructured.Unstructured, kind, name string, out any) {
+	t.Helper()
+	if err := testenv.Find(objs, kind, name, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDefaultOverlayRenders(t *testing.T) {
+	m, err := testenv.Render("default")
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, _ := m.AsYaml()
-	t.Log(string(y))
+
+	for _, name := range []string{"addresspools.vcoil.io", "addressblocks.vcoil.io", "blockrequests.vcoil.io"} {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		decode(t, m, "CustomResourceDefinition", name, crd)
+		if crd.Spec.Scope != apiextensionsv1.ClusterScoped || crd.Spec.Group != "vcoil.io" || crd.Spec.Versions[0].Name != "v2" {
+			t.Errorf("CRD %s: scope %s group %s version %s", name, crd.Spec.Scope, crd.Spec.Group, crd.Spec.Versions[0].Name)
+		}
+		if len(crd.Spec.Versions[0].AdditionalPrinterColumns) < 3 {
+			t.Errorf("CRD %s has no printer columns", name)
+		}
+	}
+
+	dep := &appsv1.Deployment{}
+	decode(t, m, "Deployment", "vcoil-controller", dep)
+	if dep.Namespace != "kube-system" || *dep.Spec.Replicas != 2 || dep.Spec.Template.Spec.ServiceAccountName != "vcoil-controller" {
+		t.Errorf("deployment: namespace %s replicas %d service account %s", dep.Namespace, *dep.Spec.Replicas, dep.Spec.Template.Spec.ServiceAccountName)
+	}
+	args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(args, "--leader-elect") {
+		t.Errorf("deployment args %q lack --leader-elect", args)
+	}
+
+	// The names vcoil-controller patches and reads must be the rendered ones.
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	decode(t, m, "MutatingWebhookConfiguration", constants.MutatingWebhookConfig, mwc)
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	decode(t, m, "ValidatingWebhookConfiguration", constants.ValidatingWebhookConfig, vwc)
+	for _, svc := range []*admissionregistrationv1.ServiceReference{mwc.Webhooks[0].ClientConfig.Service, vwc.Webhooks[0].ClientConfig.Service} {
+		if svc.Name != constants.WebhookService || svc.Namespace != "kube-system" {
+			t.Errorf("webhook service = %s/%s, want kube-system/%s", svc.Namespace, svc.Name, constants.WebhookService)
+		}
+	}
+	svc := &corev1.Service{}
+	decode(t, m, "Service", constants.WebhookService, svc)
+	if svc.Spec.Selector["app.kubernetes.io/name"] != dep.Spec.Template.Labels["app.kubernetes.io/name"] {
+		t.Errorf("webhook service selects %v, deployment pods are labelled %v", svc.Spec.Selector, dep.Spec.Template.Labels)
+	}
+
+	// Least privilege: no wildcards, and the namespaced objects it writes
+	// are limited to their names.
+	cr := &rbacv1.ClusterRole{}
+	decode(t, m, "ClusterRole", "vcoil-controller", cr)
+	role := &rbacv1.Role{}
+	decode(t, m, "Role", "vcoil-controller", role)
+	for _, rule := range append(cr.Rules, role.Rules...) {
+		for _, list := range [][]string{rule.APIGroups, rule.Resources, rule.Verbs} {
+			if slices.Contains(list, "*") {
+				t.Errorf("wildcard in rule %+v", rule)
+			}
+		}
+		if slices.Contains(rule.Resources, "secrets") && slices.Contains(rule.Verbs, "get") &&
+			!slices.Equal(rule.ResourceNames, []string{constants.WebhookCertSecret}) {
+			t.Errorf("secrets readable beyond %s: %+v", constants.WebhookCertSecret, rule)
+		}
+		if slices.Contains(rule.Resources, "leases") && slices.Contains(rule.Verbs, "update") &&
+			!slices.Equal(rule.ResourceNames, []string{constants.ControllerLeaderElectionID}) {
+			t.Errorf("leases writable beyond %s: %+v", constants.ControllerLeaderElectionID, rule)
+		}
+		if slices.Contains(rule.Resources, "validatingwebhookconfigurations") &&
+			!slices.Equal(rule.ResourceNames, []string{constants.MutatingWebhookConfig, constants.ValidatingWebhookConfig}) {
+			t.Errorf("webhook configurations writable beyond vcoil's: %+v", rule)
+		}
+	}
+	if role.Namespace != "kube-system" {
+		t.Errorf("role namespace = %s", role.Namespace)
+	}
 }

@@ -32,7 +32,9 @@ import (
 // Env is a running apiserver with vcoil's CRDs.
 type Env struct {
 	Config *rest.Config
-	Scheme *runtime.Scheme
+	// KubeConfig is a kubeconfig file's content for Config (an admin).
+	KubeConfig []byte
+	Scheme     *runtime.Scheme
 	// Client talks to the apiserver directly (no cache).
 	Client client.Client
 	// Webhook tells a manager where to serve webhooks, when they are installed.
@@ -163,11 +165,21 @@ func Start(opts Options) (*Env, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	e := &Env{Config: cfg, Scheme: env.Scheme, Client: c, env: env}
+	e := &Env{Config: cfg, KubeConfig: env.KubeConfig, Scheme: env.Scheme, Client: c, env: env}
 	if opts.Webhooks {
 		e.Webhook = &env.WebhookInstallOptions
 	}
 	return e, nil
+}
+
+// UserKubeConfig returns a kubeconfig that authenticates as user in groups,
+// for running a program with exactly the permissions RBAC gives it.
+func (e *Env) UserKubeConfig(user string, groups ...string) ([]byte, error) {
+	u, err := e.env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return u.KubeConfig()
 }
 
 // Stop stops the apiserver and etcd.

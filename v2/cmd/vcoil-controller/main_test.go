@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/webhookcert"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, &env) }
+
+// instance is one vcoil-controller process.
+type instance struct {
+	name              string
+	cmd               *exec.Cmd
+	healthURL, metURL string
+	webhookPort       int
+	log               *logBuffer
+	exited            chan struct{}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func start(t *testing.T, bin, kubeconfig, name string) *instance {
+	t.Helper()
+	health, metrics, webhook := freePort(t), freePort(t), freePort(t)
+	in := &instance{
+		name:      name,
+		healthURL: fmt.Sprintf("http://127.0.0.1:%d", health),
+		metURL:    fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
+		log:         &logBuffer{},
+		exited:      make(chan struct{}),
+		webhookPort: webhook,
+	}
+	in.cmd = exec.Command(bin,
+		"--kubeconfig", kubeconfig,
+		"--leader-elect",
+		"--namespace", "kube-system",
+		"--health-addr", fmt.Sprintf("127.0.0.1:%d", health),
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metrics),
+		"--webhook-port", fmt.Sprint(webhook),
+		"--cert-dir", t.TempDir(),
+		"--gc-interval", "1h",
+	)
+	in.cmd.Stdout, in.cmd.Stderr = in.log, in.log
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = in.cmd.Wait(); close(in.exited) }()
+	t.Cleanup(func() {
+		_ = in.cmd.Process.Kill()
+		<-in.exited
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", name, in.log.String())
+		}
+	})
+	return in
+}
+
+func get(url string) (int, string) {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// applyRendered creates the objects of the default overlay that a cluster
+// needs for vcoil-controller to run: its RBAC and webhook configurations.
+func applyRendered(t *testing.T) {
+	t.Helper()
+	objs, err := testenv.Render("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount":
+		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+			// The apiserver of envtest cannot reach a Service: let AddressPool
+			// writes pass when the call fails. This test is about the
+			// program's wiring; the webhooks are tested in v2/controllers.
+			hooks, _ := o.Object["webhooks"].([]any)
+			for _, h := range hooks {
+				h.(map[string]any)["failurePolicy"] = "Ignore"
+				h.(map[string]any)["timeoutSeconds"] = int64(1)
+			}
+			o.Object["webhooks"] = hooks
+		default:
+			continue
+		}
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+func leaseHolder(t *testing.T) string {
+	t.Helper()
+	l := &coordinationv1.Lease{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: constants.ControllerLeaderElectionID}, l); err != nil {
+		return ""
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, "")
+}
+
+// TestTwoReplicasWithTheirRBACElectALeaderAndFailOver runs the real program
+// twice, authenticated as its ServiceAccount with exactly the RBAC of the
+// default overlay: the replicas issue one shared webhook certificate, one of
+// them leads and answers requests, and when it stops the other takes over.
+func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "vcoil-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	applyRendered(t)
+	kc, err := env.UserKubeConfig("system:serviceaccount:kube-system:vcoil-controller", "system:serviceaccounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	a := start(t, bin, kubeconfig, "a")
+	b := start(t, bin, kubeconfig, "b")
+	for _, in := range []*instance{a, b} {
+		testenv.Eventually(t, 30*time.Second, func() error {
+			if code, body := get(in.healthURL + "/readyz"); code != http.StatusOK {
+				return fmt.Errorf("%s /readyz: %d %s", in.name, code, body)
+			}
+			if code, body := get(in.healthURL + "/healthz"); code != http.StatusOK {
+				return fmt.Errorf("%s /healthz: %d %s", in.name, code, body)
+			}
+			return nil
+		})
+	}
+
+	// One certificate for both, its CA injected.
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: constants.WebhookCertSecret}, secret); err != nil {
+		t.Fatalf("webhook certificate secret: %v", err)
+	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: constants.ValidatingWebhookConfig}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(vwc.Webhooks[0].ClientConfig.CABundle, secret.Data[webhookcert.KeyCA]) {
+		t.Fatal("the validating webhook does not carry the issued CA")
+	}
+	for _, in := range []*instance{a, b} {
+		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", in.webhookPort), &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("%s webhook server: %v", in.name, err)
+		}
+		served := conn.ConnectionState().PeerCertificates[0].Raw
+		conn.Close()
+		issued, _ := pemCert(secret.Data[webhookcert.KeyCert])
+		if !bytes.Equal(served, issued) {
+			t.Fatalf("%s serves another certificate than the shared one", in.name)
+		}
+	}
+
+	// One leader.
+	var leader, standby *instance
+	testenv.Eventually(t, 30*time.Second, func() error {
+		aLeads := strings.Contains(a.log.String(), "Successfully acquired lease")
+		bLeads := strings.Contains(b.log.String(), "Successfully acquired lease")
+		switch {
+		case aLeads && !bLeads:
+			leader, standby = a, b
+		case bLeads && !aLeads:
+			leader, standby = b, a
+		default:
+			return fmt.Errorf("leaders: a=%v b=%v, holder %q", aLeads, bLeads, leaseHolder(t))
+		}
+		return nil
+	})
+
+	env.CreateNode(t, "node-1", "")
+	pool := &vcoilv2.AddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       vcoilv2.AddressPoolSpec{BlockSizeBits: 5, Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To("10.100.0.0/24")}}},
+	}
+	if err := env.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	requestBlock := func(want string) {
+		t.Helper()
+		br := &vcoilv2.BlockRequest{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "node-1-"},
+			Spec:       vcoilv2.BlockRequestSpec{NodeName: "node-1", PoolName: "default"},
+		}
+		if err := env.Client.Create(ctx, br); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(br), br); err != nil {
+				return err
+			}
+			if !br.Completed() || br.Status.AddressBlockName != want {
+				return fmt.Errorf("request status %+v, want %s", br.Status, want)
+			}
+			return nil
+		})
+	}
+	requestBlock("default-0")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		code, body := get(leader.metURL)
+		if code != http.StatusOK || !strings.Contains(body, `vcoil_pool_blocks_allocated{pool="default"} 1`) ||
+			!strings.Contains(body, `vcoil_pool_blocks_max{pool="default"} 8`) {
+			return fmt.Errorf("leader metrics (%d) lack the pool gauges", code)
+		}
+		return nil
+	})
+
+	// The leader stops; the standby takes over at once (the lease is
+	// released on shutdown) and answers the next request.
+	stopped := time.Now()
+	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-leader.exited
+	requestBlock("default-1")
+	if !strings.Contains(standby.log.String(), "Successfully acquired lease") {
+		t.Fatal("the standby answered without leading")
+	}
+	for _, in := range []*instance{a, b} {
+		if log := in.log.String(); strings.Contains(log, "forbidden") {
+			t.Errorf("%s was refused by RBAC:\n%s", in.name, log)
+		}
+	}
+	t.Logf("failover: the standby answered a request %s after the leader got SIGTERM", time.Since(stopped).Round(10*time.Millisecond))
+}
+
+func pemCert(data []byte) ([]byte, error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("no PEM certificate")
+	}
+	return block.Bytes, nil
+}
+
+// logBuffer collects a process's output for the test to read while it runs.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
