@@ -14,7 +14,7 @@ VCOIL_CACHE_DIR ?= $(HOME)/.cache/vcoil
 export VCOIL_CACHE_DIR
 ENVTEST_DIR := $(VCOIL_CACHE_DIR)/envtest/k8s-v$(K8S_VERSION)-etcd-v$(ETCD_VERSION)
 BIN_DIR := bin
-GENERATED_DIRS := v2/api v2/config
+GENERATED_DIRS := v2/api v2/config v2/pkg/cnirpc
 PROGRAMS := vcoil-controller
 
 K8S_MAJOR := $(word 1,$(subst ., ,$(K8S_VERSION)))
@@ -42,7 +42,10 @@ build: ## build every vcoil program into bin/
 # ---- generated code ----
 
 .PHONY: generate
-generate: ## regenerate deepcopy code, CRDs, RBAC and webhook manifests
+generate: protoc ## regenerate deepcopy code, CRDs, RBAC, webhook manifests and gRPC code
+	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
+		--go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+		v2/pkg/cnirpc/cni.proto
 	$(GO) tool controller-gen object paths=./v2/api/...
 	$(GO) tool controller-gen \
 		crd paths=./v2/api/... output:crd:artifacts:config=v2/config/crd/bases \
@@ -55,6 +58,27 @@ check-generate: ## fail when make generate changes any file (works in a dirty tr
 	before=$$(sum); $(MAKE) --no-print-directory generate >/dev/null; after=$$(sum); \
 	if [ "$$before" != "$$after" ]; then diff <(echo "$$before") <(echo "$$after") || true; \
 		echo "generated files were out of date; make generate has now updated them" >&2; exit 1; fi
+
+# ---- packages from Debian, pinned ----
+
+# protoc for make generate; nft, iptables and ping for the tests that wire
+# pods in network namespaces (portmap uses nft). Installed only when missing or
+# of another version.
+DEBIAN_PACKAGES := protobuf-compiler=3.21.12-3 nftables=1.0.6-2+deb12u2 iptables=1.8.9-2 iputils-ping=3:20221126-1+deb12u1
+
+.PHONY: deps
+deps: ## install the pinned Debian packages the build and tests need (as root)
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+		name=$${p%%=*}; want=$${p#*=}; \
+		have=$$(dpkg-query -W -f='$${Version}' "$$name" 2>/dev/null || true); \
+		[ "$$have" = "$$want" ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing" >&2; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+
+.PHONY: protoc
+protoc:
+	@v=$$(protoc --version 2>/dev/null || true); [ "$$v" = "libprotoc 3.21.12" ] || \
+		{ echo "make generate needs protoc 3.21.12 (found: $${v:-none}): run make deps" >&2; exit 1; }
 
 # ---- checks ----
 
@@ -88,7 +112,7 @@ $(ENVTEST_DIR)/etcd:
 GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
 .PHONY: test
-test: envtest-assets lint check-generate ## run every test (as root for the privileged ones)
+test: deps envtest-assets lint check-generate ## run every test (as root for the privileged ones)
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: fuzz

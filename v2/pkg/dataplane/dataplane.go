@@ -1,0 +1,77 @@
+// Package dataplane is the contract between vcoild and a node's forwarding
+// plane: the Linux kernel (v2/pkg/dataplane/linux) or VPP
+// (v2/pkg/dataplane/vpp). vcoild decides addresses; a dataplane only wires
+// them. Renderers for services and policies get their own contracts.
+package dataplane
+
+import (
+	"context"
+	"net/netip"
+)
+
+// PodKey identifies one pod interface, as CNI does: a container (the
+// sandbox) and the name of the interface inside it.
+type PodKey struct {
+	ContainerID string
+	IfName      string
+}
+
+// Pod is a pod interface and the addresses vcoild gave it.
+type Pod struct {
+	PodKey
+	// Netns is the path of the pod's network namespace. It may be empty or
+	// name a namespace that is gone when a pod is torn down or listed.
+	Netns string
+	// Namespace and Name are the Kubernetes pod's, for names, tags and logs;
+	// they may be empty.
+	Namespace string
+	Name      string
+	// IPv4 and IPv6 are the pod's addresses; a family the pod lacks is the
+	// zero netip.Addr.
+	IPv4 netip.Addr
+	IPv6 netip.Addr
+}
+
+// Interfaces describes what SetupPod created, for the CNI result.
+type Interfaces struct {
+	// HostIfName and HostMAC are the node-side end (a veth's peer, or the
+	// dataplane's name for its side of a TAP); HostMAC may be empty.
+	HostIfName string
+	HostMAC    string
+	// PodMAC is the MAC of the pod's interface; empty for an L3 tun.
+	PodMAC string
+	// MTU of the pod's interface.
+	MTU int
+}
+
+// Dataplane wires pods into the node's forwarding plane.
+//
+// Every method is idempotent: SetupPod of a pod that is wired as asked
+// returns its interfaces; SetupPod of a pod wired differently (other
+// addresses) replaces the wiring; TeardownPod of something absent, or of a pod
+// whose namespace is gone, succeeds. A failed SetupPod leaves nothing behind.
+// Every object a dataplane creates carries the container ID and interface
+// name (a tag, an alias), so that ListPods can tell vcoild what exists after
+// a restart.
+type Dataplane interface {
+	// Name is "linux" or "vpp", for logs and the gRPC Status.
+	Name() string
+	// Init prepares the node once, before any pod is wired (policy routing
+	// rules, the host interconnect). It is idempotent.
+	Init(ctx context.Context) error
+	// SetupPod creates the pod's interface in its namespace with the pod's
+	// addresses and routes, and the node side that reaches it.
+	SetupPod(ctx context.Context, pod Pod) (Interfaces, error)
+	// CheckPod reports, as an error naming what is wrong, whether the pod is
+	// wired as SetupPod would wire it.
+	CheckPod(ctx context.Context, pod Pod) error
+	// TeardownPod removes everything SetupPod created for pod.PodKey. The
+	// addresses and the namespace may be unknown (zero, empty or gone).
+	TeardownPod(ctx context.Context, pod Pod) error
+	// ListPods returns the pods the dataplane holds, with their keys and
+	// addresses (Netns, Namespace and Name may be empty).
+	ListPods(ctx context.Context) ([]Pod, error)
+	// Healthy returns an error when the dataplane cannot wire pods now (VPP
+	// unreachable, the node's table missing); readiness reflects it.
+	Healthy(ctx context.Context) error
+}
