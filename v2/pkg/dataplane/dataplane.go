@@ -30,6 +30,9 @@ type Pod struct {
 	// zero netip.Addr.
 	IPv4 netip.Addr
 	IPv6 netip.Addr
+	// MTU of the pod's interface from the network configuration; 0 means the
+	// dataplane's own (configured, or detected from the node's uplink).
+	MTU int
 }
 
 // Interfaces describes what SetupPod created, for the CNI result.

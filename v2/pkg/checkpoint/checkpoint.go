@@ -1,0 +1,162 @@
+// Package checkpoint keeps vcoild's durable record of the addresses it gave to
+// pod interfaces: one small file per (container ID, interface name), written
+// atomically (temporary file, fsync, rename, fsync of the directory), so that
+// a daemon killed at any instant finds every allocation it made, whole or not
+// at all. It knows nothing of IPAM or dataplanes.
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Entry records one pod interface's allocation.
+type Entry struct {
+	ContainerID string     `json:"containerID"`
+	IfName      string     `json:"ifName"`
+	Netns       string     `json:"netns,omitempty"`
+	Namespace   string     `json:"namespace,omitempty"`
+	Name        string     `json:"name,omitempty"`
+	Pool        string     `json:"pool"`
+	Block       string     `json:"block"`
+	Offset      int        `json:"offset"`
+	IPv4        netip.Addr `json:"ipv4,omitzero"`
+	IPv6        netip.Addr `json:"ipv6,omitzero"`
+	Created     time.Time  `json:"created"`
+}
+
+// Store is a directory of entries.
+type Store struct {
+	dir string
+}
+
+const suffix = ".json"
+
+// Open creates dir if needed (mode 0700) and removes temporary files that a
+// killed writer left behind.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create checkpoint directory %s: %w", dir, err)
+	}
+	leftovers, err := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range leftovers {
+		_ = os.Remove(f)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// fileName derives a file name from the key, whatever characters the
+// container ID holds.
+func fileName(containerID, ifName string) string {
+	sum := sha256.Sum256([]byte(containerID + "\x00" + ifName))
+	return hex.EncodeToString(sum[:16]) + suffix
+}
+
+// Save writes e durably, replacing an earlier entry of the same key.
+func (s *Store) Save(e Entry) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(s.dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, fileName(e.ContainerID, e.IfName))); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
+	}
+	return s.syncDir()
+}
+
+// Delete removes the entry of a key; a missing entry is not an error.
+func (s *Store) Delete(containerID, ifName string) error {
+	err := os.Remove(filepath.Join(s.dir, fileName(containerID, ifName)))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete checkpoint of %s/%s: %w", containerID, ifName, err)
+	}
+	return s.syncDir()
+}
+
+// Get returns the entry of a key, and false when there is none.
+func (s *Store) Get(containerID, ifName string) (Entry, bool, error) {
+	e, err := read(filepath.Join(s.dir, fileName(containerID, ifName)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return e, true, nil
+}
+
+// Load returns every entry. A file that cannot be read or decoded is
+// reported in the error, and the entries that could be read are returned.
+func (s *Store) Load() ([]Entry, error) {
+	files, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint directory %s: %w", s.dir, err)
+	}
+	var out []Entry
+	var errs []error
+	for _, f := range files {
+		if f.IsDir() || !strings.HasSuffix(f.Name(), suffix) || strings.HasPrefix(f.Name(), ".") {
+			continue
+		}
+		e, err := read(filepath.Join(s.dir, f.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, errors.Join(errs...)
+}
+
+func read(path string) (Entry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Entry{}, err
+	}
+	var e Entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return Entry{}, fmt.Errorf("decode checkpoint %s: %w", path, err)
+	}
+	if e.ContainerID == "" || e.IfName == "" || e.Block == "" {
+		return Entry{}, fmt.Errorf("checkpoint %s lacks its key or block", path)
+	}
+	return e, nil
+}
+
+// syncDir makes renames and removals durable.
+func (s *Store) syncDir() error {
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

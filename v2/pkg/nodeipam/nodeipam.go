@@ -1,0 +1,440 @@
+// Package nodeipam is a node's side of address management against the
+// apiserver: it holds the node's AddressBlocks in an ipam.NodeAllocator,
+// acquires new blocks through BlockRequests when a pool's blocks are full,
+// releases blocks whose last address is freed, and acquires the node subnet
+// and publishes its NAT loopback. It keeps no durable state of its own: the
+// blocks live in the apiserver and the allocations in vcoild's checkpoint.
+package nodeipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/ipam"
+)
+
+// Errors callers decide on. A *RequestFailedError wraps the first three.
+var (
+	ErrPoolNotFound  = errors.New("address pool not found")
+	ErrPoolExhausted = errors.New("address pool exhausted")
+	ErrPoolDeleting  = errors.New("address pool is being deleted")
+	// ErrNotReady means the node subnet is not acquired yet.
+	ErrNotReady = errors.New("node IPAM is not ready")
+	// ErrTimeout means no block arrived in time; the caller may retry.
+	ErrTimeout = errors.New("timed out waiting for an address block")
+)
+
+// RequestFailedError is a BlockRequest that vcoil-controller answered with
+// Failed.
+type RequestFailedError struct {
+	Pool, Reason, Message string
+}
+
+func (e *RequestFailedError) Error() string {
+	return fmt.Sprintf("block request for pool %q failed (%s): %s", e.Pool, e.Reason, e.Message)
+}
+
+// Unwrap maps the controller's reasons to this package's errors.
+func (e *RequestFailedError) Unwrap() error {
+	switch e.Reason {
+	case vcoilv2.ReasonPoolNotFound:
+		return ErrPoolNotFound
+	case vcoilv2.ReasonPoolExhausted:
+		return ErrPoolExhausted
+	case vcoilv2.ReasonPoolDeleting:
+		return ErrPoolDeleting
+	}
+	return nil
+}
+
+// Config of a node's IPAM.
+type Config struct {
+	NodeName string
+	// RequestTimeout bounds the wait for one BlockRequest.
+	RequestTimeout time.Duration
+	// PollInterval is how often a pending BlockRequest is read from the cache.
+	PollInterval time.Duration
+}
+
+// NodeIPAM is the node's address manager. Safe for concurrent use.
+//
+// The lock guards only the allocator's bookkeeping. Waiting for a block is
+// done outside it, once per pool (later callers wait on the same
+// acquisition), so that a slow BlockRequest of one pool stalls neither other
+// pools, nor frees, nor allocations that find a free address.
+type NodeIPAM struct {
+	// Client reads the manager's cache (blocks of this node, its requests)
+	// and writes to the apiserver; Reader reads the apiserver directly.
+	client client.Client
+	reader client.Reader
+	cfg    Config
+	log    logr.Logger
+
+	mu         sync.Mutex
+	alloc      *ipam.NodeAllocator
+	acquiring  map[string]*acquisition // by pool
+	nodeUID    string
+	nodeSubnet string // AddressBlock name; "" until acquired
+	loopback   ipam.NATLoopback
+	subnetCIDR ipam.Block
+}
+
+type acquisition struct {
+	done chan struct{}
+	err  error
+}
+
+// New returns a NodeIPAM without blocks; call Load, then EnsureNodeSubnet.
+func New(c client.Client, reader client.Reader, cfg Config, log logr.Logger) *NodeIPAM {
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	return &NodeIPAM{
+		client: c, reader: reader, cfg: cfg, log: log,
+		alloc:     ipam.NewNodeAllocator(),
+		acquiring: map[string]*acquisition{},
+	}
+}
+
+// Load reads the node's blocks from the apiserver into the allocator. Blocks
+// being deleted are loaded as draining: their addresses stay allocated, none
+// is given anew.
+func (m *NodeIPAM) Load(ctx context.Context) error {
+	node := &corev1.Node{}
+	if err := m.reader.Get(ctx, client.ObjectKey{Name: m.cfg.NodeName}, node); err != nil {
+		return fmt.Errorf("get node %q: %w", m.cfg.NodeName, err)
+	}
+	var blocks vcoilv2.AddressBlockList
+	if err := m.reader.List(ctx, &blocks, client.MatchingLabels{vcoilv2.LabelNode: m.cfg.NodeName}); err != nil {
+		return fmt.Errorf("list address blocks of node %q: %w", m.cfg.NodeName, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nodeUID = string(node.UID)
+	for i := range blocks.Items {
+		if err := m.addBlockLocked(&blocks.Items[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addBlockLocked puts an AddressBlock into the allocator.
+func (m *NodeIPAM) addBlockLocked(b *vcoilv2.AddressBlock) error {
+	parsed, err := ipam.ParseBlock(ptr.Deref(b.IPv4, ""), ptr.Deref(b.IPv6, ""))
+	if err != nil {
+		return fmt.Errorf("address block %q: %w", b.Name, err)
+	}
+	pool := b.Labels[vcoilv2.LabelPool]
+	nodeSubnet := b.NodeSubnet && pool == vcoilv2.DefaultPool
+	if err := m.alloc.AddBlock(pool, b.Name, b.Index, parsed, nodeSubnet); err != nil {
+		return err
+	}
+	if !b.DeletionTimestamp.IsZero() {
+		m.alloc.Drain(b.Name)
+	}
+	if nodeSubnet && m.nodeSubnet == "" && b.DeletionTimestamp.IsZero() {
+		l, err := parsed.NATLoopback()
+		if err != nil {
+			return fmt.Errorf("node subnet %q: %w", b.Name, err)
+		}
+		m.nodeSubnet, m.loopback, m.subnetCIDR = b.Name, l, parsed
+	}
+	return nil
+}
+
+// Restore marks an allocation recorded in the checkpoint as taken.
+func (m *NodeIPAM) Restore(block string, offset int) (ipam.Allocation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.alloc.Restore(block, offset)
+}
+
+// Lookup finds the block and offset of an address of the node's blocks.
+func (m *NodeIPAM) Lookup(addr netip.Addr) (string, int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.alloc.Lookup(addr)
+}
+
+// ReleaseUnused releases every block without allocations (except the node
+// subnet): at start, after the checkpoint was restored, as Coil does.
+func (m *NodeIPAM) ReleaseUnused(ctx context.Context) error {
+	m.mu.Lock()
+	var unused []string
+	for _, b := range m.alloc.Blocks() {
+		if b.InUse == 0 && (!b.NodeSubnet || b.Draining) {
+			unused = append(unused, b.Name)
+			m.forgetBlockLocked(b.Name)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, name := range unused {
+		if err := m.releaseBlock(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EnsureNodeSubnet acquires the node subnet (the node's first block of the
+// default pool) unless the node has it, and publishes its NAT loopback on the
+// Node. It returns ErrPoolNotFound while there is no default pool.
+func (m *NodeIPAM) EnsureNodeSubnet(ctx context.Context) error {
+	m.mu.Lock()
+	have := m.nodeSubnet != ""
+	m.mu.Unlock()
+	if !have {
+		name, err := m.requestBlock(ctx, vcoilv2.DefaultPool)
+		if err != nil {
+			return fmt.Errorf("acquire the node subnet: %w", err)
+		}
+		m.mu.Lock()
+		ok := m.nodeSubnet == name
+		m.mu.Unlock()
+		if !ok {
+			// The controller marks a node's first default block; a block
+			// that came unmarked means the node had a node subnet that is
+			// being deleted. Keep the block and try again later.
+			return fmt.Errorf("acquire the node subnet: block %q is not marked as node subnet: %w", name, ErrNotReady)
+		}
+		m.log.Info("acquired the node subnet", "block", name, "natLoopback", m.NATLoopback().String())
+	}
+	return m.publishLoopback(ctx)
+}
+
+// publishLoopback writes the NAT loopback into the Node's annotation.
+func (m *NodeIPAM) publishLoopback(ctx context.Context) error {
+	want := m.NATLoopback().String()
+	node := &corev1.Node{}
+	if err := m.reader.Get(ctx, client.ObjectKey{Name: m.cfg.NodeName}, node); err != nil {
+		return fmt.Errorf("get node %q: %w", m.cfg.NodeName, err)
+	}
+	if node.Annotations[vcoilv2.AnnotationNATLoopback] == want {
+		return nil
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[vcoilv2.AnnotationNATLoopback] = want
+	if err := m.client.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("annotate node %q with its NAT loopback: %w", m.cfg.NodeName, err)
+	}
+	return nil
+}
+
+// Ready returns ErrNotReady until the node subnet is acquired.
+func (m *NodeIPAM) Ready() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.nodeSubnet == "" {
+		return ErrNotReady
+	}
+	return nil
+}
+
+// NATLoopback is the node subnet's NAT loopback (zero before Ready).
+func (m *NodeIPAM) NATLoopback() ipam.NATLoopback {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.loopback
+}
+
+// NodeSubnet is the node subnet's block (zero before Ready).
+func (m *NodeIPAM) NodeSubnet() ipam.Block {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.subnetCIDR
+}
+
+// Blocks describes the node's blocks and their use.
+func (m *NodeIPAM) Blocks() []ipam.BlockUsage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.alloc.Blocks()
+}
+
+// Allocate gives an address of pool, acquiring a new block when the node's
+// blocks of the pool are full.
+func (m *NodeIPAM) Allocate(ctx context.Context, pool string) (ipam.Allocation, error) {
+	// Each round allocates, or waits for the pool's next block. Many callers
+	// may share one block and some may lose the race for its addresses
+	// several times, so the bound is a time, not a number of rounds.
+	deadline := time.Now().Add(2 * m.cfg.RequestTimeout)
+	for time.Now().Before(deadline) {
+		m.mu.Lock()
+		if m.nodeSubnet == "" {
+			m.mu.Unlock()
+			return ipam.Allocation{}, ErrNotReady
+		}
+		a, err := m.alloc.Allocate(pool)
+		if err == nil {
+			m.mu.Unlock()
+			return a, nil
+		}
+		if !errors.Is(err, ipam.ErrNoFreeAddress) {
+			m.mu.Unlock()
+			return ipam.Allocation{}, err
+		}
+		acq, started := m.acquiring[pool]
+		if !started {
+			acq = &acquisition{done: make(chan struct{})}
+			m.acquiring[pool] = acq
+		}
+		m.mu.Unlock()
+
+		if !started {
+			go m.acquire(pool, acq)
+		}
+		select {
+		case <-acq.done:
+		case <-ctx.Done():
+			return ipam.Allocation{}, fmt.Errorf("allocate from pool %q: %w", pool, ctx.Err())
+		}
+		if acq.err != nil {
+			return ipam.Allocation{}, acq.err
+		}
+	}
+	return ipam.Allocation{}, fmt.Errorf("allocate from pool %q: %w", pool, ErrTimeout)
+}
+
+// acquire runs one BlockRequest for pool on behalf of every waiter. It is
+// not tied to a caller's context: callers that give up do not cancel the
+// block the others wait for.
+func (m *NodeIPAM) acquire(pool string, acq *acquisition) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RequestTimeout+5*time.Second)
+	defer cancel()
+	_, acq.err = m.requestBlock(ctx, pool)
+	m.mu.Lock()
+	delete(m.acquiring, pool)
+	m.mu.Unlock()
+	close(acq.done)
+}
+
+// requestBlock creates a BlockRequest, waits for the answer, adds the block
+// to the allocator and deletes the request. It returns the block's name.
+func (m *NodeIPAM) requestBlock(ctx context.Context, pool string) (string, error) {
+	m.mu.Lock()
+	uid := m.nodeUID
+	m.mu.Unlock()
+	br := &vcoilv2.BlockRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: m.cfg.NodeName + "-" + pool + "-",
+			Labels:       map[string]string{vcoilv2.LabelNode: m.cfg.NodeName, vcoilv2.LabelPool: pool},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: m.cfg.NodeName, UID: types.UID(uid),
+			}},
+		},
+		Spec: vcoilv2.BlockRequestSpec{NodeName: m.cfg.NodeName, PoolName: pool},
+	}
+	if err := m.client.Create(ctx, br); err != nil {
+		return "", fmt.Errorf("create block request for pool %q: %w", pool, err)
+	}
+	start := time.Now()
+	defer func() {
+		// The request has served its purpose either way.
+		if err := m.client.Delete(context.Background(), br); client.IgnoreNotFound(err) != nil {
+			m.log.Error(err, "cannot delete block request", "request", br.Name)
+		}
+	}()
+
+	err := wait.PollUntilContextTimeout(ctx, m.cfg.PollInterval, m.cfg.RequestTimeout, true, func(ctx context.Context) (bool, error) {
+		err := m.client.Get(ctx, client.ObjectKeyFromObject(br), br)
+		if apierrors.IsNotFound(err) {
+			return false, nil // not in the cache yet
+		}
+		return err == nil && br.Done(), err
+	})
+	if err != nil {
+		if wait.Interrupted(err) {
+			return "", fmt.Errorf("block request %q for pool %q unanswered after %s: %w", br.Name, pool, m.cfg.RequestTimeout, ErrTimeout)
+		}
+		return "", fmt.Errorf("wait for block request %q: %w", br.Name, err)
+	}
+	if c := br.FailedCondition(); c != nil {
+		return "", &RequestFailedError{Pool: pool, Reason: c.Reason, Message: c.Message}
+	}
+
+	block := &vcoilv2.AddressBlock{}
+	if err := m.reader.Get(ctx, client.ObjectKey{Name: br.Status.AddressBlockName}, block); err != nil {
+		return "", fmt.Errorf("get address block %q of request %q: %w", br.Status.AddressBlockName, br.Name, err)
+	}
+	m.mu.Lock()
+	err = m.addBlockLocked(block)
+	m.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	m.log.Info("acquired address block", "pool", pool, "block", block.Name, "ipv4", ptr.Deref(block.IPv4, ""),
+		"ipv6", ptr.Deref(block.IPv6, ""), "waited", time.Since(start).String())
+	return block.Name, nil
+}
+
+// Free returns an allocation and releases its block when it was the block's
+// last address (never the node subnet).
+func (m *NodeIPAM) Free(ctx context.Context, a ipam.Allocation) error {
+	m.mu.Lock()
+	releasable := m.alloc.Free(a.Block, a.Offset)
+	if releasable {
+		m.forgetBlockLocked(a.Block)
+	}
+	m.mu.Unlock()
+	if !releasable {
+		return nil
+	}
+	return m.releaseBlock(ctx, a.Block)
+}
+
+// forgetBlockLocked drops a block from the allocator before it is released.
+func (m *NodeIPAM) forgetBlockLocked(name string) {
+	m.alloc.RemoveBlock(name)
+	if name == m.nodeSubnet {
+		m.nodeSubnet, m.loopback, m.subnetCIDR = "", ipam.NATLoopback{}, ipam.Block{}
+	}
+}
+
+// releaseBlock removes vcoil's finalizer from an AddressBlock and deletes it.
+func (m *NodeIPAM) releaseBlock(ctx context.Context, name string) error {
+	b := &vcoilv2.AddressBlock{}
+	if err := m.reader.Get(ctx, client.ObjectKey{Name: name}, b); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if b.Labels[vcoilv2.LabelNode] != m.cfg.NodeName {
+		return fmt.Errorf("release address block %q: it belongs to node %q", name, b.Labels[vcoilv2.LabelNode])
+	}
+	if controllerutil.ContainsFinalizer(b, vcoilv2.Finalizer) {
+		patch := client.MergeFrom(b.DeepCopy())
+		controllerutil.RemoveFinalizer(b, vcoilv2.Finalizer)
+		if err := m.client.Patch(ctx, b, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("release address block %q: %w", name, err)
+		}
+	}
+	if err := m.client.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete address block %q: %w", name, err)
+	}
+	m.log.Info("released address block", "block", name)
+	return nil
+}
