@@ -1,0 +1,451 @@
+// Package netnstest gives privileged tests network namespaces of their own:
+// it creates named or anonymous namespaces that are removed when the test
+// ends (also when it fails), runs code and commands inside them, and links
+// them with veth pairs.
+//
+// Every helper works on a *NS that this package created, so a test built
+// from these helpers cannot change the namespace the test process runs in
+// (the machine's root namespace): it has no handle on it. The package does
+// not build topologies; tests describe their own with these bricks.
+package netnstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// namedDir is where iproute2 (and vishvananda/netns) keep named namespaces.
+const namedDir = "/run/netns"
+
+// namePrefix starts the name of every namespace this package names, followed
+// by the creating process's PID so that leftovers of a killed test run can be
+// recognised and removed (see sweepOrphans).
+const namePrefix = "vcoiltest-"
+
+// RequireRoot skips t unless the test runs as root, which creating
+// namespaces, veths and routes needs.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: this test creates network namespaces and needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); run it with sudo")
+	}
+}
+
+// NS is a network namespace created for one test. It is removed by
+// t.Cleanup, or earlier by Remove.
+type NS struct {
+	t     testing.TB
+	label string
+	// name is the file under /run/netns of a named namespace, empty for an
+	// anonymous one.
+	name string
+	// netNS is open on path; anchor keeps an anonymous namespace alive (path
+	// refers to anchor's descriptor).
+	netNS   ns.NetNS
+	anchor  ns.NetNS
+	path    string
+	removed bool
+	handle  *netlink.Handle
+}
+
+// New creates a named namespace, visible to `ip netns` as
+// vcoiltest-<pid>-<label>-<random> while the test runs, which helps when
+// debugging a failing test. Label should say what the namespace plays
+// ("node", "pod-a", "router").
+func New(t testing.TB, label string) *NS {
+	t.Helper()
+	RequireRoot(t)
+	sweepOrphans(t)
+
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		t.Fatalf("netnstest: random name for namespace %q: %v", label, err)
+	}
+	name := fmt.Sprintf("%s%d-%s-%s", namePrefix, os.Getpid(), label, hex.EncodeToString(suffix))
+	if err := createNamed(name); err != nil {
+		t.Fatalf("netnstest: create namespace %s: %v", name, err)
+	}
+	path := filepath.Join(namedDir, name)
+	n := &NS{t: t, label: label, name: name, path: path}
+	t.Cleanup(n.Remove)
+	netNS, err := ns.GetNS(path)
+	if err != nil {
+		t.Fatalf("netnstest: open namespace %s: %v", path, err)
+	}
+	n.netNS = netNS
+	n.mustNotBeOwn()
+	return n
+}
+
+// NewAnonymous creates a namespace that has no name: it exists while the
+// test holds it. Its Path is /proc/<pid>/fd/<fd>, valid in this process only.
+func NewAnonymous(t testing.TB, label string) *NS {
+	t.Helper()
+	RequireRoot(t)
+	anchor, err := ns.TempNetNS()
+	if err != nil {
+		t.Fatalf("netnstest: create anonymous namespace %q: %v", label, err)
+	}
+	n := &NS{t: t, label: label, anchor: anchor}
+	t.Cleanup(n.Remove)
+	n.path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), anchor.Fd())
+	netNS, err := ns.GetNS(n.path)
+	if err != nil {
+		t.Fatalf("netnstest: open anonymous namespace %q: %v", label, err)
+	}
+	n.netNS = netNS
+	n.mustNotBeOwn()
+	return n
+}
+
+// createNamed creates a namespace on a locked thread, bind-mounts it under
+// /run/netns and moves the thread back before unlocking it. The thread must
+// go back even though a locked goroutine's thread normally dies with it: the
+// process's main thread is kept alive instead, and it would stay in the test
+// namespace.
+func createNamed(name string) error {
+	if err := os.MkdirAll(namedDir, 0o755); err != nil {
+		return err
+	}
+	target := filepath.Join(namedDir, name)
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return err
+	}
+	_ = f.Close()
+
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- func() error {
+			orig, err := netns.Get()
+			if err != nil {
+				return fmt.Errorf("open the thread's namespace: %w", err)
+			}
+			defer orig.Close()
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare: %w", err)
+			}
+			self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+			mountErr := unix.Mount(self, target, "none", unix.MS_BIND, "")
+			if err := netns.Set(orig); err != nil {
+				// Stay locked: the runtime then ends this thread.
+				return fmt.Errorf("return to the thread's namespace: %w", err)
+			}
+			runtime.UnlockOSThread()
+			if mountErr != nil {
+				return fmt.Errorf("bind mount %s: %w", target, mountErr)
+			}
+			return nil
+		}()
+	}()
+	if err := <-errc; err != nil {
+		_ = os.Remove(target)
+		return err
+	}
+	return nil
+}
+
+var orphanName = regexp.MustCompile(`^` + namePrefix + `(\d+)-`)
+
+// sweepOrphans removes named namespaces of test processes that no longer
+// exist (a test killed by a timeout runs no cleanups). Namespaces of live
+// processes, including other tests running now, are left alone.
+func sweepOrphans(t testing.TB) {
+	entries, err := os.ReadDir(namedDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		m := orphanName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			continue
+		}
+		if err := netns.DeleteNamed(e.Name()); err != nil {
+			t.Logf("netnstest: remove leftover namespace %s: %v", e.Name(), err)
+		}
+	}
+}
+
+// mustNotBeOwn fails the test if the namespace is the one the test process
+// runs in; it is a guard against a broken creation, not an expected case.
+func (n *NS) mustNotBeOwn() {
+	n.t.Helper()
+	var own, created unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &own); err != nil {
+		n.t.Fatalf("netnstest: stat own namespace: %v", err)
+	}
+	if err := unix.Fstat(int(n.netNS.Fd()), &created); err != nil {
+		n.t.Fatalf("netnstest: stat namespace %s: %v", n, err)
+	}
+	if own.Dev == created.Dev && own.Ino == created.Ino {
+		n.t.Fatalf("netnstest: namespace %s is the test process's own namespace", n)
+	}
+}
+
+// String names the namespace for messages.
+func (n *NS) String() string {
+	if n.name != "" {
+		return n.name
+	}
+	return n.label + " (anonymous)"
+}
+
+// Path is the namespace's file, as a CNI runtime passes it (CNI_NETNS).
+func (n *NS) Path() string { return n.path }
+
+// Name is the namespace's name under /run/netns; empty when anonymous.
+func (n *NS) Name() string { return n.name }
+
+// NetNS is the namespace as containernetworking/plugins' pkg/ns sees it.
+func (n *NS) NetNS() ns.NetNS { return n.netNS }
+
+// Remove deletes the namespace now, for tests of what happens when a
+// namespace disappears; t.Cleanup calls it too. It is idempotent. The kernel
+// destroys the namespace, and with it the veths inside, once nothing holds
+// it any more, which happens asynchronously.
+func (n *NS) Remove() {
+	if n.removed {
+		return
+	}
+	n.removed = true
+	if n.handle != nil {
+		n.handle.Close()
+	}
+	if n.netNS != nil {
+		_ = n.netNS.Close()
+	}
+	if n.anchor != nil {
+		_ = n.anchor.Close()
+	}
+	if n.name != "" {
+		if err := netns.DeleteNamed(n.name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			n.t.Errorf("netnstest: remove namespace %s: %v", n.name, err)
+		}
+	}
+}
+
+// Do runs f on a thread inside the namespace (pkg/ns locks and restores the
+// thread). Sockets created by f stay in the namespace after Do returns.
+func (n *NS) Do(f func() error) error {
+	if n.removed {
+		return fmt.Errorf("namespace %s was removed", n)
+	}
+	return n.netNS.Do(func(ns.NetNS) error { return f() })
+}
+
+// Run is Do that fails the test on an error.
+func (n *NS) Run(f func() error) {
+	n.t.Helper()
+	if err := n.Do(f); err != nil {
+		n.t.Fatalf("in namespace %s: %v", n, err)
+	}
+}
+
+// Netlink is a netlink handle bound to the namespace, closed with it.
+func (n *NS) Netlink() *netlink.Handle {
+	n.t.Helper()
+	if n.handle == nil {
+		h, err := netlink.NewHandleAt(netns.NsHandle(n.netNS.Fd()), unix.NETLINK_ROUTE)
+		if err != nil {
+			n.t.Fatalf("netnstest: netlink handle in %s: %v", n, err)
+		}
+		n.handle = h
+	}
+	return n.handle
+}
+
+// TryExec runs a program inside the namespace (through nsenter, so that
+// only the network namespace changes) and returns its combined output.
+func (n *NS) TryExec(ctx context.Context, name string, args ...string) (string, error) {
+	if n.removed {
+		return "", fmt.Errorf("namespace %s was removed", n)
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.path, "--", name}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), n, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Exec is TryExec that fails the test on an error.
+func (n *NS) Exec(name string, args ...string) string {
+	n.t.Helper()
+	out, err := n.TryExec(n.t.Context(), name, args...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return out
+}
+
+// IP runs `ip` with args inside the namespace, failing the test on an error:
+// ns.IP("route", "add", "default", "via", "198.18.0.1").
+func (n *NS) IP(args ...string) string {
+	n.t.Helper()
+	return n.Exec("ip", args...)
+}
+
+// Sysctl sets a sysctl of the namespace; key is dotted
+// ("net.ipv4.ip_forward") or a path under /proc/sys ("net/ipv4/ip_forward").
+func (n *NS) Sysctl(key, value string) {
+	n.t.Helper()
+	n.Run(func() error {
+		return os.WriteFile(sysctlPath(key), []byte(value), 0o644)
+	})
+}
+
+// ReadSysctl reads a sysctl of the namespace, without its trailing newline.
+func (n *NS) ReadSysctl(key string) string {
+	n.t.Helper()
+	var value string
+	n.Run(func() error {
+		b, err := os.ReadFile(sysctlPath(key))
+		value = strings.TrimSpace(string(b))
+		return err
+	})
+	return value
+}
+
+func sysctlPath(key string) string {
+	if !strings.Contains(key, "/") {
+		key = strings.ReplaceAll(key, ".", "/")
+	}
+	return filepath.Join("/proc/sys", key)
+}
+
+// AddAddr puts an address with its prefix length ("198.18.0.2/24",
+// "2001:db8:18::2/64") on a link and sets the link up. IPv6 addresses skip
+// duplicate address detection so that they are usable at once.
+func (n *NS) AddAddr(ifname, prefix string) {
+	n.t.Helper()
+	p, err := netip.ParsePrefix(prefix)
+	if err != nil {
+		n.t.Fatalf("netnstest: address %q: %v", prefix, err)
+	}
+	h := n.Netlink()
+	link, err := h.LinkByName(ifname)
+	if err != nil {
+		n.t.Fatalf("netnstest: link %s in %s: %v", ifname, n, err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	if p.Addr().Is6() {
+		addr.Flags = unix.IFA_F_NODAD
+	}
+	if err := h.AddrAdd(link, addr); err != nil {
+		n.t.Fatalf("netnstest: add %s to %s in %s: %v", prefix, ifname, n, err)
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		n.t.Fatalf("netnstest: set %s up in %s: %v", ifname, n, err)
+	}
+}
+
+// Ping sends one echo request from inside the namespace and waits up to a
+// second for the reply; addr may carry a zone ("fe80::1%eth0").
+func (n *NS) Ping(ctx context.Context, addr string) error {
+	_, err := n.TryExec(ctx, "ping", "-n", "-c", "1", "-W", "1", addr)
+	return err
+}
+
+// Listen opens a listener inside the namespace (network "tcp", "tcp4",
+// "tcp6", "udp"…); it is closed when the test ends.
+func (n *NS) Listen(network, address string) net.Listener {
+	n.t.Helper()
+	var l net.Listener
+	n.Run(func() error {
+		var err error
+		l, err = net.Listen(network, address)
+		return err
+	})
+	n.t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// Dial connects from inside the namespace; the connection may then be used
+// from any goroutine.
+func (n *NS) Dial(ctx context.Context, network, address string) (net.Conn, error) {
+	var c net.Conn
+	err := n.Do(func() error {
+		var err error
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, address)
+		return err
+	})
+	return c, err
+}
+
+// Veth creates a veth pair with end aName in a and end bName in b, both up.
+// a and b may be the same namespace.
+func Veth(t testing.TB, a *NS, aName string, b *NS, bName string) {
+	t.Helper()
+	la := netlink.NewLinkAttrs()
+	la.Name = aName
+	veth := &netlink.Veth{
+		LinkAttrs:     la,
+		PeerName:      bName,
+		PeerTxQLen:    -1,
+		PeerNamespace: netlink.NsFd(int(b.netNS.Fd())),
+	}
+	if err := a.Netlink().LinkAdd(veth); err != nil {
+		t.Fatalf("netnstest: veth %s (%s) - %s (%s): %v", aName, a, bName, b, err)
+	}
+	for _, end := range []struct {
+		n    *NS
+		name string
+	}{{a, aName}, {b, bName}} {
+		h := end.n.Netlink()
+		link, err := h.LinkByName(end.name)
+		if err != nil {
+			t.Fatalf("netnstest: veth end %s in %s: %v", end.name, end.n, err)
+		}
+		if err := h.LinkSetUp(link); err != nil {
+			t.Fatalf("netnstest: set %s up in %s: %v", end.name, end.n, err)
+		}
+	}
+}
+
+// Eventually calls f until it returns nil, at most until timeout has
+// passed, pausing briefly between calls, and fails the test with f's last
+// error otherwise. Use it instead of sleeping for the kernel to settle.
+func Eventually(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	pause := 10 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing after %s: %v", timeout, err)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
