@@ -1,0 +1,188 @@
+// Package cniinstall puts vcoil's CNI binaries and its network configuration
+// on a node (vcoild's install-cni subcommand, run as an init container). Every
+// file is written atomically (a temporary file in the same directory, then a
+// rename), so a container runtime never executes half a binary or reads half a
+// configuration; files of other plugins are left alone.
+package cniinstall
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Options say what to install where.
+type Options struct {
+	// SourceDir holds the binaries to install: vcoil, and the plugins the
+	// conflist chains (portmap) when the image ships them.
+	SourceDir string
+	// BinDir is the node's CNI binary directory (/opt/cni/bin).
+	BinDir string
+	// ConfDir is the node's CNI configuration directory (/etc/cni/net.d).
+	ConfDir string
+	// ConfName is the conflist's file name (10-vcoil.conflist).
+	ConfName string
+	// Conflist is the configuration to write.
+	Conflist Conflist
+}
+
+// Conflist is vcoil's network configuration list.
+type Conflist struct {
+	CNIVersion string
+	Name       string
+	// Socket of vcoild.
+	Socket string
+	// MTU of pod interfaces; 0 lets vcoild detect it.
+	MTU int
+	// PortMap chains the portmap plugin for hostPort.
+	PortMap bool
+}
+
+// Render returns the conflist as JSON.
+func (c Conflist) Render() ([]byte, error) {
+	vcoil := map[string]any{"type": "vcoil", "socket": c.Socket}
+	if c.MTU > 0 {
+		vcoil["mtu"] = c.MTU
+	}
+	plugins := []any{vcoil}
+	if c.PortMap {
+		plugins = append(plugins, map[string]any{
+			"type":         "portmap",
+			"capabilities": map[string]bool{"portMappings": true},
+		})
+	}
+	return json.MarshalIndent(map[string]any{
+		"cniVersion": c.CNIVersion,
+		"name":       c.Name,
+		"plugins":    plugins,
+	}, "", "  ")
+}
+
+// Result says what Install did.
+type Result struct {
+	Binaries []string // installed or replaced
+	Conflist string   // path written
+	// Earlier are configurations in ConfDir that sort before vcoil's: the
+	// runtime uses the first, so they would win.
+	Earlier []string
+}
+
+// Install copies every regular file of SourceDir into BinDir (skipping files
+// whose content is already there) and writes the conflist.
+func Install(opts Options) (Result, error) {
+	var res Result
+	entries, err := os.ReadDir(opts.SourceDir)
+	if err != nil {
+		return res, fmt.Errorf("read %s: %w", opts.SourceDir, err)
+	}
+	if !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "vcoil" && e.Type().IsRegular() }) {
+		return res, fmt.Errorf("%s has no vcoil binary", opts.SourceDir)
+	}
+	if err := os.MkdirAll(opts.BinDir, 0o755); err != nil {
+		return res, err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		src := filepath.Join(opts.SourceDir, e.Name())
+		dst := filepath.Join(opts.BinDir, e.Name())
+		same, err := sameContent(src, dst)
+		if err != nil {
+			return res, err
+		}
+		if same {
+			continue
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return res, err
+		}
+		if err := writeAtomic(dst, data, 0o755); err != nil {
+			return res, fmt.Errorf("install %s: %w", dst, err)
+		}
+		res.Binaries = append(res.Binaries, dst)
+	}
+	conf, err := opts.Conflist.Render()
+	if err != nil {
+		return res, err
+	}
+	if err := os.MkdirAll(opts.ConfDir, 0o755); err != nil {
+		return res, err
+	}
+	res.Conflist = filepath.Join(opts.ConfDir, opts.ConfName)
+	if err := writeAtomic(res.Conflist, append(conf, '\n'), 0o644); err != nil {
+		return res, fmt.Errorf("write %s: %w", res.Conflist, err)
+	}
+	others, err := os.ReadDir(opts.ConfDir)
+	if err != nil {
+		return res, err
+	}
+	for _, o := range others {
+		n := o.Name()
+		if n != opts.ConfName && !strings.HasPrefix(n, ".") && isConf(n) && n < opts.ConfName {
+			res.Earlier = append(res.Earlier, n)
+		}
+	}
+	sort.Strings(res.Earlier)
+	return res, nil
+}
+
+func isConf(name string) bool {
+	for _, ext := range []string{".conf", ".conflist", ".json"} {
+		if strings.HasSuffix(name, ext) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameContent(a, b string) (bool, error) {
+	fb, err := os.Open(b)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	db, err := io.ReadAll(fb)
+	if err != nil {
+		return false, err
+	}
+	da, err := os.ReadFile(a)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(da, db), nil
+}
+
+// writeAtomic replaces path with data through a temporary file in the same
+// directory; a running binary being replaced keeps its old inode.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	cerr := f.Chmod(mode)
+	serr := f.Sync()
+	xerr := f.Close()
+	if err := errors.Join(werr, cerr, serr, xerr); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,414 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/controllers"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
+	"github.com/vcoil/vcoil/v2/pkg/cni"
+	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
+)
+
+// These tests drive the server with a real apiserver, vcoil-controller's
+// reconcilers and a real checkpoint directory. The dataplane is an in-memory
+// stand-in that records what it was asked: the Linux and VPP dataplanes are
+// tested for real in their own packages and in the end-to-end CNI tests.
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{}, &env, startController)
+}
+
+func startController(ctx context.Context, e *testenv.Env) (func(), error) {
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	m, _ := controllers.NewPoolMetrics(prometheus.NewRegistry())
+	if err := controllers.Setup(mgr, controllers.Options{NodeGCInterval: time.Hour, BlockRequestConcurrency: 4, Metrics: m}); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	c := context.Background()
+	if err := e.Client.Create(c, &vcoilv2.AddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       vcoilv2.AddressPoolSpec{BlockSizeBits: 3, Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To("10.60.0.0/24"), IPv6: ptr.To("fd00:60::/120")}}},
+	}); err != nil {
+		return nil, err
+	}
+	if err := e.Client.Create(c, &vcoilv2.AddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "public"},
+		Spec:       vcoilv2.AddressPoolSpec{BlockSizeBits: 2, Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To("203.0.113.0/28"), IPv6: ptr.To("fd00:203::/124")}}},
+	}); err != nil {
+		return nil, err
+	}
+	for name, pool := range map[string]string{"plain": "", "dmz": "public", "broken": "nope"} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if pool != "" {
+			ns.Annotations = map[string]string{vcoilv2.AnnotationPool: pool}
+		}
+		if err := e.Client.Create(c, ns); err != nil {
+			return nil, err
+		}
+	}
+	return func() { <-done }, nil
+}
+
+// fakeDataplane records pods in memory.
+type fakeDataplane struct {
+	mu        sync.Mutex
+	pods      map[dataplane.PodKey]dataplane.Pod
+	failSetup error
+	teardowns int
+}
+
+func newFakeDataplane() *fakeDataplane {
+	return &fakeDataplane{pods: map[dataplane.PodKey]dataplane.Pod{}}
+}
+
+func (f *fakeDataplane) Name() string                  { return "fake" }
+func (f *fakeDataplane) Init(context.Context) error    { return nil }
+func (f *fakeDataplane) Healthy(context.Context) error { return nil }
+func (f *fakeDataplane) SetupPod(_ context.Context, p dataplane.Pod) (dataplane.Interfaces, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failSetup != nil {
+		return dataplane.Interfaces{}, f.failSetup
+	}
+	f.pods[p.PodKey] = p
+	return dataplane.Interfaces{HostIfName: "fake" + p.ContainerID[:4], MTU: 1500}, nil
+}
+func (f *fakeDataplane) CheckPod(_ context.Context, p dataplane.Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	got, ok := f.pods[p.PodKey]
+	if !ok || got.IPv4 != p.IPv4 || got.IPv6 != p.IPv6 {
+		return fmt.Errorf("pod %v is not wired as %s/%s", p.PodKey, p.IPv4, p.IPv6)
+	}
+	return nil
+}
+func (f *fakeDataplane) TeardownPod(_ context.Context, p dataplane.Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pods, p.PodKey)
+	f.teardowns++
+	return nil
+}
+func (f *fakeDataplane) ListPods(context.Context) ([]dataplane.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []dataplane.Pod
+	for _, p := range f.pods {
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// node is one vcoild: a manager (cache), NodeIPAM and the server.
+type node struct {
+	srv      *Server
+	ipam     *nodeipam.NodeIPAM
+	dp       *fakeDataplane
+	registry *prometheus.Registry
+	netns    string
+}
+
+func startNode(t *testing.T, name, stateDir string, dp *fakeDataplane) *node {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := nodeipam.New(mgr.GetClient(), mgr.GetAPIReader(), nodeipam.Config{NodeName: name, PollInterval: 20 * time.Millisecond}, testr.New(t))
+	if err := im.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	mgr.GetCache().WaitForCacheSync(ctx)
+
+	store, err := checkpoint.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg, im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(Config{IPAM: im, Dataplane: dp, Store: store, Namespaces: mgr.GetClient(), NodeName: name, Metrics: metrics, Log: testr.New(t)})
+	if err := im.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.ReleaseUnused(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.EnsureNodeSubnet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	netns := filepath.Join(t.TempDir(), "netns") // a file standing for a namespace path
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &node{srv: srv, ipam: im, dp: dp, registry: reg, netns: netns}
+}
+
+func ensureNode(t *testing.T, name string) {
+	t.Helper()
+	err := env.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) args(id, namespace string) *cnirpc.CNIArgs {
+	return &cnirpc.CNIArgs{
+		ContainerId: id, Netns: n.netns, Ifname: "eth0", Path: "/opt/cni/bin",
+		Args:      map[string]string{argPodNamespace: namespace, argPodName: "pod-" + id},
+		StdinData: []byte(`{"cniVersion":"1.1.0","name":"vcoil","type":"vcoil"}`),
+	}
+}
+
+func (n *node) add(t *testing.T, id, namespace string) *current.Result {
+	t.Helper()
+	resp, err := n.srv.Add(context.Background(), n.args(id, namespace))
+	if err != nil {
+		t.Fatalf("ADD %s: %v", id, err)
+	}
+	var r current.Result
+	if err := json.Unmarshal(resp.Result, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+func cniCode(err error) cnirpc.ErrorCode {
+	return cnirpc.ErrorCode(cni.FromRPCError(err, 0).Code)
+}
+
+func TestAddIsIdempotentAndDelFreesTheAddress(t *testing.T) {
+	ensureNode(t, "node-a")
+	n := startNode(t, "node-a", t.TempDir(), newFakeDataplane())
+	r1 := n.add(t, "c0000001", "plain")
+	if len(r1.IPs) != 2 || r1.IPs[0].Address.String() != "10.60.0.1/32" || r1.IPs[1].Address.String() != "fd00:60::1/128" {
+		t.Fatalf("first pod's addresses = %v, want 10.60.0.1/32 and fd00:60::1/128 (the node subnet's first)", r1.IPs)
+	}
+	if r1.CNIVersion != "1.1.0" || len(r1.Interfaces) != 2 || r1.Interfaces[1].Sandbox != n.netns || *r1.IPs[0].Interface != 1 {
+		t.Fatalf("result = %+v", r1)
+	}
+	again := n.add(t, "c0000001", "plain")
+	if again.IPs[0].Address.String() != r1.IPs[0].Address.String() {
+		t.Fatalf("repeated ADD gave %s, want %s", again.IPs[0].Address.String(), r1.IPs[0].Address.String())
+	}
+	other := n.add(t, "c0000002", "plain")
+	if other.IPs[0].Address.String() == r1.IPs[0].Address.String() {
+		t.Fatal("two pods got the same address")
+	}
+	if _, err := n.srv.Check(context.Background(), n.args("c0000001", "plain")); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+
+	for i := 0; i < 2; i++ { // DEL twice: the second finds nothing and succeeds
+		if _, err := n.srv.Del(context.Background(), n.args("c0000001", "plain")); err != nil {
+			t.Fatalf("DEL %d: %v", i, err)
+		}
+	}
+	if _, err := n.srv.Del(context.Background(), n.args("never-added", "plain")); err != nil {
+		t.Fatalf("DEL of an unknown container: %v", err)
+	}
+	if _, err := n.srv.Check(context.Background(), n.args("c0000001", "plain")); cniCode(err) != cnirpc.ErrorCode_UNKNOWN_CONTAINER {
+		t.Fatalf("CHECK after DEL: %v, want UNKNOWN_CONTAINER", err)
+	}
+	if got := testutil.CollectAndCount(n.srv.metrics.duration); got != 3 {
+		t.Errorf("latency histograms for %d verbs, want 3 (ADD, CHECK, DEL)", got)
+	}
+	if err := testutil.GatherAndCompare(n.registry, strings.NewReader(`
+# HELP vcoil_node_addresses_in_use Addresses of the pool given to pods on this node.
+# TYPE vcoil_node_addresses_in_use gauge
+vcoil_node_addresses_in_use{pool="default"} 1
+`), "vcoil_node_addresses_in_use"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPoolComesFromTheNamespaceAnnotation(t *testing.T) {
+	ensureNode(t, "node-b")
+	n := startNode(t, "node-b", t.TempDir(), newFakeDataplane())
+	r := n.add(t, "d0000001", "dmz")
+	if a := r.IPs[0].Address.IP.String(); a != "203.0.113.1" && a != "203.0.113.5" && a != "203.0.113.9" && a != "203.0.113.13" {
+		t.Fatalf("pod of namespace dmz got %s, not an address of pool public", a)
+	}
+	_, err := n.srv.Add(context.Background(), n.args("d0000002", "broken"))
+	if cniCode(err) != cnirpc.ErrorCode_POOL_NOT_FOUND {
+		t.Fatalf("pod of a namespace naming a missing pool: %v, want POOL_NOT_FOUND", err)
+	}
+	ce := cni.FromRPCError(err, 0)
+	if want := `address pool "nope" (the pool named by annotation vcoil.io/pool of namespace "broken") does not exist`; ce.Msg != want {
+		t.Fatalf("message = %q, want %q", ce.Msg, want)
+	}
+	if _, found, _ := n.srv.store.Get("d0000002", "eth0"); found {
+		t.Fatal("a failed ADD left a checkpoint entry")
+	}
+	if got := testutil.ToFloat64(n.srv.metrics.errors.WithLabelValues("ADD", "102")); got != 1 {
+		t.Fatalf("errors_total{ADD,102} = %v, want 1", got)
+	}
+}
+
+func TestFailedWiringLeavesNothing(t *testing.T) {
+	ensureNode(t, "node-c")
+	dp := newFakeDataplane()
+	n := startNode(t, "node-c", t.TempDir(), dp)
+	dp.failSetup = errors.New("no such device")
+	_, err := n.srv.Add(context.Background(), n.args("e0000001", "plain"))
+	if err == nil || cniCode(err) != cnirpc.ErrorCode_INTERNAL {
+		t.Fatalf("ADD with a failing dataplane: %v", err)
+	}
+	if _, found, _ := n.srv.store.Get("e0000001", "eth0"); found {
+		t.Fatal("checkpoint entry left")
+	}
+	for _, b := range n.ipam.Blocks() {
+		if b.InUse != 0 {
+			t.Fatalf("block %s has %d addresses in use", b.Name, b.InUse)
+		}
+	}
+}
+
+func TestNotReadyMeansTryAgainLater(t *testing.T) {
+	// A node whose IPAM never acquired its node subnet.
+	mgrless := nodeipam.New(env.Client, env.Client, nodeipam.Config{NodeName: "node-x"}, testr.New(t))
+	store, _ := checkpoint.Open(t.TempDir())
+	srv := NewServer(Config{IPAM: mgrless, Dataplane: newFakeDataplane(), Store: store, Namespaces: env.Client, NodeName: "node-x", Log: testr.New(t)})
+	n := &node{srv: srv, netns: os.DevNull}
+	if _, err := srv.Add(context.Background(), n.args("f0000001", "plain")); cniCode(err) != cnirpc.ErrorCode_TRY_AGAIN_LATER {
+		t.Fatalf("ADD before ready: %v", err)
+	}
+	if _, err := srv.Status(context.Background(), &cnirpc.Empty{}); cniCode(err) != cnirpc.ErrorCode_PLUGIN_NOT_AVAILABLE {
+		t.Fatalf("STATUS before ready: %v", err)
+	}
+	args := n.args("f0000001", "plain")
+	args.Netns = "/nonexistent/netns"
+	if _, err := srv.Add(context.Background(), args); cniCode(err) != cnirpc.ErrorCode_INVALID_ENVIRONMENT_VARIABLES {
+		t.Fatalf("ADD with a missing netns: %v", err)
+	}
+	args.StdinData = []byte(`{"cniVersion":"1.1.0","name":"vcoil","type":"vcoil","mtu":-1}`)
+	args.Netns = os.DevNull
+	if _, err := srv.Add(context.Background(), args); cniCode(err) != cnirpc.ErrorCode_INVALID_NETWORK_CONFIG {
+		t.Fatalf("ADD with a bad mtu: %v", err)
+	}
+}
+
+func TestRestartRestoresAllocationsAndAdoptsOrphans(t *testing.T) {
+	ensureNode(t, "node-d")
+	state := t.TempDir()
+	dp := newFakeDataplane()
+	n := startNode(t, "node-d", state, dp)
+	var before []string
+	for i := 0; i < 10; i++ {
+		before = append(before, n.add(t, fmt.Sprintf("g%07d", i), "plain").IPs[0].Address.IP.String())
+	}
+	// The checkpoint of one pod is lost (the dataplane still has it); a
+	// dataplane object has an address no block of the node holds.
+	if err := n.srv.store.Delete("g0000003", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	dp.pods[dataplane.PodKey{ContainerID: "stranger", IfName: "eth0"}] = dataplane.Pod{
+		PodKey: dataplane.PodKey{ContainerID: "stranger", IfName: "eth0"}, IPv4: netip.MustParseAddr("198.51.100.7"),
+	}
+
+	// "Restart": a new IPAM and server over the same state and dataplane.
+	n2 := startNode(t, "node-d", state, dp)
+	if _, found, _ := n2.srv.store.Get("g0000003", "eth0"); !found {
+		t.Fatal("the pod without a checkpoint entry was not adopted")
+	}
+	if _, ok := dp.pods[dataplane.PodKey{ContainerID: "stranger", IfName: "eth0"}]; ok {
+		t.Fatal("a dataplane pod outside the node's blocks was not torn down")
+	}
+	seen := map[string]bool{}
+	for _, a := range before {
+		seen[a] = true
+	}
+	for i := 10; i < 20; i++ {
+		a := n2.add(t, fmt.Sprintf("g%07d", i), "plain").IPs[0].Address.IP.String()
+		if seen[a] {
+			t.Fatalf("after the restart %s was given again", a)
+		}
+		seen[a] = true
+	}
+}
+
+func TestGCReleasesWhatTheRuntimeNoLongerKnows(t *testing.T) {
+	ensureNode(t, "node-e")
+	dp := newFakeDataplane()
+	n := startNode(t, "node-e", t.TempDir(), dp)
+	for i := 0; i < 4; i++ {
+		n.add(t, fmt.Sprintf("h%07d", i), "plain")
+	}
+	dp.pods[dataplane.PodKey{ContainerID: "leftover", IfName: "eth0"}] = dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "leftover", IfName: "eth0"}}
+	_, err := n.srv.GC(context.Background(), &cnirpc.GCRequest{ValidAttachments: []*cnirpc.Attachment{
+		{ContainerId: "h0000000", Ifname: "eth0"}, {ContainerId: "h0000002", Ifname: "eth0"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := n.srv.store.Load()
+	if len(entries) != 2 {
+		t.Fatalf("%d entries after GC, want 2", len(entries))
+	}
+	for _, e := range entries {
+		if e.ContainerID != "h0000000" && e.ContainerID != "h0000002" {
+			t.Fatalf("GC kept %s", e.ContainerID)
+		}
+	}
+	if len(dp.pods) != 2 {
+		t.Fatalf("%d dataplane pods after GC, want 2", len(dp.pods))
+	}
+	resp, err := n.srv.Status(context.Background(), &cnirpc.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	_ = env.Client.Get(context.Background(), client.ObjectKey{Name: "node-e"}, node)
+	if len(resp.NatLoopback) != 2 || node.Annotations[vcoilv2.AnnotationNATLoopback] != resp.NatLoopback[0]+","+resp.NatLoopback[1] {
+		t.Fatalf("status %+v, node annotation %q", resp, node.Annotations[vcoilv2.AnnotationNATLoopback])
+	}
+}
