@@ -26,11 +26,21 @@ type pipeline struct {
 	ingress *cacheRenderer
 }
 
-// cacheRenderer is a renderer whose network stack is a renderer cache.
+// cacheRenderer is a renderer that keeps a renderer cache and applies its
+// Changes to a simulated network stack, checking that they are consistent
+// and minimal and that the stack ends up as the cache says.
 type cacheRenderer struct {
-	cache   *rcache.Cache
-	txns    int
-	changes []rcache.Changes
+	cache *rcache.Cache
+	txns  int
+	stack stack
+}
+
+// stack is what a network stack would hold: tables by ID, the table of each
+// pod, and the global table.
+type stack struct {
+	tables map[renderer.TableID][]renderer.Rule
+	pods   map[renderer.PodID]renderer.TableID
+	global []renderer.Rule
 }
 
 func (r *cacheRenderer) Render(_ context.Context, txn renderer.Txn) error {
@@ -39,7 +49,92 @@ func (r *cacheRenderer) Render(_ context.Context, txn renderer.Txn) error {
 		return err
 	}
 	r.txns++
-	r.changes = append(r.changes, ch)
+	if err := r.stack.apply(ch); err != nil {
+		return fmt.Errorf("changes of transaction %d: %w", r.txns, err)
+	}
+	return r.stack.matches(r.cache)
+}
+
+func (s *stack) apply(ch rcache.Changes) error {
+	if s.tables == nil {
+		s.tables = make(map[renderer.TableID][]renderer.Rule)
+		s.pods = make(map[renderer.PodID]renderer.TableID)
+	}
+	for _, t := range ch.Added {
+		if _, ok := s.tables[t.ID]; ok {
+			return fmt.Errorf("table %s added twice", t.ID)
+		}
+		s.tables[t.ID] = t.Rules
+	}
+	for _, t := range ch.Changed {
+		old, ok := s.tables[t.ID]
+		if !ok {
+			return fmt.Errorf("unknown table %s changed", t.ID)
+		}
+		if slices.Equal(old, t.Rules) {
+			return fmt.Errorf("table %s changed to the same rules", t.ID)
+		}
+		s.tables[t.ID] = t.Rules
+	}
+	for _, a := range ch.Assignments {
+		if s.pods[a.Pod] == a.Table {
+			return fmt.Errorf("pod %s assigned its own table %q again", a.Pod, a.Table)
+		}
+		if a.Table == "" {
+			delete(s.pods, a.Pod)
+			continue
+		}
+		if _, ok := s.tables[a.Table]; !ok {
+			return fmt.Errorf("pod %s assigned unknown table %s", a.Pod, a.Table)
+		}
+		s.pods[a.Pod] = a.Table
+	}
+	for _, id := range ch.Removed {
+		if _, ok := s.tables[id]; !ok {
+			return fmt.Errorf("unknown table %s removed", id)
+		}
+		for pod, t := range s.pods {
+			if t == id {
+				return fmt.Errorf("table %s removed while pod %s uses it", id, pod)
+			}
+		}
+		delete(s.tables, id)
+	}
+	if ch.Global != nil {
+		if slices.Equal(s.global, ch.Global.Rules) {
+			return fmt.Errorf("global table changed to the same rules")
+		}
+		s.global = ch.Global.Rules
+	}
+	return nil
+}
+
+// matches checks the stack against the cache's own view.
+func (s *stack) matches(rc *rcache.Cache) error {
+	if !slices.Equal(s.global, rc.GlobalTable().Rules) {
+		return fmt.Errorf("the stack's global table differs from the cache's")
+	}
+	tables := rc.LocalTables()
+	if len(tables) != len(s.tables) {
+		return fmt.Errorf("the stack has %d tables, the cache %d", len(s.tables), len(tables))
+	}
+	for _, t := range tables {
+		if !slices.Equal(s.tables[t.ID], t.Rules) {
+			return fmt.Errorf("table %s differs between the stack and the cache", t.ID)
+		}
+	}
+	n := 0
+	for _, a := range rc.Assignments() {
+		if a.Table != "" {
+			n++
+		}
+		if s.pods[a.Pod] != a.Table {
+			return fmt.Errorf("pod %s has table %q in the stack, %q in the cache", a.Pod, s.pods[a.Pod], a.Table)
+		}
+	}
+	if n != len(s.pods) {
+		return fmt.Errorf("the stack assigns tables to %d pods, the cache to %d", len(s.pods), n)
+	}
 	return nil
 }
 

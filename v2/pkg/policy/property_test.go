@@ -86,13 +86,26 @@ func checkRandomCluster(t *testing.T, seed uint64) string {
 	checkTables(t, p.egress.cache)
 	checkTables(t, p.ingress.cache)
 
+	// Change the cluster step by step; after each step the incremental state
+	// must equal a resync from scratch, and at the end it must still agree
+	// with the Kubernetes semantics.
 	before := c.String()
 	var changes string
-	for range 1 + rng.IntN(4) {
+	for range 1 + rng.IntN(8) {
 		ch := g.Mutate(c)
 		changes += ch.Description + "\n"
 		if err := ch.Apply(context.Background(), p.cache); err != nil {
 			return "applying " + ch.Description + ": " + err.Error()
+		}
+		fresh, err := newPipeline(c)
+		if err != nil {
+			return "building the pipeline again: " + err.Error()
+		}
+		for _, pair := range [][2]*cacheRenderer{{p.egress, fresh.egress}, {p.ingress, fresh.ingress}} {
+			if msg := sameState(pair[0].cache, pair[1].cache); msg != "" {
+				return "after the changes:\n" + changes + "incremental state differs from a resync (side " +
+					pair[0].cache.Side().String() + "): " + msg + "\ncluster before:\n" + before + "cluster after:\n" + c.String()
+			}
 		}
 	}
 	if msg := p.disagreement(c, rng.IntN); msg != "" {
@@ -100,15 +113,5 @@ func checkRandomCluster(t *testing.T, seed uint64) string {
 	}
 	checkTables(t, p.egress.cache)
 	checkTables(t, p.ingress.cache)
-	fresh, err := newPipeline(c)
-	if err != nil {
-		return "building the pipeline again: " + err.Error()
-	}
-	for _, pair := range [][2]*cacheRenderer{{p.egress, fresh.egress}, {p.ingress, fresh.ingress}} {
-		if msg := sameState(pair[0].cache, pair[1].cache); msg != "" {
-			return "after the changes:\n" + changes + "incremental state differs from a resync (side " +
-				pair[0].cache.Side().String() + "): " + msg + "\ncluster before:\n" + before + "cluster after:\n" + c.String()
-		}
-	}
 	return ""
 }

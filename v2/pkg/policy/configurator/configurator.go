@@ -4,8 +4,8 @@
 //
 // It knows neither Kubernetes objects nor any network stack: its input is the
 // processor's model (Pod, Policy, Match) and its output is renderer.Txn. It
-// keeps no state between transactions besides its configuration and its
-// renderers.
+// remembers the rules it last sent for each pod, so that it can send the
+// same slices again when they did not change.
 package configurator
 
 import (
@@ -44,6 +44,9 @@ type Configurator struct {
 	ingressPeers []netip.Addr // always permitted sources of traffic into a pod
 	egressPeers  []netip.Addr // always permitted destinations of traffic out of a pod
 	renderers    []namedRenderer
+	// last holds the rules last sent for each pod: a pod whose rules did
+	// not change is sent the very same slices.
+	last map[renderer.PodID]renderer.PodRules
 }
 
 type namedRenderer struct {
@@ -53,7 +56,7 @@ type namedRenderer struct {
 
 // New checks cfg and returns a configurator without renderers.
 func New(cfg Config) (*Configurator, error) {
-	c := &Configurator{}
+	c := &Configurator{last: make(map[renderer.PodID]renderer.PodRules)}
 	v4, v6 := 0, 0
 	for _, a := range cfg.NATLoopback {
 		if !a.IsValid() {
@@ -97,17 +100,44 @@ func (c *Configurator) Rules(p *Pod) renderer.PodRules {
 	return pr
 }
 
+// rules is Rules reusing the slices last sent for the pod when the rules
+// are the same, and remembering what it returns.
+func (c *Configurator) rules(p *Pod) renderer.PodRules {
+	if p.Removed {
+		delete(c.last, p.ID)
+		return renderer.PodRules{Pod: p.ID, IPs: p.IPs, Removed: true}
+	}
+	prev := c.last[p.ID]
+	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs}
+	pr.Egress = generateRules(PolicyIngress, p.Policies, c.ingressPeers, prev.Egress)
+	pr.Ingress = generateRules(PolicyEgress, p.Policies, c.egressPeers, prev.Ingress)
+	c.last[p.ID] = pr
+	return pr
+}
+
 // Configure renders txn: one renderer transaction holding the rules of every
 // pod in txn, given to every renderer. All renderers are tried; the error
 // names each that failed.
 func (c *Configurator) Configure(ctx context.Context, txn Txn) error {
 	rt := renderer.Txn{Resync: txn.Resync, Pods: make([]renderer.PodRules, 0, len(txn.Pods))}
 	for i := range txn.Pods {
-		p := &txn.Pods[i]
-		if !p.Removed && len(p.IPs) == 0 {
+		if p := &txn.Pods[i]; !p.Removed && len(p.IPs) == 0 {
 			return fmt.Errorf("configure pod %s: it has no address", p.ID)
 		}
-		rt.Pods = append(rt.Pods, c.Rules(p))
+	}
+	if txn.Resync {
+		listed := make(map[renderer.PodID]bool, len(txn.Pods))
+		for i := range txn.Pods {
+			listed[txn.Pods[i].ID] = true
+		}
+		for id := range c.last {
+			if !listed[id] {
+				delete(c.last, id)
+			}
+		}
+	}
+	for i := range txn.Pods {
+		rt.Pods = append(rt.Pods, c.rules(&txn.Pods[i]))
 	}
 	var errs []error
 	for _, nr := range c.renderers {

@@ -42,39 +42,161 @@ func (t PolicyType) String() string {
 // ipBlock excepts are subtracted (SubtractSubnets) rather than denied, and
 // port ranges (endPort) stay ranges, one rule each.
 func GenerateRules(t PolicyType, policies []*Policy, alwaysPermitted []netip.Addr) []renderer.Rule {
+	return generateRules(t, policies, alwaysPermitted, nil)
+}
+
+// generateRules is GenerateRules that returns previous itself when the
+// rules equal it, so that a pod whose rules did not change costs no
+// allocation and renderers can tell by identity.
+func generateRules(t PolicyType, policies []*Policy, alwaysPermitted []netip.Addr, previous []renderer.Rule) []renderer.Rule {
 	isolated := false
-	var rules []renderer.Rule
+	var runs []*generated
+	n := 1 + len(alwaysPermitted)
 	for _, p := range policies {
-		var matches []Match
-		if t == PolicyIngress {
-			if !p.IsolatesIngress {
-				continue
-			}
-			matches = p.Ingress
-		} else {
-			if !p.IsolatesEgress {
-				continue
-			}
-			matches = p.Egress
+		if !p.isolates(t) {
+			continue
 		}
 		isolated = true
-		for i := range matches {
-			var all bool
-			rules, all = appendMatchRules(rules, t, &matches[i])
-			if all {
-				return []renderer.Rule{renderer.PermitAll}
+		g := p.rules(t)
+		if g.all {
+			if len(previous) == 1 && previous[0] == renderer.PermitAll {
+				return previous
 			}
+			return []renderer.Rule{renderer.PermitAll}
 		}
+		runs = append(runs, g)
+		n += len(g.rules)
 	}
 	if !isolated {
 		return nil
 	}
-	for _, a := range alwaysPermitted {
-		rules = append(rules, peerRule(t, renderer.HostNetwork(a), nil))
+	if len(alwaysPermitted) > 0 {
+		extra := make([]renderer.Rule, 0, len(alwaysPermitted))
+		for _, a := range alwaysPermitted {
+			extra = append(extra, peerRule(t, renderer.HostNetwork(a), nil))
+		}
+		runs = append(runs, newGenerated(extra))
 	}
-	slices.SortFunc(rules, renderer.Rule.Compare)
-	rules = slices.Compact(rules)
-	return append(rules, renderer.DenyAll)
+	return mergeRuns(runs, n, previous)
+}
+
+func (p *Policy) isolates(t PolicyType) bool {
+	if t == PolicyIngress {
+		return p.IsolatesIngress
+	}
+	return p.IsolatesEgress
+}
+
+// generated is a policy's rules for one direction, sorted and without
+// duplicates, with their sort keys; remembered in the Policy so that a
+// policy shared by many pods is turned into rules once.
+type generated struct {
+	from  *Match // the first match they were generated from: a Policy copied with other matches does not reuse them
+	n     int
+	rules []renderer.Rule
+	keys  []renderer.SortKey
+	all   bool // the policy permits everything; rules is empty
+}
+
+func newGenerated(rules []renderer.Rule) *generated {
+	renderer.SortRules(rules)
+	g := &generated{rules: slices.Compact(rules)}
+	g.keys = make([]renderer.SortKey, len(g.rules))
+	for i := range g.rules {
+		g.keys[i] = g.rules[i].SortKey()
+	}
+	return g
+}
+
+// rules returns the policy's Permit rules for direction t.
+func (p *Policy) rules(t PolicyType) *generated {
+	matches := p.Ingress
+	if t == PolicyEgress {
+		matches = p.Egress
+	}
+	var from *Match
+	if len(matches) > 0 {
+		from = &matches[0]
+	}
+	if g := p.generated[t]; g != nil && g.from == from && g.n == len(matches) {
+		return g
+	}
+	rules := make([]renderer.Rule, 0, countRules(matches))
+	all := false
+	for i := range matches {
+		if rules, all = appendMatchRules(rules, t, &matches[i]); all {
+			rules = nil
+			break
+		}
+	}
+	g := newGenerated(rules)
+	g.from, g.n, g.all = from, len(matches), all
+	p.generated[t] = g
+	return g
+}
+
+// countRules is the number of rules matches give (an ipBlock with excepts
+// counted as one network), to allocate once.
+func countRules(matches []Match) int {
+	n := 0
+	for i := range matches {
+		m := &matches[i]
+		peers := len(m.Blocks)
+		for _, pod := range m.Pods {
+			peers += len(pod.IPs)
+		}
+		n += max(peers, 1) * max(len(m.Ports), 1)
+	}
+	return n
+}
+
+// mergeRuns merges sorted runs into one sorted list without duplicates and
+// ends it with DenyAll. It returns previous if the list equals it.
+func mergeRuns(runs []*generated, capacity int, previous []renderer.Rule) []renderer.Rule {
+	var out []renderer.Rule // nil while the list equals previous[:n]
+	n := 0
+	emit := func(r *renderer.Rule) {
+		if out == nil {
+			if n < len(previous) && previous[n] == *r {
+				n++
+				return
+			}
+			out = make([]renderer.Rule, n, capacity)
+			copy(out, previous[:n])
+		}
+		out = append(out, *r)
+	}
+	heads := make([]int, len(runs))
+	var last *renderer.SortKey
+	for {
+		best := -1
+		var bestKey *renderer.SortKey
+		for i, g := range runs {
+			if heads[i] == len(g.keys) {
+				continue
+			}
+			if k := &g.keys[heads[i]]; best < 0 || k.Compare(bestKey) < 0 {
+				best, bestKey = i, k
+			}
+		}
+		if best < 0 {
+			break
+		}
+		if last == nil || *last != *bestKey {
+			emit(&runs[best].rules[heads[best]])
+			last = bestKey
+		}
+		heads[best]++
+	}
+	deny := renderer.DenyAll
+	emit(&deny)
+	if out != nil {
+		return out
+	}
+	if n == len(previous) {
+		return previous
+	}
+	return slices.Clone(previous[:n])
 }
 
 // appendMatchRules appends the Permit rules of one match and reports whether

@@ -30,8 +30,10 @@ type Pod struct {
 // Policy is a NetworkPolicy in vcoil's model (the seed's "ContivPolicy"):
 // label selectors are resolved to pods and their addresses, namespaces are
 // expanded into their pods, and named ports are resolved to numbers for the
-// pods they refer to. A Policy may be shared by all the pods it selects, so
-// it is never modified once built.
+// pods they refer to. A Policy may be shared by all the pods it selects and
+// remembers the rules generated from it, so its matches are never modified
+// once it was given to the configurator (a copy given other matches is
+// fine).
 type Policy struct {
 	ID PolicyID
 	// IsolatesIngress and IsolatesEgress are the policy's policyTypes: a pod
@@ -43,6 +45,10 @@ type Policy struct {
 	// connect to. Traffic matching any Match is permitted.
 	Ingress []Match
 	Egress  []Match
+
+	// generated holds the rules GenerateRules made of the policy, per
+	// PolicyType.
+	generated [2]*generated
 }
 
 // Match is one part of a policy rule: traffic from (Ingress) or to (Egress)

@@ -21,6 +21,15 @@ type compiledPolicy struct {
 	// on each selected pod (the destination), so the model differs per pod.
 	perPod  bool
 	ingress []compiledRule
+	// models remembers the per-pod models, so that a pod keeps getting the
+	// same *configurator.Policy (and the configurator its generated rules)
+	// while neither the policy nor the pod changes.
+	models map[renderer.PodID]podModel
+}
+
+type podModel struct {
+	pod   *podInfo
+	model *configurator.Policy
 }
 
 type compiledRule struct {
@@ -61,9 +70,21 @@ func (cp *compiledPolicy) forPod(t *podInfo) *configurator.Policy {
 	if !cp.perPod {
 		return cp.shared
 	}
-	m := *cp.shared
-	m.Ingress = cp.ingressMatches(t)
-	return &m
+	if pm, ok := cp.models[t.id]; ok && pm.pod == t {
+		return pm.model
+	}
+	m := &configurator.Policy{
+		ID:              cp.shared.ID,
+		IsolatesIngress: cp.shared.IsolatesIngress,
+		IsolatesEgress:  cp.shared.IsolatesEgress,
+		Ingress:         cp.ingressMatches(t),
+		Egress:          cp.shared.Egress,
+	}
+	if cp.models == nil {
+		cp.models = make(map[renderer.PodID]podModel)
+	}
+	cp.models[t.id] = podModel{pod: t, model: m}
+	return m
 }
 
 // ingressMatches builds the ingress matches, resolving named ports on the

@@ -187,11 +187,14 @@ func networkString(n netip.Prefix) string {
 // differs from it, the first component where they differ is a strict subset
 // in r1, so r1 sorts first. Rules with the same match put Deny first, to fail
 // closed; generated tables never hold two such rules.
-func (r Rule) Compare(o Rule) int {
-	if c := compareNetwork(r.SrcNetwork, o.SrcNetwork); c != 0 {
+func (r Rule) Compare(o Rule) int { return CompareRules(&r, &o) }
+
+// CompareRules is Rule.Compare on pointers, for hot loops: a Rule is large.
+func CompareRules(r, o *Rule) int {
+	if c := CompareNetworks(r.SrcNetwork, o.SrcNetwork); c != 0 {
 		return c
 	}
-	if c := compareNetwork(r.DstNetwork, o.DstNetwork); c != 0 {
+	if c := CompareNetworks(r.DstNetwork, o.DstNetwork); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(protocolRank(r.Protocol), protocolRank(o.Protocol)); c != 0 {
@@ -206,18 +209,22 @@ func (r Rule) Compare(o Rule) int {
 	return cmp.Compare(r.Action, o.Action)
 }
 
-// compareNetwork orders IPv4 before IPv6 (they never contain each other),
-// longer prefixes before shorter ones, then by address, and "any" last.
-func compareNetwork(a, b netip.Prefix) int {
-	switch {
-	case !a.IsValid() && !b.IsValid():
+// CompareNetworks is the order of networks within Rule.Compare: IPv4 before
+// IPv6 (they never contain each other), longer prefixes before shorter ones,
+// then by address, and "any" last. A network sorts before every network
+// that strictly contains it.
+func CompareNetworks(a, b netip.Prefix) int {
+	if a == b {
 		return 0
+	}
+	switch {
 	case !a.IsValid():
 		return 1
 	case !b.IsValid():
 		return -1
 	}
-	if a4, b4 := a.Addr().Is4(), b.Addr().Is4(); a4 != b4 {
+	aa, ba := a.Addr(), b.Addr()
+	if a4, b4 := aa.Is4(), ba.Is4(); a4 != b4 {
 		if a4 {
 			return -1
 		}
@@ -226,7 +233,7 @@ func compareNetwork(a, b netip.Prefix) int {
 	if c := cmp.Compare(b.Bits(), a.Bits()); c != 0 {
 		return c
 	}
-	return a.Addr().Compare(b.Addr())
+	return aa.Compare(ba)
 }
 
 func protocolRank(p Protocol) int {

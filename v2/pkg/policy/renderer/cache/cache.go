@@ -13,8 +13,8 @@
 package cache
 
 import (
+	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -91,13 +91,24 @@ type Cache struct {
 	tables map[renderer.TableID]*table
 	byHash map[uint64][]*table
 	nextID uint64
-	seed   maphash.Seed
 
 	// globalBlocks holds, per address of a local pod isolated for traffic
 	// from it, that pod's rules with the address as source (egress-side
 	// orientation); the global table is their concatenation in address order.
 	globalBlocks map[netip.Addr][]renderer.Rule
 	global       []renderer.Rule
+
+	// restricting holds, sorted, the addresses of the pods whose rules on
+	// traffic from them restrict something: only they can make CombineRules
+	// change another pod's table.
+	restricting []netip.Addr
+
+	// permitters and wide index the pods by what their own rules permit:
+	// the pods with a rule naming a peer address, and the pods with rules
+	// on wider networks (or no restriction). When a peer's rules change,
+	// only these pods' tables can change.
+	permitters map[netip.Addr]map[renderer.PodID]struct{}
+	wide       map[renderer.PodID]struct{}
 }
 
 // podState is one known pod. Rules are kept in the egress-side orientation
@@ -108,10 +119,19 @@ type podState struct {
 	own, out   []renderer.Rule
 	ownIx      *ruleIndex
 	outIx      *ruleIndex
-	blocks     map[netip.Addr][]renderer.Rule // CombineRules insertions, per peer address
-	content    []renderer.Rule                // the local table, output orientation
+	blocks     *insertions     // CombineRules insertions, per peer address; nil if none
+	content    []renderer.Rule // the local table, output orientation
 	table      *table
 	needsTable bool
+	// dirty are peer addresses whose insertions must be recomputed.
+	dirty []netip.Addr
+	// rebuilt is set while all the pod's insertions were just recomputed.
+	rebuilt bool
+	// fullTable is set when the table must be built from scratch; else
+	// patches are the peer addresses whose insertions changed, and only
+	// their part of the table is replaced.
+	fullTable bool
+	patches   []netip.Addr
 }
 
 type table struct {
@@ -127,9 +147,10 @@ func New(side Side) *Cache {
 		side:         side,
 		pods:         make(map[renderer.PodID]*podState),
 		byIP:         make(map[netip.Addr]*podState),
+		permitters:   make(map[netip.Addr]map[renderer.PodID]struct{}),
+		wide:         make(map[renderer.PodID]struct{}),
 		tables:       make(map[renderer.TableID]*table),
 		byHash:       make(map[uint64][]*table),
-		seed:         maphash.MakeSeed(),
 		globalBlocks: make(map[netip.Addr][]renderer.Rule),
 	}
 }
@@ -165,12 +186,12 @@ func (c *Cache) output(rules []renderer.Rule) []renderer.Rule {
 	return out
 }
 
-func sortRules(rules []renderer.Rule) { slices.SortFunc(rules, renderer.Rule.Compare) }
+func sortRules(rules []renderer.Rule) { renderer.SortRules(rules) }
 
 // Apply records a transaction from the configurator and returns what changed.
 // A transaction that is not valid is rejected as a whole and changes nothing.
 func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
-	if err := validate(txn); err != nil {
+	if err := c.validate(txn); err != nil {
 		return Changes{}, err
 	}
 
@@ -191,8 +212,7 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 			}
 			continue
 		}
-		if old != nil && slices.Equal(old.in.IPs, pr.IPs) &&
-			slices.Equal(old.in.Ingress, pr.Ingress) && slices.Equal(old.in.Egress, pr.Egress) {
+		if old != nil && old.sameInput(pr) {
 			continue
 		}
 		updates = append(updates, update{id: pr.Pod, old: old, new: c.newPodState(pr)})
@@ -210,7 +230,7 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 	// local table is rebuilt) and which peer addresses changed (every local
 	// table's insertions for them are rebuilt).
 	dirtyPeers := make(map[netip.Addr]struct{})
-	var rebuildAll []*podState
+	var rebuildAll, partial []*podState
 	var removed []*podState
 	globalDirty := false
 	for _, u := range updates {
@@ -225,13 +245,38 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 			}
 			delete(c.pods, u.id)
 		}
+		switch {
+		case u.new == nil:
+			c.unindexPermits(u.old)
+		case u.old == nil:
+			c.indexPermits(u.new, nil)
+		}
 		if u.new != nil {
 			if u.old != nil {
 				// The pod keeps its table until assignTables decides; its
 				// insertions stay valid while its own rules and addresses do.
 				u.new.content, u.new.table = u.old.content, u.old.table
-				if !ownChanged {
+				var hosts []netip.Addr
+				onlyHosts := false
+				if ownChanged && !ipsChanged {
+					hosts, onlyHosts = changedHosts(u.old.ownIx, u.new.ownIx)
+				}
+				switch {
+				case !ownChanged:
 					u.new.blocks = u.old.blocks
+				case onlyHosts:
+					// Usually a policy gained or lost a peer: only the
+					// insertions for those peers' addresses can change.
+					u.new.blocks, u.new.dirty = u.old.blocks, hosts
+					if u.new.blocks == nil {
+						u.new.blocks = &insertions{}
+					}
+					ownChanged = false
+					partial = append(partial, u.new)
+					c.indexPermits(u.new, hosts)
+				default:
+					c.unindexPermits(u.old)
+					c.indexPermits(u.new, nil)
 				}
 			}
 			c.pods[u.id] = u.new
@@ -261,44 +306,59 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 		}
 	}
 
+	if globalDirty {
+		c.restricting = c.restricting[:0]
+		for a, p := range c.byIP {
+			if !p.outIx.open {
+				c.restricting = append(c.restricting, a)
+			}
+		}
+		slices.SortFunc(c.restricting, netip.Addr.Compare)
+	}
+
 	// CombineRules, incrementally.
 	var retable []*podState
 	for _, p := range rebuildAll {
-		p.blocks = nil
-		for _, other := range c.pods {
-			if other == p {
-				continue
+		p.blocks = &insertions{}
+		c.combineCandidates(p, func(x netip.Addr) {
+			if b := c.combine(p, x); b != nil {
+				p.blocks.set(x, b)
 			}
-			for _, x := range other.in.IPs {
-				if b := c.combine(p, x); b != nil {
-					if p.blocks == nil {
-						p.blocks = make(map[netip.Addr][]renderer.Rule)
-					}
-					p.blocks[x] = b
-				}
+		})
+		p.needsTable, p.rebuilt, p.fullTable = true, true, true
+	}
+	recombine := func(p *podState, x netip.Addr) {
+		b := c.combine(p, x)
+		if slices.Equal(b, p.blocks.get(x)) {
+			return
+		}
+		if p.blocks == nil {
+			p.blocks = &insertions{}
+		}
+		p.blocks.set(x, b)
+		p.needsTable = true
+		if !p.fullTable {
+			p.patches = append(p.patches, x)
+		}
+	}
+	for _, p := range partial {
+		// The own rules changed: the table must be rebuilt even if no
+		// insertion did.
+		p.needsTable, p.fullTable = true, true
+		for _, x := range p.dirty {
+			recombine(p, x)
+		}
+		p.dirty = nil
+	}
+	for x := range dirtyPeers {
+		for id := range c.permitters[x] {
+			if p := c.pods[id]; !p.rebuilt {
+				recombine(p, x)
 			}
 		}
-		p.needsTable = true
-	}
-	if len(dirtyPeers) > 0 {
-		for _, p := range c.pods {
-			if p.needsTable {
-				continue
-			}
-			for x := range dirtyPeers {
-				b := c.combine(p, x)
-				if slices.Equal(b, p.blocks[x]) {
-					continue
-				}
-				if b == nil {
-					delete(p.blocks, x)
-				} else {
-					if p.blocks == nil {
-						p.blocks = make(map[netip.Addr][]renderer.Rule)
-					}
-					p.blocks[x] = b
-				}
-				p.needsTable = true
+		for id := range c.wide {
+			if p := c.pods[id]; !p.rebuilt && p.ownIx.widePermits(x) {
+				recombine(p, x)
 			}
 		}
 	}
@@ -306,8 +366,13 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 		if !p.needsTable {
 			continue
 		}
-		p.needsTable = false
-		content := c.localTable(p)
+		var content []renderer.Rule
+		if !p.fullTable && p.table != nil && p.blocks.len() > 0 && len(p.patches) <= 8 {
+			content = c.patchTable(p)
+		} else {
+			content = c.localTable(p)
+		}
+		p.needsTable, p.rebuilt, p.fullTable, p.patches = false, false, false, nil
 		if p.table != nil && slices.Equal(content, p.content) {
 			continue
 		}
@@ -345,9 +410,26 @@ func (c *Cache) newPodState(pr *renderer.PodRules) *podState {
 	return p
 }
 
+func (p *podState) sameInput(pr *renderer.PodRules) bool {
+	return slices.Equal(p.in.IPs, pr.IPs) && sameRules(p.in.Ingress, pr.Ingress) && sameRules(p.in.Egress, pr.Egress)
+}
+
+// sameRules compares rule lists, at once when they are the same slice (the
+// configurator sends the same slice again when a pod's rules did not change).
+func sameRules(a, b []renderer.Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	return slices.Equal(a, b)
+}
+
 // validate rejects a transaction whose rule lists are not shaped as
-// renderer.PodRules promises: the cache's index depends on it.
-func validate(txn renderer.Txn) error {
+// renderer.PodRules promises: the cache's index depends on it. Pods whose
+// input did not change were checked when it did.
+func (c *Cache) validate(txn renderer.Txn) error {
 	seen := make(map[renderer.PodID]bool, len(txn.Pods))
 	for i := range txn.Pods {
 		pr := &txn.Pods[i]
@@ -356,6 +438,9 @@ func validate(txn renderer.Txn) error {
 		}
 		seen[pr.Pod] = true
 		if pr.Removed {
+			continue
+		}
+		if old := c.pods[pr.Pod]; old != nil && old.sameInput(pr) {
 			continue
 		}
 		if len(pr.IPs) == 0 {
@@ -392,6 +477,98 @@ func validate(txn renderer.Txn) error {
 	return nil
 }
 
+// indexPermits records in permitters and wide what p's own rules permit;
+// hosts limits the update to those peer addresses (nil: all of p's).
+func (c *Cache) indexPermits(p *podState, hosts []netip.Addr) {
+	id := p.in.Pod
+	if hosts != nil {
+		for _, a := range hosts {
+			if _, ok := p.ownIx.byHost[a]; ok {
+				c.addPermitter(a, id)
+			} else {
+				c.removePermitter(a, id)
+			}
+		}
+		return
+	}
+	if p.ownIx.open || len(p.ownIx.wide) > 0 {
+		c.wide[id] = struct{}{}
+	}
+	for a := range p.ownIx.byHost {
+		c.addPermitter(a, id)
+	}
+}
+
+// unindexPermits forgets p in permitters and wide.
+func (c *Cache) unindexPermits(p *podState) {
+	delete(c.wide, p.in.Pod)
+	for a := range p.ownIx.byHost {
+		c.removePermitter(a, p.in.Pod)
+	}
+}
+
+func (c *Cache) addPermitter(a netip.Addr, id renderer.PodID) {
+	set := c.permitters[a]
+	if set == nil {
+		set = make(map[renderer.PodID]struct{})
+		c.permitters[a] = set
+	}
+	set[id] = struct{}{}
+}
+
+func (c *Cache) removePermitter(a netip.Addr, id renderer.PodID) {
+	if set := c.permitters[a]; set != nil {
+		delete(set, id)
+		if len(set) == 0 {
+			delete(c.permitters, a)
+		}
+	}
+}
+
+// combineCandidates calls visit for every address x for which combine(p, x)
+// may return insertions: addresses of restricting pods that p's own rules
+// permit something from. It is how a pod's table is rebuilt without
+// visiting every other local pod.
+func (c *Cache) combineCandidates(p *podState, visit func(netip.Addr)) {
+	ix := p.ownIx
+	if ix.open {
+		for _, x := range c.restricting {
+			visit(x)
+		}
+		return
+	}
+	for _, w := range ix.wide {
+		if !w.SrcNetwork.IsValid() {
+			for _, x := range c.restricting {
+				visit(x)
+			}
+			return
+		}
+	}
+	var seen map[netip.Addr]bool
+	if len(ix.wide) > 0 {
+		seen = make(map[netip.Addr]bool)
+	}
+	for a := range ix.byHost {
+		if other := c.byIP[a]; other != nil && !other.outIx.open {
+			if seen != nil {
+				seen[a] = true
+			}
+			visit(a)
+		}
+	}
+	for _, w := range ix.wide {
+		n := w.SrcNetwork
+		i, _ := slices.BinarySearchFunc(c.restricting, n.Addr(), netip.Addr.Compare)
+		for ; i < len(c.restricting) && n.Contains(c.restricting[i]); i++ {
+			if x := c.restricting[i]; !seen[x] {
+				seen[x] = true
+				visit(x)
+			}
+		}
+	}
+}
+
 // combine is the body of the seed's CombineRules for one target pod p (pod1)
 // and one address x of another known pod (pod2): if what p permits from x is
 // not all permitted by x's own rules towards p, it returns the rules that
@@ -413,7 +590,7 @@ func (c *Cache) combine(p *podState, x netip.Addr) []renderer.Rule {
 	}
 	both := offered.intersect(&permitted)
 	src := renderer.HostNetwork(x)
-	rules := both.appendRules(nil, src)
+	rules := both.appendRules(make([]renderer.Rule, 0, both.rules()+1), src)
 	deny := renderer.DenyAll
 	deny.SrcNetwork = src
 	return append(rules, deny)
@@ -432,34 +609,78 @@ func addrOfFamily(ips []netip.Addr, v4 bool) (netip.Addr, bool) {
 // for each combined peer address are replaced by its insertions, in output
 // orientation. An open pod with no insertions has no table.
 func (c *Cache) localTable(p *podState) []renderer.Rule {
-	if len(p.blocks) == 0 {
+	if p.blocks.len() == 0 {
 		if p.ownIx.open {
 			return nil
 		}
 		return c.output(p.own)
 	}
-	n := len(p.own)
-	for _, b := range p.blocks {
-		n += len(b)
-	}
-	rules := make([]renderer.Rule, 0, n+1)
+	base := p.own
 	if p.ownIx.open {
-		rules = append(rules, renderer.PermitAll)
-	} else {
-		for _, r := range p.own {
-			if r.SrcNetwork.IsValid() && r.SrcNetwork.IsSingleIP() {
-				if _, replaced := p.blocks[r.SrcNetwork.Addr()]; replaced {
-					continue
-				}
+		base = []renderer.Rule{renderer.PermitAll}
+	}
+	rules := make([]renderer.Rule, 0, len(base)+p.blocks.size)
+	// Both lists are sorted, and all insertions for one address have that
+	// address as source, which is the first key of Rule.Compare: merge them
+	// by source, leaving out the own rules whose source was combined.
+	entries := p.blocks.entries
+	j := 0
+	for _, r := range base {
+		for ; j < len(entries); j++ {
+			if renderer.CompareNetworks(renderer.HostNetwork(entries[j].addr), r.SrcNetwork) > 0 {
+				break
 			}
-			rules = append(rules, r)
+			rules = append(rules, entries[j].rules...)
 		}
+		if j > 0 && renderer.HostNetwork(entries[j-1].addr) == r.SrcNetwork {
+			continue // replaced by the insertions for that address
+		}
+		rules = append(rules, r)
 	}
-	for _, b := range p.blocks {
-		rules = append(rules, b...)
+	for ; j < len(entries); j++ {
+		rules = append(rules, entries[j].rules...)
 	}
-	sortRules(rules)
 	return c.output(rules)
+}
+
+// patchTable is localTable for a pod whose own rules did not change and
+// whose insertions changed only for the addresses in p.patches: in the
+// sorted table, the rules for one peer address are contiguous, so each is
+// swapped for the pod's new insertions for it, or for its own rules on that
+// peer if it has none any more.
+func (c *Cache) patchTable(p *podState) []renderer.Rule {
+	content := p.content
+	peer := srcOf // the peer network in the output orientation
+	if c.side == SideIngress {
+		peer = dstOf
+	}
+	for _, x := range p.patches {
+		host := renderer.HostNetwork(x)
+		lo, hi := peerRange(content, host, peer)
+		repl := p.blocks.get(x)
+		if repl == nil {
+			olo, ohi := peerRange(p.own, host, srcOf)
+			repl = p.own[olo:ohi]
+		}
+		repl = c.orient(repl)
+		out := make([]renderer.Rule, 0, len(content)-(hi-lo)+len(repl))
+		out = append(out, content[:lo]...)
+		out = append(out, repl...)
+		content = append(out, content[hi:]...)
+	}
+	return content
+}
+
+// peerRange returns the range of sorted rules whose peer network is host.
+func peerRange(rules []renderer.Rule, host netip.Prefix, peer func(*renderer.Rule) netip.Prefix) (int, int) {
+	lo, _ := slices.BinarySearchFunc(rules, host, func(r renderer.Rule, h netip.Prefix) int {
+		return renderer.CompareNetworks(peer(&r), h)
+	})
+	hi := lo
+	for hi < len(rules) && peer(&rules[hi]) == host {
+		hi++
+	}
+	return lo, hi
 }
 
 // setGlobalBlocks records the part of BuildGlobalTable that comes from pod p:
@@ -589,13 +810,25 @@ func (c *Cache) assignTables(retable, removed []*podState, ch *Changes) {
 	slices.SortFunc(ch.Assignments, func(a, b Assignment) int { return a.Pod.Compare(b.Pod) })
 }
 
+// hash fingerprints a table for finding equal ones: its length and up to 32
+// rules spread over it. Equality is then checked rule by rule, so a
+// fingerprint only has to tell most different tables apart, and sampling
+// keeps it cheap for tables of thousands of rules.
 func (c *Cache) hash(rules []renderer.Rule) uint64 {
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	for i := range rules {
-		maphash.WriteComparable(&h, rules[i])
+	h := uint64(14695981039346656037) ^ uint64(len(rules))
+	step := max(1, len(rules)/32)
+	for i := 0; i < len(rules); i += step {
+		r := &rules[i]
+		for _, n := range [2]netip.Prefix{r.SrcNetwork, r.DstNetwork} {
+			a := n.Addr().As16()
+			h = (h ^ binary.LittleEndian.Uint64(a[:8])) * 1099511628211
+			h = (h ^ binary.LittleEndian.Uint64(a[8:]) ^ uint64(n.Bits()+2)<<56) * 1099511628211
+		}
+		h = (h ^ (uint64(r.Action) | uint64(r.Protocol)<<8 | uint64(r.SrcPort.First)<<16 |
+			uint64(r.SrcPort.Last)<<32 | uint64(r.DstPort.First)<<48)) * 1099511628211
+		h = (h ^ uint64(r.DstPort.Last)) * 1099511628211
 	}
-	return h.Sum64()
+	return h
 }
 
 func (c *Cache) find(h uint64, rules []renderer.Rule) *table {

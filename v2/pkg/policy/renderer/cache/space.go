@@ -2,6 +2,7 @@ package cache
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -17,6 +18,26 @@ type space struct {
 	// ports holds, per protocol (index protocol-1: TCP, UDP, SCTP), sorted,
 	// disjoint and non-adjacent ranges.
 	ports [3][]renderer.PortRange
+}
+
+func (s *space) equal(o *space) bool {
+	if s.all || o.all {
+		return s.all == o.all
+	}
+	for i := range s.ports {
+		if !slices.Equal(s.ports[i], o.ports[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// rules is the number of rules appendRules makes.
+func (s *space) rules() int {
+	if s.all {
+		return 1
+	}
+	return len(s.ports[0]) + len(s.ports[1]) + len(s.ports[2])
 }
 
 func (s *space) empty() bool {
@@ -88,13 +109,14 @@ func rangesCover(outer, inner []renderer.PortRange) bool {
 	return true
 }
 
-// intersect returns the connections in both s and o.
+// intersect returns the connections in both s and o. The result may share
+// storage with them: read it, do not change it.
 func (s *space) intersect(o *space) space {
 	if s.all {
-		return o.clone()
+		return *o
 	}
 	if o.all {
-		return s.clone()
+		return *s
 	}
 	var out space
 	for i := range s.ports {
@@ -139,6 +161,7 @@ func (s *space) appendRules(rules []renderer.Rule, src netip.Prefix) []renderer.
 		return append(rules, r)
 	}
 	start := len(rules)
+	rules = slices.Grow(rules, len(s.ports[0])+len(s.ports[1])+len(s.ports[2])+1)
 	for i, rs := range s.ports {
 		for _, p := range rs {
 			rules = append(rules, renderer.Rule{
@@ -150,6 +173,6 @@ func (s *space) appendRules(rules []renderer.Rule, src netip.Prefix) []renderer.
 			})
 		}
 	}
-	sortRules(rules[start:])
+	renderer.SortRules(rules[start:])
 	return rules
 }

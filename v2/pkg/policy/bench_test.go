@@ -1,0 +1,220 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
+	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
+	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+
+	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
+	rcache "github.com/vcoil/vcoil/v2/pkg/policy/renderer/cache"
+
+	"github.com/go-logr/logr"
+)
+
+// benchCluster builds the benchmark's cluster: 1,000 pods in 20 namespaces
+// of 50 pods, every pod on this node (the worst case for CombineRules, which
+// pairs every two local pods), and 500 policies, 25 per namespace:
+//
+//   - 10 select one app (5 pods) and admit another app of the namespace on
+//     TCP 8080 and the named port "http";
+//   - 5 select a tier (about 17 pods) and admit that tier's clients from the
+//     namespaces of a team on TCP 443;
+//   - 5 select one app for egress too: to another app on TCP 5432, to
+//     10.96.0.0/12 except 10.100.0.0/16 on TCP 443, to kube-dns on UDP 53;
+//   - 5 select one app and admit 172.16.0.0/16 except 172.16.1.0/24 on
+//     TCP 8000-8100.
+func benchCluster() *oracle.Cluster {
+	c := &oracle.Cluster{
+		Node:          "node-a",
+		NodeAddresses: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
+		NATLoopback:   []netip.Addr{netip.MustParseAddr("10.1.255.254")},
+	}
+	tiers := []string{"frontend", "backend", "db"}
+	for n := range 20 {
+		ns := fmt.Sprintf("ns%02d", n)
+		c.Namespaces = append(c.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+			"kubernetes.io/metadata.name": ns, "team": fmt.Sprintf("t%d", n%5), "env": []string{"prod", "dev"}[n%2],
+		}}})
+		for i := range 50 {
+			k := n*50 + i
+			c.Pods = append(c.Pods, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("pod%02d", i), Labels: map[string]string{
+					"app": fmt.Sprintf("app%d", i%10), "tier": tiers[i%3],
+				}},
+				Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{
+					{Name: "http", ContainerPort: 8000 + int32(i%10), Protocol: corev1.ProtocolTCP},
+					{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP},
+				}}}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: fmt.Sprintf("10.1.%d.%d", k/250, k%250+1)}}},
+			})
+		}
+		tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+		port := func(p int32) *intstr.IntOrString { v := intstr.FromInt32(p); return &v }
+		named := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
+		app := func(i int) *metav1.LabelSelector {
+			return &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app%d", i%10)}}
+		}
+		add := func(name string, spec networkingv1.NetworkPolicySpec) {
+			c.Policies = append(c.Policies, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+		}
+		for i := range 10 {
+			add(fmt.Sprintf("app%d", i), networkingv1.NetworkPolicySpec{
+				PodSelector: *app(i),
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From:  []networkingv1.NetworkPolicyPeer{{PodSelector: app(i + 1)}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(8080)}, {Protocol: &tcp, Port: named("http")}},
+				}},
+			})
+		}
+		for i := range 5 {
+			add(fmt.Sprintf("tier%d", i), networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"tier": tiers[i%3]}},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", (n+i)%5)}},
+						PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"tier": tiers[(i+2)%3]}},
+					}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(443)}},
+				}},
+			})
+		}
+		for i := range 5 {
+			add(fmt.Sprintf("egress%d", i), networkingv1.NetworkPolicySpec{
+				PodSelector: *app(i * 2),
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+				Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: app(i*2 + 3)}}}},
+				Egress: []networkingv1.NetworkPolicyEgressRule{
+					{To: []networkingv1.NetworkPolicyPeer{{PodSelector: app(i*2 + 5)}}, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(5432)}}},
+					{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.96.0.0/12", Except: []string{"10.100.0.0/16"}}}}, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(443)}}},
+					{To: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "ns00"}},
+						PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app0"}},
+					}}, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: port(53)}}},
+				},
+			})
+		}
+		for i := range 5 {
+			end := int32(8100)
+			add(fmt.Sprintf("external%d", i), networkingv1.NetworkPolicySpec{
+				PodSelector: *app(i*2 + 1),
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "172.16.0.0/16", Except: []string{"172.16.1.0/24"}}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(8000), EndPort: &end}},
+				}},
+			})
+		}
+	}
+	return c
+}
+
+// benchPipeline is the stack of one node with one renderer cache (the
+// egress side, as the VPP ACL renderer will use).
+func benchPipeline(b *testing.B, c *oracle.Cluster) (*pcache.Cache, *cacheOnly) {
+	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &cacheOnly{cache: rcache.New(rcache.SideEgress)}
+	conf.Register("acl", r)
+	pc := pcache.New()
+	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))
+	if err := pc.Replace(context.Background(), c.Pods, c.Namespaces, c.Policies); err != nil {
+		b.Fatal(err)
+	}
+	return pc, r
+}
+
+// cacheOnly is a renderer that only keeps the renderer cache up to date.
+type cacheOnly struct {
+	cache *rcache.Cache
+	last  rcache.Changes
+	pods  int
+}
+
+func (r *cacheOnly) Render(_ context.Context, txn renderer.Txn) error {
+	ch, err := r.cache.Apply(txn)
+	r.last, r.pods = ch, len(txn.Pods)
+	return err
+}
+
+// BenchmarkFullRender1000Pods500Policies measures a resync from nothing:
+// cache, processor, configurator and renderer cache for the whole cluster.
+// Target: under 1 s.
+func BenchmarkFullRender1000Pods500Policies(b *testing.B) {
+	c := benchCluster()
+	b.ReportAllocs()
+	var r *cacheOnly
+	for b.Loop() {
+		_, r = benchPipeline(b, c)
+	}
+	reportTables(b, r)
+}
+
+// BenchmarkIncrementalPodLabelChange measures one pod's labels changing
+// back and forth (app0 <-> app5: the policies selecting it and referencing
+// it change). Target: under 10 ms.
+func BenchmarkIncrementalPodLabelChange(b *testing.B) {
+	c := benchCluster()
+	pc, r := benchPipeline(b, c)
+	orig := c.Pods[120]
+	other := orig.DeepCopy()
+	other.Labels = map[string]string{"app": "app5", "tier": "db"}
+	versions := []*corev1.Pod{other, orig}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := pc.SetPod(ctx, versions[i%2]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(r.pods), "pods/txn")
+	reportTables(b, r)
+}
+
+// BenchmarkIncrementalPolicyChange measures one policy changing back and
+// forth (its port, and which app it admits). Target: under 10 ms.
+func BenchmarkIncrementalPolicyChange(b *testing.B) {
+	c := benchCluster()
+	pc, r := benchPipeline(b, c)
+	orig := c.Policies[3]
+	other := orig.DeepCopy()
+	other.Spec.Ingress[0].From[0].PodSelector.MatchLabels["app"] = "app7"
+	p := intstr.FromInt32(8443)
+	other.Spec.Ingress[0].Ports[0].Port = &p
+	versions := []*networkingv1.NetworkPolicy{other, orig}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := pc.SetPolicy(ctx, versions[i%2]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(r.pods), "pods/txn")
+	reportTables(b, r)
+}
+
+func reportTables(b *testing.B, r *cacheOnly) {
+	b.Helper()
+	n := 0
+	for _, t := range r.cache.LocalTables() {
+		n += len(t.Rules)
+	}
+	b.ReportMetric(float64(len(r.cache.LocalTables())), "tables")
+	b.ReportMetric(float64(n), "table-rules")
+	b.ReportMetric(float64(len(r.cache.GlobalTable().Rules)), "global-rules")
+}
