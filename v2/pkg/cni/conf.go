@@ -137,6 +137,9 @@ func ParseConf(data []byte) (*Conf, error) {
 	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "prevResult: not a result of cniVersion "+conf.CNIVersion, err.Error())
 	}
+	if err := checkResult(conf.PrevResult); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+	}
 
 	// A list that is present but null or empty means "no attachment is
 	// valid any more"; only an absent list means the runtime said nothing.

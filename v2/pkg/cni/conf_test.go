@@ -186,6 +186,10 @@ func TestParseConfErrors(t *testing.T) {
 		{"an mtu below 68 is an invalid configuration", `{"cniVersion":"1.1.0","name":"n","type":"vcoil","mtu":67}`, types.ErrInvalidNetworkConfig, "mtu"},
 		{"an mtu above 65535 is an invalid configuration", `{"cniVersion":"1.1.0","name":"n","type":"vcoil","mtu":65536}`, types.ErrInvalidNetworkConfig, "mtu"},
 		{"a prevResult that is not a result names prevResult", `{"cniVersion":"1.1.0","name":"n","type":"vcoil","prevResult":{"ips":[{"address":"bad"}]}}`, types.ErrDecodingFailure, "prevResult"},
+		{"a prevResult with a null IP names prevResult", `{"cniVersion":"0.4.0","name":"n","type":"vcoil","prevResult":{"ips":[null]}}`, types.ErrDecodingFailure, "prevResult: ips[0] is null"},
+		{"a prevResult with an IP without address names prevResult", `{"cniVersion":"0.4.0","name":"n","type":"vcoil","prevResult":{"ips":[{}]}}`, types.ErrDecodingFailure, "prevResult: ips[0].address is missing"},
+		{"a prevResult with a route without dst names prevResult", `{"cniVersion":"1.1.0","name":"n","type":"vcoil","prevResult":{"cniVersion":"1.1.0","routes":[{"gw":"10.0.0.1"}]}}`, types.ErrDecodingFailure, "prevResult: routes[0].dst is missing"},
+		{"a prevResult with an IP on a missing interface names prevResult", `{"cniVersion":"1.0.0","name":"n","type":"vcoil","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.1/32","interface":1}]}}`, types.ErrDecodingFailure, "prevResult: ips[0].interface 1"},
 		{"a prevResult that is not an object names prevResult", `{"cniVersion":"1.1.0","name":"n","type":"vcoil","prevResult":[]}`, types.ErrDecodingFailure, "prevResult"},
 	}
 	for _, tt := range tests {

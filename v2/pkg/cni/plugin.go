@@ -265,28 +265,3 @@ func (p *Plugin) printResult(raw []byte, cniVersion string) error {
 	}
 	return nil
 }
-
-// checkResult refuses what the spec does not allow in a result and the
-// version conversions cannot handle: null entries, and IPs that point at
-// an interface the result does not list.
-func checkResult(r *types100.Result) error {
-	for i, intf := range r.Interfaces {
-		if intf == nil {
-			return fmt.Errorf("interfaces[%d] is null", i)
-		}
-	}
-	for i, ip := range r.IPs {
-		if ip == nil {
-			return fmt.Errorf("ips[%d] is null", i)
-		}
-		if ip.Interface != nil && (*ip.Interface < 0 || *ip.Interface >= len(r.Interfaces)) {
-			return fmt.Errorf("ips[%d].interface %d: no such interface", i, *ip.Interface)
-		}
-	}
-	for i, rt := range r.Routes {
-		if rt == nil {
-			return fmt.Errorf("routes[%d] is null", i)
-		}
-	}
-	return nil
-}

@@ -170,6 +170,8 @@ func TestAddRefusesAnInvalidResultFromVcoild(t *testing.T) {
 		{"a null IP entry is refused", `{"cniVersion":"1.1.0","ips":[null]}`},
 		{"a null interface entry is refused", `{"cniVersion":"1.1.0","interfaces":[null]}`},
 		{"a null route is refused", `{"cniVersion":"1.1.0","routes":[null]}`},
+		{"an IP without an address is refused", `{"cniVersion":"1.1.0","ips":[{"gateway":"10.0.0.1"}]}`},
+		{"a route without a destination is refused", `{"cniVersion":"1.1.0","routes":[{"gw":"10.0.0.1"}]}`},
 		{"an IP on a missing interface is refused", `{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.1/32","interface":3}]}`},
 	}
 	for _, tt := range tests {
