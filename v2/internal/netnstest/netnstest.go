@@ -251,6 +251,9 @@ func (n *NS) Remove() {
 	}
 }
 
+// Removed reports whether Remove was called.
+func (n *NS) Removed() bool { return n.removed }
+
 // Do runs f on a thread inside the namespace (pkg/ns locks and restores the
 // thread). Sockets created by f stay in the namespace after Do returns.
 func (n *NS) Do(f func() error) error {

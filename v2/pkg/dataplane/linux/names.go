@@ -1,0 +1,70 @@
+package linux
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+// aliasTag starts the alias (IFLA_IFALIAS) of every node-side veth:
+// "vcoil <containerID> <ifname>". The alias is how ListPods recognises
+// vcoil's veths and recovers their keys after vcoild restarts; the name alone
+// is a hash and cannot be reversed.
+const aliasTag = "vcoil"
+
+// maxAlias is the kernel's limit on an alias (IFALIASZ - 1).
+const maxAlias = 255
+
+// HostIfName is the name of the node-side veth of a pod interface: "vcoil"
+// and 10 hex digits of a SHA-256 of the container ID and the interface name,
+// 15 characters, the kernel's limit. It depends on nothing else, so a pod can
+// be torn down from its key alone, with its namespace and addresses gone.
+func HostIfName(key dataplane.PodKey) string {
+	sum := sha256.Sum256([]byte(key.ContainerID + "/" + key.IfName))
+	return HostIfPrefix + hex.EncodeToString(sum[:5])
+}
+
+func hostAlias(key dataplane.PodKey) string {
+	return aliasTag + " " + key.ContainerID + " " + key.IfName
+}
+
+// parseHostAlias returns the key recorded in a node-side veth's alias, and
+// false for an alias that is not vcoil's.
+func parseHostAlias(alias string) (dataplane.PodKey, bool) {
+	f := strings.Split(alias, " ")
+	if len(f) != 3 || f[0] != aliasTag {
+		return dataplane.PodKey{}, false
+	}
+	key := dataplane.PodKey{ContainerID: f[1], IfName: f[2]}
+	if validateKey(key) != nil {
+		return dataplane.PodKey{}, false
+	}
+	return key, true
+}
+
+// validateKey keeps the alias parseable and the interface name acceptable to
+// the kernel. Container IDs follow the CNI specification: letters, digits,
+// '_', '.' and '-'.
+func validateKey(key dataplane.PodKey) error {
+	if key.ContainerID == "" {
+		return fmt.Errorf("container ID is empty")
+	}
+	for _, r := range key.ContainerID {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return fmt.Errorf("container ID %q: character %q is not a letter, digit, '_', '.' or '-'", key.ContainerID, r)
+		}
+	}
+	if key.IfName == "" || len(key.IfName) > 15 || key.IfName == "." || key.IfName == ".." {
+		return fmt.Errorf("interface name %q: want 1 to 15 characters, not . or ..", key.IfName)
+	}
+	if strings.ContainsAny(key.IfName, "/: \t\n\r\v\f") {
+		return fmt.Errorf("interface name %q: '/', ':' and white space are not allowed", key.IfName)
+	}
+	if n := len(hostAlias(key)); n > maxAlias {
+		return fmt.Errorf("container ID %q: too long to record (alias of %d bytes, limit %d)", key.ContainerID, n, maxAlias)
+	}
+	return nil
+}
