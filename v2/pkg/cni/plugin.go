@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -245,6 +246,11 @@ func rpcArgs(args *skel.CmdArgs, strictArgs bool) (*cnirpc.CNIArgs, error) {
 // library's conversions assume well-formed results and would panic on,
 // for example, a null entry in "ips".
 func (p *Plugin) printResult(raw []byte, cniVersion string) error {
+	if !slices.Contains(PluginInfo().SupportedVersions(), cniVersion) {
+		// ParseConf has refused such a configuration already; the library
+		// would take "" for 0.1.0 and print a result of that version.
+		return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("cniVersion %q: not supported", cniVersion), "")
+	}
 	res, err := types100.NewResult(raw)
 	if err != nil {
 		return types.NewError(uint(cnirpc.ErrorCode_INTERNAL), "vcoild returned an invalid result", err.Error())

@@ -370,6 +370,8 @@ func TestAVerbRefusesAnInvalidConfigurationBeforeCallingVcoild(t *testing.T) {
 // FuzzPrintResult feeds arbitrary bytes as vcoild's result: the binary
 // must print a result of the requested version or refuse, never panic.
 func FuzzPrintResult(f *testing.F) {
+	f.Add([]byte(addResult), "")
+	f.Add([]byte(addResult), "0.2.0")
 	for _, seed := range []string{addResult, `{"cniVersion":"1.1.0","ips":[null]}`, `{"cniVersion":"1.0.0","dns":{"nameservers":["10.0.0.10"]}}`, `null`, ``} {
 		for _, v := range []string{"0.4.0", "1.0.0", "1.1.0"} {
 			f.Add([]byte(seed), v)
