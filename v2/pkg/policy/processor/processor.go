@@ -126,6 +126,13 @@ func (p *Processor) PodChanged(ctx context.Context, before, after *corev1.Pod) e
 		a = p.info(after)
 	} else if b != nil {
 		delete(p.infos, b.id)
+		// Forget the per-pod models of the pod (only policies of its own
+		// namespace select it).
+		for id := range p.byNamespace[b.id.Namespace] {
+			if cp := p.compiled[id]; cp != nil {
+				delete(cp.models, b.id)
+			}
+		}
 	}
 	if sameForPolicies(b, a) {
 		return nil
