@@ -95,8 +95,8 @@ func policy(ns, name string, spec networkingv1.NetworkPolicySpec) *networkingv1.
 }
 
 func protocol(p corev1.Protocol) *corev1.Protocol { return &p }
-func port(n int32) *intstr.IntOrString          { v := intstr.FromInt32(n); return &v }
-func namedPortRef(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
+func port(n int32) *intstr.IntOrString            { v := intstr.FromInt32(n); return &v }
+func namedPortRef(s string) *intstr.IntOrString   { v := intstr.FromString(s); return &v }
 
 var (
 	ingressOnly = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
