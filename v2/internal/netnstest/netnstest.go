@@ -67,7 +67,7 @@ type NS struct {
 	handle  *netlink.Handle
 }
 
-// New creates a named namespace, visible to `ip netns` as
+// New creates a named namespace with lo up, visible to `ip netns` as
 // vcoiltest-<pid>-<label>-<random> while the test runs, which helps when
 // debugging a failing test. Label should say what the namespace plays
 // ("node", "pod-a", "router").
@@ -93,10 +93,11 @@ func New(t testing.TB, label string) *NS {
 	}
 	n.netNS = netNS
 	n.mustNotBeOwn()
+	n.loopbackUp()
 	return n
 }
 
-// NewAnonymous creates a namespace that has no name: it exists while the
+// NewAnonymous creates a namespace with lo up that has no name: it exists while the
 // test holds it. Its Path is /proc/<pid>/fd/<fd>, valid in this process only.
 func NewAnonymous(t testing.TB, label string) *NS {
 	t.Helper()
@@ -114,7 +115,25 @@ func NewAnonymous(t testing.TB, label string) *NS {
 	}
 	n.netNS = netNS
 	n.mustNotBeOwn()
+	n.loopbackUp()
 	return n
+}
+
+// loopbackUp sets lo up, as container runtimes do for pods and as every
+// real host has it. Go's one-time probe of IPv4-mapped IPv6 support binds
+// to ::ffff:127.0.0.1 in whatever namespace it first runs in, and without
+// lo it would decide that wildcard listeners cannot be dual-stack for the
+// rest of the test process.
+func (n *NS) loopbackUp() {
+	n.t.Helper()
+	h := n.Netlink()
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		n.t.Fatalf("netnstest: set lo up in %s: %v", n, err)
+	}
 }
 
 // createNamed creates a namespace on a locked thread, bind-mounts it under

@@ -27,6 +27,9 @@ func TestNamedNamespaceIsVisibleWhileTheTestRunsAndGoneAfterwards(t *testing.T) 
 		if !strings.Contains(out, "lo:") || strings.Count(out, "\n") != 1 {
 			t.Fatalf("a new namespace holds only lo, got:\n%s", out)
 		}
+		if !strings.Contains(out, "UP") {
+			t.Fatalf("lo is down in a new namespace:\n%s", out)
+		}
 	})
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("namespace file %s after the test: %v, want it gone", path, err)
