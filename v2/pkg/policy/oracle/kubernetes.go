@@ -272,9 +272,16 @@ func (k *Kubernetes) portsMatch(ports []networkingv1.NetworkPolicyPort, c Connec
 }
 
 // namedPort returns the number of the container port with that name and
-// protocol, or -1.
+// protocol, or -1. Init containers count when they run beside the others
+// (sidecars: restartPolicy Always).
 func namedPort(p *corev1.Pod, name string, proto Protocol) int32 {
-	for _, c := range p.Spec.Containers {
+	containers := slices.Clone(p.Spec.Containers)
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			containers = append(containers, c)
+		}
+	}
+	for _, c := range containers {
 		for _, cp := range c.Ports {
 			cpProto := TCP
 			if cp.Protocol != "" {
