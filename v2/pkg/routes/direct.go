@@ -104,9 +104,9 @@ func (d *DirectRouter) Remove(ctx context.Context) error {
 			continue
 		}
 		if err := n.nl.RuleDel(d.rule(family)); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("direct routes: delete rule from all lookup %d priority %d: %w", d.table.id, d.priority, err)
+			return fmt.Errorf("direct routes: delete %s rule from all lookup %d priority %d: %w", familyName(family), d.table.id, d.priority, err)
 		}
-		d.table.log.Info("removed direct table rule", "family", family, "table", d.table.id, "priority", d.priority)
+		d.table.log.Info("removed direct table rule", "family", familyName(family), "table", d.table.id, "priority", d.priority)
 	}
 	return nil
 }
@@ -129,9 +129,9 @@ func (d *DirectRouter) ensureRules(ctx context.Context) error {
 			continue
 		}
 		if err := n.nl.RuleAdd(d.rule(family)); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("direct routes: add rule from all lookup %d priority %d: %w", d.table.id, d.priority, err)
+			return fmt.Errorf("direct routes: add %s rule from all lookup %d priority %d: %w", familyName(family), d.table.id, d.priority, err)
 		}
-		d.table.log.Info("added direct table rule", "family", family, "table", d.table.id, "priority", d.priority)
+		d.table.log.Info("added direct table rule", "family", familyName(family), "table", d.table.id, "priority", d.priority)
 	}
 	return nil
 }
@@ -162,4 +162,11 @@ func (d *DirectRouter) hasRule(n *namespace, family int) (bool, error) {
 		}
 		return false, nil
 	}
+}
+
+func familyName(family int) string {
+	if family == netlink.FAMILY_V6 {
+		return "IPv6"
+	}
+	return "IPv4"
 }

@@ -55,8 +55,9 @@ type Config struct {
 	PodRulePriority int
 	// MTU of both ends of every pod veth. 0 means the MTU of the node's
 	// uplink, the link of the main table's default route (IPv4, else IPv6)
-	// in the node namespace, detected once by Init (or the first SetupPod),
-	// and DefaultMTU without such a route. IPv6 needs at least 1280.
+	// in the node namespace, detected once by Init (or the first SetupPod)
+	// and kept; DefaultMTU while there is no such route. IPv6 needs at least
+	// 1280.
 	MTU int
 }
 

@@ -38,8 +38,8 @@ type linuxDataplane struct {
 	log logr.Logger
 
 	mu sync.Mutex
-	// detectedMTU and mtuFrom are set by the first successful detection
-	// (Init, or the first pod); 0 until then.
+	// detectedMTU and mtuFrom are set by the first detection that finds a
+	// default route (Init, or a pod); 0 until then.
 	detectedMTU int
 	mtuFrom     string
 }
@@ -195,6 +195,8 @@ func (d *linuxDataplane) hasPodRule(node *namespace, family int) (bool, error) {
 // uplink's MTU is detected once per Dataplane: reading the main table may be
 // expensive where a routing daemon keeps a full table there, and pods of one
 // node should not get different MTUs because the uplink changed meanwhile.
+// A node without a default route yet (its network still coming up) gets
+// DefaultMTU and is asked again next time.
 func (d *linuxDataplane) mtu(node *namespace) (int, string, error) {
 	if d.cfg.MTU != 0 {
 		return d.cfg.MTU, "config", nil
@@ -209,10 +211,9 @@ func (d *linuxDataplane) mtu(node *namespace) (int, string, error) {
 		return 0, "", err
 	}
 	if mtu == 0 {
-		d.detectedMTU, d.mtuFrom = DefaultMTU, "default (no default route)"
-	} else {
-		d.detectedMTU, d.mtuFrom = mtu, "uplink "+uplink
+		return DefaultMTU, "default (no default route)", nil
 	}
+	d.detectedMTU, d.mtuFrom = mtu, "uplink "+uplink
 	return d.detectedMTU, d.mtuFrom, nil
 }
 

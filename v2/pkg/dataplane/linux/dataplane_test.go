@@ -276,6 +276,28 @@ func TestMTU(t *testing.T) {
 	}
 }
 
+func TestMTUIsDetectedOnceTheNodeHasADefaultRouteAndThenKept(t *testing.T) {
+	t.Parallel()
+	l := newLab(t, labOptions{uplinkMTU: 1400, noDefaultRoute: true})
+	mtuOf := func(n *netnstest.NS) int {
+		var link []struct {
+			MTU int `json:"mtu"`
+		}
+		if err := json.Unmarshal([]byte(n.IP("-j", "link", "show", "eth0")), &link); err != nil || len(link) != 1 {
+			t.Fatalf("eth0 of %s: %v", n, err)
+		}
+		return link[0].MTU
+	}
+	_, early := l.addPod("early", "198.19.0.5", "")
+	l.node.IP("route", "add", "default", "via", routerIPv4)
+	_, later := l.addPod("later", "198.19.0.6", "")
+	l.node.IP("link", "set", "uplink", "mtu", "1300")
+	_, last := l.addPod("last", "198.19.0.7", "")
+	if got := []int{mtuOf(early), mtuOf(later), mtuOf(last)}; !slices.Equal(got, []int{1500, 1400, 1400}) {
+		t.Errorf("pod MTUs = %v, want 1500 before the default route, then the uplink's 1400 detected once", got)
+	}
+}
+
 func TestSetupPodTwiceKeepsTheWiring(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, labOptions{})
