@@ -492,14 +492,14 @@ func TestListPodsAfterARestartFindsEveryPod(t *testing.T) {
 func TestFailedSetupPodLeavesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		prepare func(t *testing.T, podNS *netnstest.NS) dataplane.Pod
+		prepare func(l *lab, podNS *netnstest.NS) dataplane.Pod
 		want    string
 		// foreign is a link of the pod namespace that must survive.
 		foreign string
 	}{
 		{
 			name: "when the pod namespace refuses IPv6 after the veth exists",
-			prepare: func(t *testing.T, podNS *netnstest.NS) dataplane.Pod {
+			prepare: func(l *lab, podNS *netnstest.NS) dataplane.Pod {
 				podNS.Sysctl("net.ipv6.conf.all.disable_ipv6", "1")
 				podNS.Sysctl("net.ipv6.conf.default.disable_ipv6", "1")
 				return podFor(podNS, "c1", "198.19.0.5", "2001:db8:19::5")
@@ -508,7 +508,7 @@ func TestFailedSetupPodLeavesNothing(t *testing.T) {
 		},
 		{
 			name: "when the pod namespace already has the interface",
-			prepare: func(t *testing.T, podNS *netnstest.NS) dataplane.Pod {
+			prepare: func(l *lab, podNS *netnstest.NS) dataplane.Pod {
 				podNS.IP("link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer")
 				return podFor(podNS, "c1", "198.19.0.5", "2001:db8:19::5")
 			},
@@ -517,19 +517,28 @@ func TestFailedSetupPodLeavesNothing(t *testing.T) {
 		},
 		{
 			name: "when the pod namespace does not exist",
-			prepare: func(t *testing.T, podNS *netnstest.NS) dataplane.Pod {
+			prepare: func(l *lab, podNS *netnstest.NS) dataplane.Pod {
 				pod := podFor(podNS, "c1", "198.19.0.5", "")
 				pod.Netns = "/run/netns/vcoiltest-does-not-exist"
 				return pod
 			},
 			want: "open pod network namespace /run/netns/vcoiltest-does-not-exist",
 		},
+		{
+			name: "when the pod namespace is the node's",
+			prepare: func(l *lab, podNS *netnstest.NS) dataplane.Pod {
+				pod := podFor(podNS, "c1", "198.19.0.5", "")
+				pod.Netns = l.node.Path()
+				return pod
+			},
+			want: "is the node's",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			l := newLab(t, labOptions{})
 			podNS := netnstest.New(t, "pod")
-			pod := tc.prepare(t, podNS)
+			pod := tc.prepare(l, podNS)
 			_, err := l.dp.SetupPod(t.Context(), pod)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "c1/eth0") {
 				t.Fatalf("SetupPod = %v, want an error naming the pod and containing %q", err, tc.want)

@@ -23,8 +23,9 @@ type namespace struct {
 	nl   *netlink.Handle
 }
 
-// openNamespace opens the namespace at path. A missing path is reported as
-// pkg/ns's NSPathNotExistErr, which TeardownPod tolerates.
+// openNamespace opens the namespace at path; a missing path is pkg/ns's
+// NSPathNotExistErr. TeardownPod never opens the pod's namespace, so that
+// it works without one.
 func openNamespace(path string) (*namespace, error) {
 	n, err := ns.GetNS(path)
 	if err != nil {

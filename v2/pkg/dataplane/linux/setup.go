@@ -65,6 +65,10 @@ func (d *linuxDataplane) open(pod dataplane.Pod) (*wiring, func(), error) {
 		podNS.Close()
 		node.Close()
 	}
+	if err := notSameNamespace(node, podNS); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
 	mtu, _, err := d.mtu(node)
 	if err != nil {
 		closeAll()
@@ -105,15 +109,12 @@ func (w *wiring) setup() (dataplane.Interfaces, error) {
 		return dataplane.Interfaces{}, fmt.Errorf("pod network namespace %s already has an interface %s (type %s) that vcoil did not create", w.pod.Netns, w.pod.IfName, other.Type())
 	}
 
-	if err := w.create(); err != nil {
+	ifs, err := w.create()
+	if err != nil {
 		if undoErr := w.node.deleteLink(w.host); undoErr != nil {
 			w.log.Error(undoErr, "removing the half-made veth failed")
 			return dataplane.Interfaces{}, errors.Join(err, fmt.Errorf("remove half-made veth %s: %w", w.host, undoErr))
 		}
-		return dataplane.Interfaces{}, err
-	}
-	ifs, err := w.interfaces()
-	if err != nil {
 		return dataplane.Interfaces{}, err
 	}
 	w.log.Info("pod wired", "ipv4", w.pod.IPv4, "ipv6", w.pod.IPv6, "mtu", w.mtu, "netns", w.pod.Netns)
@@ -123,7 +124,7 @@ func (w *wiring) setup() (dataplane.Interfaces, error) {
 // create builds the wiring from nothing, in an order in which every step
 // finds what it needs: links before addresses, addresses and link up before
 // routes. It stops at the first error; the caller deletes the veth.
-func (w *wiring) create() error {
+func (w *wiring) create() (dataplane.Interfaces, error) {
 	la := netlink.NewLinkAttrs()
 	la.Name = w.host
 	la.MTU = w.mtu
@@ -136,50 +137,50 @@ func (w *wiring) create() error {
 		PeerNamespace: netlink.NsFd(int(w.podNS.ns.Fd())),
 	}
 	if err := w.node.nl.LinkAdd(veth); err != nil {
-		return fmt.Errorf("create veth %s with pod end %s in %s: %w", w.host, w.pod.IfName, w.pod.Netns, err)
+		return dataplane.Interfaces{}, fmt.Errorf("create veth %s with pod end %s in %s: %w", w.host, w.pod.IfName, w.pod.Netns, err)
 	}
 	host, err := w.node.nl.LinkByName(w.host)
 	if err != nil {
-		return fmt.Errorf("look up new veth %s: %w", w.host, err)
+		return dataplane.Interfaces{}, fmt.Errorf("look up new veth %s: %w", w.host, err)
 	}
 	if host.Attrs().Alias != la.Alias {
 		// Kernels that ignore IFLA_IFALIAS on creation (this one does) take
 		// it afterwards; see checkOwner for a crash in between.
 		if err := w.node.nl.LinkSetAlias(host, la.Alias); err != nil {
-			return fmt.Errorf("set alias of veth %s: %w", w.host, err)
+			return dataplane.Interfaces{}, fmt.Errorf("set alias of veth %s: %w", w.host, err)
 		}
 	}
 	podLink, err := w.podNS.nl.LinkByName(w.pod.IfName)
 	if err != nil {
-		return fmt.Errorf("look up new interface %s in %s: %w", w.pod.IfName, w.pod.Netns, err)
+		return dataplane.Interfaces{}, fmt.Errorf("look up new interface %s in %s: %w", w.pod.IfName, w.pod.Netns, err)
 	}
 
 	// Node side: sysctls first, since they decide whether IPv6 addresses
 	// are accepted and how the veth treats what the pod sends.
 	if err := w.node.setSysctls(hostSysctls(w.host, w.pod)...); err != nil {
-		return err
+		return dataplane.Interfaces{}, err
 	}
 	for _, a := range gatewayAddrs(w.pod) {
 		if err := w.node.nl.AddrAdd(host, a); err != nil {
-			return fmt.Errorf("add gateway address %s to %s: %w", a.IPNet, w.host, err)
+			return dataplane.Interfaces{}, fmt.Errorf("add gateway address %s to %s: %w", a.IPNet, w.host, err)
 		}
 	}
 	if err := w.node.nl.LinkSetUp(host); err != nil {
-		return fmt.Errorf("set %s up: %w", w.host, err)
+		return dataplane.Interfaces{}, fmt.Errorf("set %s up: %w", w.host, err)
 	}
 
 	// Pod side.
 	for _, a := range podAddrs(w.pod) {
 		if err := w.podNS.nl.AddrAdd(podLink, a); err != nil {
-			return fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, w.pod.IfName, w.pod.Netns, err)
+			return dataplane.Interfaces{}, fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, w.pod.IfName, w.pod.Netns, err)
 		}
 	}
 	if err := w.podNS.nl.LinkSetUp(podLink); err != nil {
-		return fmt.Errorf("set %s up in %s: %w", w.pod.IfName, w.pod.Netns, err)
+		return dataplane.Interfaces{}, fmt.Errorf("set %s up in %s: %w", w.pod.IfName, w.pod.Netns, err)
 	}
 	for _, r := range podRoutes(w.pod, podLink.Attrs().Index) {
 		if err := w.podNS.nl.RouteAdd(&r); err != nil {
-			return fmt.Errorf("add route %s in %s: %w", routeString(r), w.pod.Netns, err)
+			return dataplane.Interfaces{}, fmt.Errorf("add route %s in %s: %w", routeString(r), w.pod.Netns, err)
 		}
 	}
 
@@ -187,10 +188,10 @@ func (w *wiring) create() error {
 	// so that a route to the same address left by another veth moves here.
 	for _, r := range w.nodeRoutes(host.Attrs().Index) {
 		if err := w.node.nl.RouteReplace(&r); err != nil {
-			return fmt.Errorf("add route %s table %d: %w", routeString(r), w.d.cfg.PodTable, err)
+			return dataplane.Interfaces{}, fmt.Errorf("add route %s table %d: %w", routeString(r), w.d.cfg.PodTable, err)
 		}
 	}
-	return nil
+	return w.interfaces()
 }
 
 // interfaces reads back what the CNI result reports.
@@ -290,6 +291,22 @@ func (w *wiring) nodeRoutes(hostIndex int) []netlink.Route {
 		})
 	}
 	return r
+}
+
+// notSameNamespace refuses a pod namespace that is the node's: wiring it
+// would put the pod's interface and addresses on the node itself.
+func notSameNamespace(node, pod *namespace) error {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(node.ns.Fd()), &a); err != nil {
+		return fmt.Errorf("stat node network namespace %s: %w", node.path, err)
+	}
+	if err := unix.Fstat(int(pod.ns.Fd()), &b); err != nil {
+		return fmt.Errorf("stat pod network namespace %s: %w", pod.path, err)
+	}
+	if a.Dev == b.Dev && a.Ino == b.Ino {
+		return fmt.Errorf("pod network namespace %s is the node's", pod.path)
+	}
+	return nil
 }
 
 // checkOwner refuses to touch a link with a pod's hashed name that records
