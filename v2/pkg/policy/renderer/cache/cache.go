@@ -182,11 +182,9 @@ func (c *Cache) output(rules []renderer.Rule) []renderer.Rule {
 		return rules
 	}
 	out := c.orient(rules)
-	sortRules(out)
+	renderer.SortRules(out)
 	return out
 }
-
-func sortRules(rules []renderer.Rule) { renderer.SortRules(rules) }
 
 // Apply records a transaction from the configurator and returns what changed.
 // A transaction that is not valid is rejected as a whole and changes nothing.
@@ -194,28 +192,43 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 	if err := c.validate(txn); err != nil {
 		return Changes{}, err
 	}
-
-	// Work out which pods really change.
-	type update struct {
-		id       renderer.PodID
-		old, new *podState
+	w := c.swapIn(c.updatesOf(txn))
+	c.combineChanged(w)
+	var ch Changes
+	c.assignTables(c.rebuildTables(), w.removed, &ch)
+	if w.globalDirty {
+		g := c.buildGlobalTable()
+		if !slices.Equal(g, c.global) {
+			c.global = g
+			ch.Global = &renderer.Table{ID: renderer.GlobalTableID, Rules: g}
+		}
 	}
+	return ch, nil
+}
+
+// update is one pod whose input changed: old or new is nil when it appears
+// or disappears.
+type update struct {
+	id       renderer.PodID
+	old, new *podState
+}
+
+// updatesOf works out which pods a transaction really changes, in pod order.
+func (c *Cache) updatesOf(txn renderer.Txn) []update {
 	var updates []update
 	seen := make(map[renderer.PodID]bool, len(txn.Pods))
 	for i := range txn.Pods {
 		pr := &txn.Pods[i]
 		seen[pr.Pod] = true
 		old := c.pods[pr.Pod]
-		if pr.Removed {
+		switch {
+		case pr.Removed:
 			if old != nil {
 				updates = append(updates, update{id: pr.Pod, old: old})
 			}
-			continue
+		case old == nil || !old.sameInput(pr):
+			updates = append(updates, update{id: pr.Pod, old: old, new: c.newPodState(pr)})
 		}
-		if old != nil && old.sameInput(pr) {
-			continue
-		}
-		updates = append(updates, update{id: pr.Pod, old: old, new: c.newPodState(pr)})
 	}
 	if txn.Resync {
 		for id, old := range c.pods {
@@ -225,14 +238,29 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 		}
 	}
 	slices.SortFunc(updates, func(a, b update) int { return a.id.Compare(b.id) })
+	return updates
+}
 
-	// Swap the new states in, noting whose own rules changed (their whole
-	// local table is rebuilt) and which peer addresses changed (every local
-	// table's insertions for them are rebuilt).
-	dirtyPeers := make(map[netip.Addr]struct{})
-	var rebuildAll, partial []*podState
-	var removed []*podState
-	globalDirty := false
+// work is what swapIn leaves for the rest of a transaction.
+type work struct {
+	// rebuildAll are pods whose insertions must all be recomputed (new
+	// pods, new addresses, or own rules changed beyond single peers).
+	rebuildAll []*podState
+	// partial are pods whose own rules changed only for single peer
+	// addresses (podState.dirty).
+	partial []*podState
+	// dirtyPeers are addresses whose pod's rules on traffic from it
+	// changed: every local table's insertions for them are recomputed.
+	dirtyPeers map[netip.Addr]struct{}
+	removed    []*podState
+	// globalDirty is set when the global table may have changed.
+	globalDirty bool
+}
+
+// swapIn replaces the states of updated pods, keeps the indexes up to date,
+// and sorts out how much of each table must be recomputed.
+func (c *Cache) swapIn(updates []update) *work {
+	w := &work{dirtyPeers: make(map[netip.Addr]struct{})}
 	for _, u := range updates {
 		ipsChanged := u.old == nil || u.new == nil || !slices.Equal(u.old.in.IPs, u.new.in.IPs)
 		outChanged := ipsChanged || !slices.Equal(u.old.out, u.new.out)
@@ -248,55 +276,52 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 		switch {
 		case u.new == nil:
 			c.unindexPermits(u.old)
+			w.removed = append(w.removed, u.old)
 		case u.old == nil:
 			c.indexPermits(u.new, nil)
+			w.rebuildAll = append(w.rebuildAll, u.new)
+		default:
+			// The pod keeps its table until assignTables decides.
+			u.new.content, u.new.table = u.old.content, u.old.table
+			var hosts []netip.Addr
+			onlyHosts := false
+			if ownChanged && !ipsChanged {
+				hosts, onlyHosts = changedHosts(u.old.ownIx, u.new.ownIx)
+			}
+			switch {
+			case !ownChanged:
+				// Its insertions stay valid while its own rules and
+				// addresses do.
+				u.new.blocks = u.old.blocks
+			case onlyHosts:
+				// Usually a policy gained or lost a peer: only the
+				// insertions for those peers' addresses can change.
+				u.new.blocks, u.new.dirty = u.old.blocks, hosts
+				if u.new.blocks == nil {
+					u.new.blocks = &insertions{}
+				}
+				w.partial = append(w.partial, u.new)
+				c.indexPermits(u.new, hosts)
+			default:
+				c.unindexPermits(u.old)
+				c.indexPermits(u.new, nil)
+				w.rebuildAll = append(w.rebuildAll, u.new)
+			}
 		}
 		if u.new != nil {
-			if u.old != nil {
-				// The pod keeps its table until assignTables decides; its
-				// insertions stay valid while its own rules and addresses do.
-				u.new.content, u.new.table = u.old.content, u.old.table
-				var hosts []netip.Addr
-				onlyHosts := false
-				if ownChanged && !ipsChanged {
-					hosts, onlyHosts = changedHosts(u.old.ownIx, u.new.ownIx)
-				}
-				switch {
-				case !ownChanged:
-					u.new.blocks = u.old.blocks
-				case onlyHosts:
-					// Usually a policy gained or lost a peer: only the
-					// insertions for those peers' addresses can change.
-					u.new.blocks, u.new.dirty = u.old.blocks, hosts
-					if u.new.blocks == nil {
-						u.new.blocks = &insertions{}
-					}
-					ownChanged = false
-					partial = append(partial, u.new)
-					c.indexPermits(u.new, hosts)
-				default:
-					c.unindexPermits(u.old)
-					c.indexPermits(u.new, nil)
-				}
-			}
 			c.pods[u.id] = u.new
 			for _, a := range u.new.in.IPs {
 				c.byIP[a] = u.new
 			}
-			if ownChanged {
-				rebuildAll = append(rebuildAll, u.new)
-			}
-		} else {
-			removed = append(removed, u.old)
 		}
 		if outChanged {
-			globalDirty = true
+			w.globalDirty = true
 			for _, s := range []*podState{u.old, u.new} {
 				if s == nil {
 					continue
 				}
 				for _, a := range s.in.IPs {
-					dirtyPeers[a] = struct{}{}
+					w.dirtyPeers[a] = struct{}{}
 					delete(c.globalBlocks, a)
 				}
 			}
@@ -305,8 +330,7 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 			}
 		}
 	}
-
-	if globalDirty {
+	if w.globalDirty {
 		c.restricting = c.restricting[:0]
 		for a, p := range c.byIP {
 			if !p.outIx.open {
@@ -315,10 +339,14 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 		}
 		slices.SortFunc(c.restricting, netip.Addr.Compare)
 	}
+	return w
+}
 
-	// CombineRules, incrementally.
-	var retable []*podState
-	for _, p := range rebuildAll {
+// combineChanged runs CombineRules where the transaction may have changed
+// its result: all of a rebuilt pod's peers, a partial pod's changed peers,
+// and every pod that permits something from a dirty peer address.
+func (c *Cache) combineChanged(w *work) {
+	for _, p := range w.rebuildAll {
 		p.blocks = &insertions{}
 		c.combineCandidates(p, func(x netip.Addr) {
 			if b := c.combine(p, x); b != nil {
@@ -341,16 +369,16 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 			p.patches = append(p.patches, x)
 		}
 	}
-	for _, p := range partial {
-		// The own rules changed: the table must be rebuilt even if no
-		// insertion did.
+	for _, p := range w.partial {
+		// The own rules changed: the table is rebuilt even if no
+		// insertion changes.
 		p.needsTable, p.fullTable = true, true
 		for _, x := range p.dirty {
 			recombine(p, x)
 		}
 		p.dirty = nil
 	}
-	for x := range dirtyPeers {
+	for x := range w.dirtyPeers {
 		for id := range c.permitters[x] {
 			if p := c.pods[id]; !p.rebuilt {
 				recombine(p, x)
@@ -362,6 +390,13 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 			}
 		}
 	}
+}
+
+// rebuildTables builds the local table of every pod marked by
+// combineChanged and returns, in pod order, those whose table content
+// changed.
+func (c *Cache) rebuildTables() []*podState {
+	var retable []*podState
 	for _, p := range c.pods {
 		if !p.needsTable {
 			continue
@@ -384,17 +419,7 @@ func (c *Cache) Apply(txn renderer.Txn) (Changes, error) {
 		retable = append(retable, p)
 	}
 	slices.SortFunc(retable, func(a, b *podState) int { return a.in.Pod.Compare(b.in.Pod) })
-
-	var ch Changes
-	c.assignTables(retable, removed, &ch)
-	if globalDirty {
-		g := c.buildGlobalTable()
-		if !slices.Equal(g, c.global) {
-			c.global = g
-			ch.Global = &renderer.Table{ID: renderer.GlobalTableID, Rules: g}
-		}
-	}
-	return ch, nil
+	return retable
 }
 
 func (c *Cache) newPodState(pr *renderer.PodRules) *podState {
