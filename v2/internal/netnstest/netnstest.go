@@ -304,15 +304,20 @@ func (n *NS) Netlink() *netlink.Handle {
 }
 
 // TryExec runs a program inside the namespace (through nsenter, so that
-// only the network namespace changes) and returns its combined output.
+// only the network namespace changes) and returns its standard output. Its
+// standard error goes into the error, or is dropped on success: iproute2,
+// for one, warns there about namespaces that other tests remove meanwhile.
 func (n *NS) TryExec(ctx context.Context, name string, args ...string) (string, error) {
 	if n.removed {
 		return "", fmt.Errorf("namespace %s was removed", n)
 	}
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.path, "--", name}, args...)...)
-	out, err := cmd.CombinedOutput()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), n, err, strings.TrimSpace(string(out)))
+		return string(out), fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), n, err,
+			strings.TrimSpace(string(out)+" "+stderr.String()))
 	}
 	return string(out), nil
 }

@@ -36,7 +36,7 @@ func tableRoutes(t *testing.T, n *netnstest.NS, table string) []string {
 	var lines []string
 	for _, family := range []string{"-4", "-6"} {
 		out, err := n.TryExec(t.Context(), "ip", "-j", family, "route", "show", "table", table)
-		if err != nil && strings.Contains(out, "FIB table does not exist") {
+		if err != nil && strings.Contains(err.Error(), "FIB table does not exist") {
 			continue
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package linux_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -302,7 +303,14 @@ func TestSetupPodTwiceKeepsTheWiring(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, labOptions{})
 	pod, podNS := l.addPod("pod", "198.19.0.5", "2001:db8:19::5")
-	before := podNS.IP("-o", "link", "show", "eth0")
+	eth0 := func() string {
+		l, err := podNS.Netlink().LinkByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("index %d, MAC %s", l.Attrs().Index, l.Attrs().HardwareAddr)
+	}
+	before := eth0()
 	routesBefore := routes(t, l.node, "route", "table", "116")
 	first, err := l.dp.SetupPod(t.Context(), pod)
 	if err != nil {
@@ -315,7 +323,7 @@ func TestSetupPodTwiceKeepsTheWiring(t *testing.T) {
 	if first != second {
 		t.Errorf("SetupPod again returned %+v, then %+v", first, second)
 	}
-	if after := podNS.IP("-o", "link", "show", "eth0"); after != before {
+	if after := eth0(); after != before {
 		t.Errorf("pod eth0 changed (recreated?):\nbefore %s\nafter  %s", before, after)
 	}
 	if diff := diffLines(routesBefore, routes(t, l.node, "route", "table", "116")); diff != "" {

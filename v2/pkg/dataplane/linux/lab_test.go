@@ -130,7 +130,7 @@ func routes(t *testing.T, n *netnstest.NS, args ...string) []string {
 	full = append(full, "show")
 	full = append(full, args[i+1:]...)
 	out, err := n.TryExec(t.Context(), "ip", full...)
-	if err != nil && strings.Contains(out, "FIB table does not exist") {
+	if err != nil && strings.Contains(err.Error(), "FIB table does not exist") {
 		return nil
 	}
 	if err != nil {
