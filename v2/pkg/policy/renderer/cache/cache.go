@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sort"
 	"strconv"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
@@ -262,9 +263,36 @@ type work struct {
 func (c *Cache) swapIn(updates []update) *work {
 	w := &work{dirtyPeers: make(map[netip.Addr]struct{})}
 	for _, u := range updates {
-		ipsChanged := u.old == nil || u.new == nil || !slices.Equal(u.old.in.IPs, u.new.in.IPs)
-		outChanged := ipsChanged || !slices.Equal(u.old.out, u.new.out)
-		ownChanged := ipsChanged || !slices.Equal(u.old.own, u.new.own)
+		both := u.old != nil && u.new != nil
+		ipsChanged := !both || !slices.Equal(u.old.in.IPs, u.new.in.IPs)
+		outRulesChanged := !both || !sameRules(u.old.out, u.new.out)
+		ownRulesChanged := !both || !sameRules(u.old.own, u.new.own)
+		outChanged := ipsChanged || outRulesChanged
+		ownChanged := ipsChanged || ownRulesChanged
+		if u.new != nil {
+			// Indexes depend on the rules only: keep or patch the old ones
+			// where the rules allow (the old state is dropped).
+			if outRulesChanged {
+				u.new.outIx = newRuleIndex(u.new.out, dstOf)
+			} else {
+				u.new.outIx = u.old.outIx
+			}
+			switch {
+			case !ownRulesChanged:
+				u.new.ownIx = u.old.ownIx
+			case !ipsChanged:
+				// The permitters index is then updated for these hosts
+				// only, so the old index may be changed in place.
+				if hosts, ok := diffPeers(u.old.own, u.new.own, srcOf); ok {
+					u.new.ownIx = u.old.ownIx
+					u.new.ownIx.updateHosts(u.new.own, hosts)
+					u.new.dirty = hosts
+				}
+			}
+			if u.new.ownIx == nil {
+				u.new.ownIx = newRuleIndex(u.new.own, srcOf)
+			}
+		}
 		if u.old != nil {
 			for _, a := range u.old.in.IPs {
 				if c.byIP[a] == u.old {
@@ -283,26 +311,22 @@ func (c *Cache) swapIn(updates []update) *work {
 		default:
 			// The pod keeps its table until assignTables decides.
 			u.new.content, u.new.table = u.old.content, u.old.table
-			var hosts []netip.Addr
-			onlyHosts := false
-			if ownChanged && !ipsChanged {
-				hosts, onlyHosts = changedHosts(u.old.ownIx, u.new.ownIx)
-			}
 			switch {
 			case !ownChanged:
 				// Its insertions stay valid while its own rules and
 				// addresses do.
 				u.new.blocks = u.old.blocks
-			case onlyHosts:
+			case !ipsChanged && u.new.dirty != nil:
 				// Usually a policy gained or lost a peer: only the
 				// insertions for those peers' addresses can change.
-				u.new.blocks, u.new.dirty = u.old.blocks, hosts
+				u.new.blocks = u.old.blocks
 				if u.new.blocks == nil {
 					u.new.blocks = &insertions{}
 				}
 				w.partial = append(w.partial, u.new)
-				c.indexPermits(u.new, hosts)
+				c.indexPermits(u.new, u.new.dirty)
 			default:
+				u.new.dirty = nil
 				c.unindexPermits(u.old)
 				c.indexPermits(u.new, nil)
 				w.rebuildAll = append(w.rebuildAll, u.new)
@@ -430,8 +454,6 @@ func (c *Cache) newPodState(pr *renderer.PodRules) *podState {
 	} else {
 		p.own, p.out = c.orient(pr.Ingress), c.orient(pr.Egress)
 	}
-	p.ownIx = newRuleIndex(p.own, srcOf)
-	p.outIx = newRuleIndex(p.out, dstOf)
 	return p
 }
 
@@ -698,8 +720,8 @@ func (c *Cache) patchTable(p *podState) []renderer.Rule {
 
 // peerRange returns the range of sorted rules whose peer network is host.
 func peerRange(rules []renderer.Rule, host netip.Prefix, peer func(*renderer.Rule) netip.Prefix) (int, int) {
-	lo, _ := slices.BinarySearchFunc(rules, host, func(r renderer.Rule, h netip.Prefix) int {
-		return renderer.CompareNetworks(peer(&r), h)
+	lo := sort.Search(len(rules), func(i int) bool {
+		return renderer.CompareNetworks(peer(&rules[i]), host) >= 0
 	})
 	hi := lo
 	for hi < len(rules) && peer(&rules[hi]) == host {

@@ -103,23 +103,70 @@ func (ix *ruleIndex) allowed(a netip.Addr) space {
 	return s
 }
 
-// changedHosts compares two indexes of the same pod's rules. If they differ
-// only in rules naming single peer addresses, it returns those addresses
-// and true; otherwise false.
-func changedHosts(a, b *ruleIndex) ([]netip.Addr, bool) {
-	if a.open != b.open || !slices.Equal(a.wide, b.wide) {
+// diffPeers compares two rule lists sorted with their peer network as the
+// first key (as the lists of one pod, old and new, are). If they differ only
+// in rules naming single peer addresses, it returns those addresses and
+// true; otherwise false. Lists that permit everything always report false.
+func diffPeers(a, b []renderer.Rule, peer func(*renderer.Rule) netip.Prefix) ([]netip.Addr, bool) {
+	if openList(a) || openList(b) {
 		return nil, false
 	}
 	var out []netip.Addr
-	for k, sa := range a.byHost {
-		if sb, ok := b.byHost[k]; !ok || !sa.equal(&sb) {
-			out = append(out, k)
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		var p netip.Prefix
+		switch {
+		case i == len(a):
+			p = peer(&b[j])
+		case j == len(b):
+			p = peer(&a[i])
+		default:
+			p = peer(&a[i])
+			if q := peer(&b[j]); renderer.CompareNetworks(q, p) < 0 {
+				p = q
+			}
 		}
-	}
-	for k := range b.byHost {
-		if _, ok := a.byHost[k]; !ok {
-			out = append(out, k)
+		ei, ej := groupEnd(a, i, p, peer), groupEnd(b, j, p, peer)
+		if !slices.Equal(a[i:ei], b[j:ej]) {
+			if !p.IsValid() || !p.IsSingleIP() {
+				return nil, false
+			}
+			out = append(out, p.Addr())
 		}
+		i, j = ei, ej
 	}
 	return out, true
+}
+
+func openList(rules []renderer.Rule) bool {
+	return len(rules) == 0 || rules[len(rules)-1].Action == renderer.ActionPermit
+}
+
+// groupEnd returns the end of the run of rules from k whose peer is p (k
+// itself when rules[k] has another peer).
+func groupEnd(rules []renderer.Rule, k int, p netip.Prefix, peer func(*renderer.Rule) netip.Prefix) int {
+	for k < len(rules) && peer(&rules[k]) == p {
+		k++
+	}
+	return k
+}
+
+// updateHosts brings ix up to date with rules where only the rules naming
+// the peer addresses hosts changed (see diffPeers).
+func (ix *ruleIndex) updateHosts(rules []renderer.Rule, hosts []netip.Addr) {
+	for _, h := range hosts {
+		lo, hi := peerRange(rules, renderer.HostNetwork(h), ix.peer)
+		if lo == hi {
+			delete(ix.byHost, h)
+			continue
+		}
+		var s space
+		for k := lo; k < hi; k++ {
+			s.add(&rules[k])
+		}
+		if ix.byHost == nil {
+			ix.byHost = make(map[netip.Addr]space)
+		}
+		ix.byHost[h] = s
+	}
 }

@@ -20,18 +20,6 @@ type space struct {
 	ports [3][]renderer.PortRange
 }
 
-func (s *space) equal(o *space) bool {
-	if s.all || o.all {
-		return s.all == o.all
-	}
-	for i := range s.ports {
-		if !slices.Equal(s.ports[i], o.ports[i]) {
-			return false
-		}
-	}
-	return true
-}
-
 // rules is the number of rules appendRules makes.
 func (s *space) rules() int {
 	if s.all {
