@@ -82,6 +82,9 @@ func (c *Cluster) Clone() *Cluster {
 // named and ranged ports, ingress, egress, both or default policyTypes.
 type Generator struct {
 	rng *rand.Rand
+	// Large makes clusters of up to 4 namespaces, 25 pods and 8 policies
+	// instead of 3, 9 and 4.
+	Large bool
 }
 
 // NewGenerator returns a generator drawing from rng.
@@ -119,13 +122,17 @@ func (g *Generator) Cluster() *Cluster {
 			netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("2001:db8::9"),
 		},
 	}
-	for i := range 1 + g.rng.IntN(3) {
+	namespaces, pods, policies := 3, 9, 4
+	if g.Large {
+		namespaces, pods, policies = 4, 25, 8
+	}
+	for i := range 1 + g.rng.IntN(namespaces) {
 		c.Namespaces = append(c.Namespaces, g.Namespace(fmt.Sprintf("ns%d", i)))
 	}
-	for i := range 2 + g.rng.IntN(8) {
+	for i := range 2 + g.rng.IntN(pods-1) {
 		c.Pods = append(c.Pods, g.Pod(c, i))
 	}
-	for i := range g.rng.IntN(5) {
+	for i := range g.rng.IntN(policies + 1) {
 		c.Policies = append(c.Policies, g.Policy(c, i))
 	}
 	return c
@@ -303,7 +310,7 @@ func (g *Generator) ipBlock() *networkingv1.IPBlock {
 // candidateAddresses are addresses that clusters use, for excepts.
 func candidateAddresses() []netip.Addr {
 	var out []netip.Addr
-	for i := 1; i <= 10; i++ {
+	for i := 1; i <= 26; i++ {
 		out = append(out, netip.MustParseAddr(fmt.Sprintf("10.0.0.%d", i)), netip.MustParseAddr(fmt.Sprintf("fd00::%x", i)))
 	}
 	return append(out,
