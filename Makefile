@@ -15,7 +15,7 @@ export VCOIL_CACHE_DIR
 ENVTEST_DIR := $(VCOIL_CACHE_DIR)/envtest/k8s-v$(K8S_VERSION)-etcd-v$(ETCD_VERSION)
 BIN_DIR := bin
 GENERATED_DIRS := v2/api v2/config v2/pkg/cnirpc
-PROGRAMS := vcoil-controller
+PROGRAMS := vcoil vcoild vcoil-controller
 
 K8S_MAJOR := $(word 1,$(subst ., ,$(K8S_VERSION)))
 K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
@@ -51,6 +51,7 @@ generate: protoc ## regenerate deepcopy code, CRDs, RBAC, webhook manifests and 
 		crd paths=./v2/api/... output:crd:artifacts:config=v2/config/crd/bases \
 		rbac:roleName=controller paths=./v2/controllers/... output:rbac:artifacts:config=v2/config/rbac \
 		webhook output:webhook:artifacts:config=v2/config/webhook
+	$(GO) tool controller-gen rbac:roleName=daemon paths="./v2/pkg/daemon/...;./v2/pkg/nodeipam/..." output:rbac:artifacts:config=v2/config/daemon
 
 .PHONY: check-generate
 check-generate: ## fail when make generate changes any file (works in a dirty tree too)

@@ -136,8 +136,13 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		Message: fmt.Sprintf("address block %s (%s) is carved for node %s", block.Name, blockCIDRs(block), br.Spec.NodeName),
 	})
 	if err := r.Client.Status().Patch(ctx, br, patch); err != nil {
-		if apierrors.IsConflict(err) {
+		switch {
+		case apierrors.IsConflict(err):
 			return ctrl.Result{Requeue: true}, nil
+		case apierrors.IsNotFound(err):
+			// Answered by an earlier reconcile and already deleted by vcoild:
+			// this one worked from a stale cache.
+			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("complete block request %q: %w", br.Name, err)
 	}

@@ -59,9 +59,9 @@ func start(t *testing.T, bin, kubeconfig, name string) *instance {
 	t.Helper()
 	health, metrics, webhook := freePort(t), freePort(t), freePort(t)
 	in := &instance{
-		name:      name,
-		healthURL: fmt.Sprintf("http://127.0.0.1:%d", health),
-		metURL:    fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
+		name:        name,
+		healthURL:   fmt.Sprintf("http://127.0.0.1:%d", health),
+		metURL:      fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
 		log:         &logBuffer{},
 		exited:      make(chan struct{}),
 		webhookPort: webhook,
@@ -106,26 +106,25 @@ func get(url string) (int, string) {
 // needs for vcoil-controller to run: its RBAC and webhook configurations.
 func applyRendered(t *testing.T) {
 	t.Helper()
+	ctx := context.Background()
+	if err := testenv.ApplyRBAC(ctx, env.Client, "default"); err != nil {
+		t.Fatal(err)
+	}
 	objs, err := testenv.Render("default")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	for _, o := range objs {
-		switch o.GetKind() {
-		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount":
-		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
-			// The apiserver of envtest cannot reach a Service: let AddressPool
-			// writes pass when the call fails. This test is about the
-			// program's wiring; the webhooks are tested in v2/controllers.
-			hooks, _ := o.Object["webhooks"].([]any)
-			for _, h := range hooks {
-				h.(map[string]any)["failurePolicy"] = "Ignore"
-				h.(map[string]any)["timeoutSeconds"] = int64(1)
-			}
-			o.Object["webhooks"] = hooks
-		default:
+		if o.GetKind() != "MutatingWebhookConfiguration" && o.GetKind() != "ValidatingWebhookConfiguration" {
 			continue
+		}
+		// The apiserver of envtest cannot reach a Service: let AddressPool
+		// writes pass when the call fails. This test is about the program's
+		// wiring; the webhooks are tested in v2/controllers.
+		hooks, _ := o.Object["webhooks"].([]any)
+		for _, h := range hooks {
+			h.(map[string]any)["failurePolicy"] = "Ignore"
+			h.(map[string]any)["timeoutSeconds"] = int64(1)
 		}
 		if err := env.Client.Create(ctx, o); err != nil {
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)

@@ -1,11 +1,14 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
@@ -44,3 +47,22 @@ func Find(objs []*unstructured.Unstructured, kind, name string, out any) error {
 }
 
 var runtimeConverter = runtime.DefaultUnstructuredConverter
+
+// ApplyRBAC creates the ServiceAccounts, roles and bindings of the rendered
+// kustomization at dir, so that programs can run with exactly the
+// permissions their manifests give them. Objects that exist are left alone.
+func ApplyRBAC(ctx context.Context, c client.Client, dir string) error {
+	objs, err := Render(dir)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount":
+			if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	return nil
+}

@@ -24,3 +24,22 @@ const (
 	MutatingWebhookConfig   = "vcoil-mutating-webhook-configuration"
 	ValidatingWebhookConfig = "vcoil-validating-webhook-configuration"
 )
+
+// vcoild and the CNI installation.
+const (
+	// DaemonSocket is vcoild's gRPC socket, where the vcoil CNI binary calls.
+	DaemonSocket      = "/run/vcoild.sock"
+	DaemonStateDir    = "/var/lib/vcoil"
+	DaemonMetricsAddr = ":9388"
+	DaemonHealthAddr  = ":9389"
+	// BlockRequestTimeout bounds vcoild's wait for one new address block.
+	BlockRequestTimeout = 30 * time.Second
+
+	CNIBinDir      = "/opt/cni/bin"
+	CNIConfDir     = "/etc/cni/net.d"
+	CNIConfName    = "10-vcoil.conflist"
+	CNIVersion     = "1.1.0"
+	CNINetworkName = "vcoil"
+	// CNISourceDir holds, in vcoil's image, the CNI binaries to install.
+	CNISourceDir = "/opt/vcoil/cni/bin"
+)

@@ -30,15 +30,19 @@ type DirectRouter interface {
 	Sync(ctx context.Context, routes map[netip.Prefix]netip.Addr) error
 }
 
-// RouteSync keeps the exported block routes, and the direct routes when
-// Direct is set, equal to the AddressBlocks in the apiserver. Every event
-// coalesces into one full sync.
+// RouteSync keeps the exported block routes, the dataplane's routes for the
+// node's own blocks (when Local is set) and the direct routes (when Direct is
+// set) equal to the AddressBlocks in the apiserver. Every event coalesces
+// into one full sync.
 type RouteSync struct {
 	Client   client.Reader
 	NodeName string
 	Exporter BlockExporter
-	Direct   DirectRouter // nil: direct routing off
-	Log      logr.Logger
+	// Local routes the node's own blocks in the dataplane (routes.LocalBlocks
+	// for the Linux dataplane); nil when the dataplane needs none.
+	Local  BlockExporter
+	Direct DirectRouter // nil: direct routing off
+	Log    logr.Logger
 }
 
 var routeSyncKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "routes"}}
@@ -59,6 +63,11 @@ func (r *RouteSync) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 	var errs []error
 	if err := r.Exporter.Sync(ctx, own); err != nil {
 		errs = append(errs, fmt.Errorf("export block routes: %w", err))
+	}
+	if r.Local != nil {
+		if err := r.Local.Sync(ctx, own); err != nil {
+			errs = append(errs, fmt.Errorf("route the node's blocks: %w", err))
+		}
 	}
 	if r.Direct != nil {
 		if err := r.Direct.Sync(ctx, direct); err != nil {

@@ -38,6 +38,9 @@ type AddressManager interface {
 	Blocks() []ipam.BlockUsage
 }
 
+// vcoild reads namespaces for their pool annotation (role "daemon").
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
 // Server implements the CNI gRPC service.
 type Server struct {
 	cnirpc.UnimplementedCNIServer
@@ -171,6 +174,11 @@ func (s *Server) Del(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Empty
 	entry, found, err := s.store.Get(args.ContainerId, args.Ifname)
 	if err != nil {
 		return nil, cniError(cnirpc.ErrorCode_IO_FAILURE, "", "read checkpoint of %s: %v", key(args.ContainerId, args.Ifname), err)
+	}
+	if !found {
+		// Nothing recorded: still ask the dataplane, which may hold what a
+		// lost checkpoint entry described.
+		entry = checkpoint.Entry{ContainerID: args.ContainerId, IfName: args.Ifname}
 	}
 	if err := s.release(ctx, entry, found, args.Netns); err != nil {
 		return nil, err

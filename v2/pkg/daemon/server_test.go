@@ -120,6 +120,9 @@ func (f *fakeDataplane) CheckPod(_ context.Context, p dataplane.Pod) error {
 	return nil
 }
 func (f *fakeDataplane) TeardownPod(_ context.Context, p dataplane.Pod) error {
+	if p.ContainerID == "" || p.IfName == "" {
+		return fmt.Errorf("teardown without a key: %+v", p)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.pods, p.PodKey)

@@ -62,6 +62,11 @@ func (e *RequestFailedError) Unwrap() error {
 	return nil
 }
 
+// vcoild's permissions for node IPAM (role "daemon").
+// +kubebuilder:rbac:groups=vcoil.io,resources=addressblocks,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=vcoil.io,resources=blockrequests,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+
 // Config of a node's IPAM.
 type Config struct {
 	NodeName string

@@ -65,7 +65,9 @@ func issuer(dir string) *Issuer {
 func TestReplicasShareOneCertificateAndInjectItsCA(t *testing.T) {
 	webhookConfigs(t)
 	ctx := context.Background()
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cert"}}) })
+	t.Cleanup(func() {
+		_ = env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cert"}})
+	})
 
 	dirA, dirB := t.TempDir(), t.TempDir()
 	if err := issuer(dirA).Ensure(ctx); err != nil {
@@ -115,7 +117,9 @@ func TestReplicasShareOneCertificateAndInjectItsCA(t *testing.T) {
 func TestCertificateNearExpiryIsRenewedAtStart(t *testing.T) {
 	webhookConfigs(t)
 	ctx := context.Background()
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cert"}}) })
+	t.Cleanup(func() {
+		_ = env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cert"}})
+	})
 
 	old := issuer(t.TempDir())
 	old.Now = func() time.Time { return time.Now().Add(-Validity + RenewBefore/2) }

@@ -1,0 +1,517 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/controllers"
+	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
+)
+
+// The harness runs what a node runs, for real: vcoild (the binary, with the
+// RBAC of the manifests), the vcoil CNI binary called through libcni with a
+// real conflist (vcoil, then portmap) from inside the node's network
+// namespace, as a container runtime on the node does, and pods that are
+// network namespaces. Nodes hang off a bridge in a "fabric" namespace, which
+// also plays the network's router at 198.18.0.254. vcoild itself runs in the
+// test's namespace, to reach envtest's apiserver on loopback, and works on
+// the node's namespace through --netns. Nothing touches the machine's own
+// namespace, and no namespace has a link to it.
+
+var env *testenv.Env
+
+// binaries built once per test binary.
+var (
+	buildOnce sync.Once
+	binDir    string // vcoil, portmap, loopback
+	vcoildBin string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testenv.Options{}, &env, startController, applyRBAC)
+}
+
+// startController runs vcoil-controller's reconcilers in the test process
+// (vcoil-controller's own program is tested in v2/cmd/vcoil-controller).
+func startController(ctx context.Context, e *testenv.Env) (func(), error) {
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	m, _ := controllers.NewPoolMetrics(prometheus.NewRegistry())
+	if err := controllers.Setup(mgr, controllers.Options{NodeGCInterval: time.Hour, BlockRequestConcurrency: 4, Metrics: m}); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	return func() { <-done }, nil
+}
+
+// applyRBAC installs the ClusterRoles and bindings of the default overlay,
+// so that vcoild runs with exactly the permissions its manifests give it.
+func applyRBAC(ctx context.Context, e *testenv.Env) (func(), error) {
+	return func() {}, testenv.ApplyRBAC(ctx, e.Client, "default")
+}
+
+func build(t *testing.T) {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vcoild-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir = filepath.Join(dir, "cni")
+		vcoildBin = filepath.Join(dir, "vcoild")
+		for _, b := range []struct{ out, pkg string }{
+			{vcoildBin, "."},
+			{filepath.Join(binDir, "vcoil"), "../vcoil"},
+			{filepath.Join(binDir, "portmap"), "github.com/containernetworking/plugins/plugins/meta/portmap"},
+			{filepath.Join(binDir, "loopback"), "github.com/containernetworking/plugins/plugins/main/loopback"},
+		} {
+			if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// fabric is the network the nodes share.
+type fabric struct {
+	t  *testing.T
+	ns *netnstest.NS
+}
+
+func newFabric(t *testing.T) *fabric {
+	t.Helper()
+	f := &fabric{t: t, ns: netnstest.New(t, "fabric")}
+	f.ns.IP("link", "add", "br0", "type", "bridge")
+	f.ns.IP("addr", "add", "198.18.0.254/24", "dev", "br0")
+	f.ns.IP("link", "set", "br0", "up")
+	return f
+}
+
+// node is one vcoild with its network namespace.
+type node struct {
+	t       *testing.T
+	name    string
+	addr    netip.Addr
+	ns      *netnstest.NS
+	dir     string
+	socket  string
+	health  string
+	metrics string
+	args    []string
+	proc    *exec.Cmd
+	exited  chan struct{}
+	log     *logBuffer
+	cni     *libcni.CNIConfig
+	conf    *libcni.NetworkConfigList
+}
+
+// newNode creates the node's namespace, plugged into the fabric as
+// 198.18.0.<index>, its Node object, and starts vcoild.
+func newNode(t *testing.T, f *fabric, index int, extraArgs ...string) *node {
+	t.Helper()
+	build(t)
+	name := fmt.Sprintf("node-%d", index)
+	n := &node{
+		t: t, name: name, addr: netip.AddrFrom4([4]byte{198, 18, 0, byte(index)}),
+		ns: netnstest.New(t, name), dir: t.TempDir(), log: &logBuffer{},
+		args: extraArgs,
+	}
+	n.socket = filepath.Join(n.dir, "vcoild.sock")
+	peer := fmt.Sprintf("n%d", index)
+	n.ns.IP("link", "add", "eth0", "type", "veth", "peer", "name", peer, "netns", f.ns.Path())
+	f.ns.IP("link", "set", peer, "master", "br0", "up")
+	n.ns.IP("addr", "add", n.addr.String()+"/24", "dev", "eth0")
+	n.ns.IP("link", "set", "eth0", "up")
+	n.ns.IP("route", "add", "default", "via", "198.18.0.254")
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := env.Client.Create(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.addr.String()}}
+	if err := env.Client.Status().Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+
+	conflist := fmt.Sprintf(`{
+  "cniVersion": "1.1.0",
+  "name": "vcoil",
+  "plugins": [
+    {"type": "vcoil", "socket": %q},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}`, n.socket)
+	conf, err := libcni.ConfListFromBytes([]byte(conflist))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.conf = conf
+	n.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(n.dir, "cni-cache"), nil)
+	n.start()
+	return n
+}
+
+// start runs vcoild and waits until it is ready.
+func (n *node) start() {
+	t := n.t
+	t.Helper()
+	kc, err := env.UserKubeConfig("system:serviceaccount:kube-system:vcoil-daemon", "system:serviceaccounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(n.dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hp, mp := freePort(t), freePort(t)
+	n.health = fmt.Sprintf("http://127.0.0.1:%d", hp)
+	n.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mp)
+	args := append([]string{
+		"--node-name", n.name,
+		"--netns", n.ns.Path(),
+		"--socket", n.socket,
+		"--state-dir", filepath.Join(n.dir, "state"),
+		"--kubeconfig", kubeconfig,
+		"--health-addr", fmt.Sprintf("127.0.0.1:%d", hp),
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mp),
+		"--block-request-timeout", "20s",
+	}, n.args...)
+	n.proc = exec.Command(vcoildBin, args...)
+	n.proc.Stdout, n.proc.Stderr = n.log, n.log
+	if err := n.proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	n.exited = exited
+	proc := n.proc
+	go func() { _ = proc.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = proc.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("log of vcoild on %s:\n%s", n.name, n.log.String())
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		select {
+		case <-exited:
+			t.Fatalf("vcoild on %s exited:\n%s", n.name, n.log.String())
+		default:
+		}
+		code, body := httpGet(n.health + "/readyz")
+		if code != http.StatusOK {
+			return fmt.Errorf("vcoild on %s not ready: %d %s", n.name, code, body)
+		}
+		return nil
+	})
+}
+
+// kill stops vcoild with SIGKILL, as an OOM kill or a node crash would.
+func (n *node) kill() {
+	_ = n.proc.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// pod is a pod sandbox: a network namespace and a container ID.
+type pod struct {
+	ns        *netnstest.NS
+	id        string
+	namespace string
+	name      string
+	result    *current.Result
+}
+
+func newPod(t *testing.T, name string) *pod {
+	t.Helper()
+	return &pod{ns: netnstest.New(t, name), id: fmt.Sprintf("%032x", time.Now().UnixNano()) + name, namespace: "default", name: name}
+}
+
+func (n *node) runtimeConf(p *pod, portMappings []map[string]any) *libcni.RuntimeConf {
+	rc := &libcni.RuntimeConf{
+		ContainerID: p.id,
+		NetNS:       p.ns.Path(),
+		IfName:      "eth0",
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", p.namespace},
+			{"K8S_POD_NAME", p.name},
+			{"K8S_POD_INFRA_CONTAINER_ID", p.id},
+		},
+	}
+	if portMappings != nil {
+		rc.CapabilityArgs = map[string]any{"portMappings": portMappings}
+	}
+	return rc
+}
+
+// inNode runs f on a thread in the node's namespace: the CNI plugins run
+// there, as the runtime of the node runs them (portmap's rules land there).
+func (n *node) inNode(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return n.ns.Do(func() error { return f(ctx) })
+}
+
+// add runs CNI ADD for the pod and keeps its result.
+func (n *node) add(p *pod, portMappings ...map[string]any) error {
+	return n.inNode(func(ctx context.Context) error {
+		r, err := n.cni.AddNetworkList(ctx, n.conf, n.runtimeConf(p, portMappings))
+		if err != nil {
+			return err
+		}
+		res, err := current.NewResultFromResult(r)
+		if err != nil {
+			return err
+		}
+		p.result = res
+		return nil
+	})
+}
+
+func (n *node) mustAdd(p *pod, portMappings ...map[string]any) {
+	n.t.Helper()
+	if err := n.add(p, portMappings...); err != nil {
+		n.t.Fatalf("ADD %s on %s: %v", p.name, n.name, err)
+	}
+}
+
+func (n *node) del(p *pod) error {
+	return n.inNode(func(ctx context.Context) error {
+		return n.cni.DelNetworkList(ctx, n.conf, n.runtimeConf(p, nil))
+	})
+}
+
+func (n *node) check(p *pod) error {
+	return n.inNode(func(ctx context.Context) error {
+		return n.cni.CheckNetworkList(ctx, n.conf, n.runtimeConf(p, nil))
+	})
+}
+
+func (n *node) status() error {
+	return n.inNode(func(ctx context.Context) error { return n.cni.GetStatusNetworkList(ctx, n.conf) })
+}
+
+func (n *node) gc(valid []*pod) error {
+	var atts []types.GCAttachment
+	for _, p := range valid {
+		atts = append(atts, types.GCAttachment{ContainerID: p.id, IfName: "eth0"})
+	}
+	return n.inNode(func(ctx context.Context) error {
+		return n.cni.GCNetworkList(ctx, n.conf, &libcni.GCArgs{ValidAttachments: atts})
+	})
+}
+
+// ipv4 is the pod's IPv4 address from its ADD result.
+func (p *pod) ipv4() netip.Addr {
+	for _, ip := range p.result.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Unmap().Is4() {
+			return a.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+func (p *pod) ipv6() netip.Addr {
+	for _, ip := range p.result.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// serve starts a TCP echo server inside ns on port; it stops with the test.
+func serve(t *testing.T, ns *netnstest.NS, addr string) {
+	t.Helper()
+	var ln net.Listener
+	ns.Run(func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 256)
+				n, _ := c.Read(buf)
+				_, _ = c.Write(append([]byte("echo:"), buf[:n]...))
+			}()
+		}
+	}()
+}
+
+// talk connects from ns to addr and exchanges a message.
+func talk(ns *netnstest.NS, addr string) error {
+	var conn net.Conn
+	err := ns.Do(func() error {
+		var err error
+		conn, err = net.DialTimeout("tcp", addr, 3*time.Second)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("connect from %s to %s: %w", ns, addr, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := conn.Write([]byte("hello")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	k, err := conn.Read(buf)
+	if err != nil {
+		return fmt.Errorf("read from %s at %s: %w", addr, ns, err)
+	}
+	if got := string(buf[:k]); got != "echo:hello" {
+		return fmt.Errorf("%s answered %q", addr, got)
+	}
+	return nil
+}
+
+func hostPort(a netip.Addr, port int) string { return net.JoinHostPort(a.String(), fmt.Sprint(port)) }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func httpGet(url string) (int, string) {
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// metric reads one sample of vcoild's /metrics ("" when absent).
+func (n *node) metric(line string) string {
+	_, body := httpGet(n.metrics)
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, line+" ") {
+			return strings.TrimPrefix(l, line+" ")
+		}
+	}
+	return ""
+}
+
+// blocksOf lists the node's AddressBlocks.
+func blocksOf(t *testing.T, node string) []vcoilv2.AddressBlock {
+	t.Helper()
+	var l vcoilv2.AddressBlockList
+	if err := env.Client.List(context.Background(), &l, client.MatchingLabels{vcoilv2.LabelNode: node}); err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+func createPool(t *testing.T, name string, bits int32, v4, v6 string) {
+	t.Helper()
+	p := &vcoilv2.AddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       vcoilv2.AddressPoolSpec{BlockSizeBits: bits, Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To(v4), IPv6: ptr.To(v6)}}},
+	}
+	if err := env.Client.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logBuffer collects a process's output for the test to read while it runs.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// jsonString is for messages.
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func confFromBytes(s string) (*libcni.NetworkConfigList, error) {
+	return libcni.ConfListFromBytes([]byte(s))
+}
+
+// podVeths lists the node-side veths of pods.
+func (n *node) podVeths() []string {
+	n.t.Helper()
+	links, err := n.ns.Netlink().LinkList()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var out []string
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, linux.HostIfPrefix) {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out
+}

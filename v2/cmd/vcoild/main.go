@@ -1,0 +1,197 @@
+// Command vcoild is vcoil's node daemon: it gives pods addresses from the
+// node's blocks, wires them into the dataplane and exports block routes; and,
+// as `vcoild install-cni`, installs the CNI binary and configuration on the
+// node. See docs/vcoild.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/cniinstall"
+	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/daemon"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
+	"github.com/vcoil/vcoil/v2/pkg/routes"
+)
+
+type flags struct {
+	nodeName, socket, stateDir, dataplane string
+	netns                                 string
+	metricsAddr, healthAddr               string
+	mtu, podTable, podRulePriority        int
+	exportTable, exportProtocol           int
+	directRouting                         bool
+	directTable, directRulePriority       int
+	blockRequestTimeout                   time.Duration
+}
+
+func main() {
+	var f flags
+	zapOpts := zap.Options{}
+	root := &cobra.Command{
+		Use:          "vcoild",
+		Short:        "vcoil's node daemon",
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(*cobra.Command, []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			return run(ctrl.SetupSignalHandler(), f)
+		},
+	}
+	fs := root.Flags()
+	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
+	fs.StringVar(&f.socket, "socket", constants.DaemonSocket, "UNIX socket of the CNI gRPC service")
+	fs.StringVar(&f.stateDir, "state-dir", constants.DaemonStateDir, "directory of the allocation checkpoint")
+	fs.StringVar(&f.dataplane, "dataplane", "linux", "dataplane: linux")
+	fs.StringVar(&f.netns, "netns", "", "network namespace (path) holding the node's network, when it is not vcoild's own: for tests and the local cluster, where vcoild runs beside the node")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", constants.DaemonMetricsAddr, "address of the Prometheus /metrics endpoint")
+	fs.StringVar(&f.healthAddr, "health-addr", constants.DaemonHealthAddr, "address of /healthz and /readyz")
+	fs.IntVar(&f.mtu, "mtu", 0, "MTU of pod interfaces; 0 takes the node uplink's (a conflist's mtu overrides both)")
+	fs.IntVar(&f.podTable, "pod-table", linux.DefaultPodTable, "routing table of the host routes to pods (Linux dataplane)")
+	fs.IntVar(&f.podRulePriority, "pod-rule-priority", linux.DefaultPodRulePriority, "priority of the rule that looks up the pod table")
+	fs.IntVar(&f.exportTable, "export-table", routes.DefaultExportTable, "routing table the node's blocks are exported to, for BIRD")
+	fs.IntVar(&f.exportProtocol, "export-protocol", routes.DefaultProtocol, "route protocol number marking vcoil's routes")
+	fs.BoolVar(&f.directRouting, "direct-routing", false, "route other nodes' blocks via their InternalIP (nodes on one L2 network, no routing daemon)")
+	fs.IntVar(&f.directTable, "direct-table", routes.DefaultDirectTable, "routing table of the direct routes")
+	fs.IntVar(&f.directRulePriority, "direct-rule-priority", routes.DefaultDirectRulePriority, "priority of the rule that looks up the direct table")
+	fs.DurationVar(&f.blockRequestTimeout, "block-request-timeout", constants.BlockRequestTimeout, "how long an ADD waits for a new address block")
+	goFlags := flag.NewFlagSet("", flag.ContinueOnError)
+	zapOpts.BindFlags(goFlags)
+	fs.AddGoFlagSet(goFlags)
+	fs.AddGoFlagSet(flag.CommandLine) // --kubeconfig
+	root.AddCommand(installCommand())
+	if err := root.Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func installCommand() *cobra.Command {
+	opts := cniinstall.Options{}
+	cmd := &cobra.Command{
+		Use:   "install-cni",
+		Short: "install the vcoil CNI binary (and the plugins it chains) and " + constants.CNIConfName + " on this node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := cniinstall.Install(opts)
+			if err != nil {
+				return err
+			}
+			for _, b := range res.Binaries {
+				fmt.Fprintln(cmd.OutOrStdout(), "installed", b)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "wrote", res.Conflist)
+			for _, e := range res.Earlier {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s sorts before %s: the runtime uses it instead of vcoil\n", e, opts.ConfName)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.SourceDir, "source-dir", constants.CNISourceDir, "directory holding the binaries to install (vcoil, portmap, ...)")
+	fs.StringVar(&opts.BinDir, "bin-dir", constants.CNIBinDir, "the node's CNI binary directory")
+	fs.StringVar(&opts.ConfDir, "conf-dir", constants.CNIConfDir, "the node's CNI configuration directory")
+	fs.StringVar(&opts.ConfName, "conf-name", constants.CNIConfName, "file name of vcoil's conflist")
+	fs.StringVar(&opts.Conflist.Socket, "socket", constants.DaemonSocket, "vcoild's socket, written into the conflist")
+	fs.IntVar(&opts.Conflist.MTU, "mtu", 0, "MTU written into the conflist; 0 lets vcoild choose")
+	fs.StringVar(&opts.Conflist.CNIVersion, "cni-version", constants.CNIVersion, "cniVersion of the conflist")
+	fs.StringVar(&opts.Conflist.Name, "network-name", constants.CNINetworkName, "network name of the conflist")
+	fs.BoolVar(&opts.Conflist.PortMap, "portmap", true, "chain the portmap plugin for hostPort")
+	return cmd
+}
+
+func run(ctx context.Context, f flags) error {
+	if f.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	log := ctrl.Log.WithName("setup")
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := vcoilv2.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	dp, local, err := newDataplane(f)
+	if err != nil {
+		return err
+	}
+	exporter, err := routes.NewExporter(routes.ExporterConfig{Netns: f.netns, Table: f.exportTable, Protocol: f.exportProtocol}, ctrl.Log.WithName("export"))
+	if err != nil {
+		return err
+	}
+	var direct daemon.DirectRouter
+	if f.directRouting {
+		d, err := routes.NewDirectRouter(routes.DirectConfig{Netns: f.netns, Table: f.directTable, RulePriority: f.directRulePriority, Protocol: f.exportProtocol}, ctrl.Log.WithName("direct"))
+		if err != nil {
+			return err
+		}
+		direct = d
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress: f.healthAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only this node's requests; every block (for direct routes).
+			&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if _, err := daemon.Setup(mgr, daemon.Options{
+		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
+		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
+		BlockRequestTimeout: f.blockRequestTimeout,
+		Registry:            metrics.Registry,
+	}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting vcoild", "node", f.nodeName, "dataplane", dp.Name(), "socket", f.socket)
+	return mgr.Start(ctx)
+}
+
+// newDataplane builds the chosen dataplane and the routes it needs for the
+// node's own blocks.
+func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
+	switch f.dataplane {
+	case "linux":
+		dp, err := linux.New(linux.Config{NodeNetns: f.netns, PodTable: f.podTable, PodRulePriority: f.podRulePriority, MTU: f.mtu}, ctrl.Log.WithName("linux"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("linux dataplane: %w", err)
+		}
+		local, err := routes.NewLocalBlocks(routes.LocalBlocksConfig{Netns: f.netns, Table: f.podTable, Protocol: f.exportProtocol}, ctrl.Log.WithName("local-blocks"))
+		if err != nil {
+			return nil, nil, err
+		}
+		return dp, local, nil
+	}
+	return nil, nil, fmt.Errorf("--dataplane %q: want linux", f.dataplane)
+}
