@@ -121,6 +121,17 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test ./v2/pkg/ipam -run '^$$' -fuzz FuzzParsePool -fuzztime $(or $(FUZZTIME),30s)
 	$(GO) test ./v2/pkg/ipam -run '^$$' -fuzz FuzzNodeSubnet -fuzztime $(or $(FUZZTIME),30s)
 
+# ---- benchmarks ----
+
+BENCH_OUT ?= _out
+
+.PHONY: bench-cni
+bench-cni: deps envtest-assets ## ADD/DEL latency of vcoil beside ptp+host-local (as root); JSON in $(BENCH_OUT)/bench-cni.json
+	@mkdir -p $(BENCH_OUT)
+	VCOIL_BENCH_CNI=$(abspath $(BENCH_OUT))/bench-cni.json KUBEBUILDER_ASSETS=$(ENVTEST_DIR) \
+		$(GO) test ./v2/cmd/vcoild -run '^TestBenchCNI$$' -count=1 -v -timeout 30m | grep -E '^\s+(\||bench_test)' || true
+	@cat $(BENCH_OUT)/bench-cni.json
+
 # ---- run ----
 
 .PHONY: run
