@@ -52,6 +52,34 @@ func TestDefaultOverlayRenders(t *testing.T) {
 		t.Errorf("deployment args %q lack --leader-elect", args)
 	}
 
+	ds := &appsv1.DaemonSet{}
+	decode(t, m, "DaemonSet", "vcoil-daemon", ds)
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork || spec.ServiceAccountName != "vcoil-daemon" || len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
+		t.Fatalf("daemonset: hostNetwork %v, service account %s, %d init containers", spec.HostNetwork, spec.ServiceAccountName, len(spec.InitContainers))
+	}
+	vcoild := spec.Containers[0]
+	if vcoild.SecurityContext == nil || vcoild.SecurityContext.Privileged == nil || !*vcoild.SecurityContext.Privileged {
+		t.Error("vcoild is not privileged")
+	}
+	if len(vcoild.Env) == 0 || vcoild.Env[0].Name != "NODE_NAME" || vcoild.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("vcoild env = %+v, want NODE_NAME from spec.nodeName", vcoild.Env)
+	}
+	if got := strings.Join(spec.InitContainers[0].Command, " "); got != "/vcoild install-cni" {
+		t.Errorf("init container runs %q", got)
+	}
+	mounts := map[string]string{}
+	for _, m := range vcoild.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	for _, p := range []string{"/run", "/var/lib/vcoil", "/var/run/netns"} {
+		if mounts[p] == "" {
+			t.Errorf("vcoild does not mount %s", p)
+		}
+	}
+	dcr := &rbacv1.ClusterRole{}
+	decode(t, m, "ClusterRole", "vcoil-daemon", dcr)
+
 	// The names vcoil-controller patches and reads must be the rendered ones.
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	decode(t, m, "MutatingWebhookConfiguration", constants.MutatingWebhookConfig, mwc)
@@ -74,7 +102,7 @@ func TestDefaultOverlayRenders(t *testing.T) {
 	decode(t, m, "ClusterRole", "vcoil-controller", cr)
 	role := &rbacv1.Role{}
 	decode(t, m, "Role", "vcoil-controller", role)
-	for _, rule := range append(cr.Rules, role.Rules...) {
+	for _, rule := range append(append(cr.Rules, role.Rules...), dcr.Rules...) {
 		for _, list := range [][]string{rule.APIGroups, rule.Resources, rule.Verbs} {
 			if slices.Contains(list, "*") {
 				t.Errorf("wildcard in rule %+v", rule)

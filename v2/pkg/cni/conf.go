@@ -12,11 +12,13 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/utils"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 )
 
 // DefaultSocket is the path of vcoild's gRPC socket when the configuration
 // names none.
-const DefaultSocket = "/run/vcoild.sock"
+const DefaultSocket = constants.DaemonSocket
 
 // MTU bounds. 68 is the smallest MTU an IPv4 host must accept (RFC 791);
 // vcoild may refuse more (IPv6 needs 1280) once it knows the pod's families.
