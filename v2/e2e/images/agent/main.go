@@ -1,0 +1,44 @@
+// Command agent is the network test agent of vcoil's end-to-end tests and
+// demo (image vcoil-e2e-agent:lab). One side serves, the other connects:
+//
+//	agent serve [--tcp PORT] [--udp PORT] [--http PORT]
+//	agent connect tcp|udp|http HOST:PORT [--timeout 2s] [--message TEXT] [--path /]
+//
+// The TCP and UDP servers echo what they receive; the HTTP server answers
+// GET / with {"hostname": ..., "client": "IP:PORT"} (the client's source
+// address as the server sees it), GET /hostname and GET /clientip with those
+// alone. connect prints what the server answered and exits 0 when the answer
+// is right (the echo equals the message; HTTP status 200), 1 when the
+// connection failed or the answer is wrong, 2 on a usage error. Tests run it
+// with `kubectl exec POD -- /agent connect ...`.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// errWrongAnswer marks a connection that worked but got an unexpected reply.
+var errWrongAnswer = errors.New("wrong answer")
+
+func main() {
+	root := &cobra.Command{
+		Use:           "agent",
+		Short:         "vcoil's network test agent: echo servers and a client that checks them",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCommand(), connectCommand())
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return
+	}
+	fmt.Fprintln(os.Stderr, "agent:", err)
+	if cmd == root || isUsageError(err) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}
