@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -125,74 +124,8 @@ func startController(t *testing.T, gcInterval time.Duration) *controllerInstance
 	return &controllerInstance{metrics: metrics, registry: reg, stop: stop}
 }
 
-// cleanAPIServer removes every vcoil object and Node when the test ends
-// (after its controllers stopped: cleanups run last-registered first).
-func cleanAPIServer(t *testing.T) {
-	t.Helper()
-	t.Cleanup(func() {
-		ctx := context.Background()
-		c := env.Client
-		_ = c.DeleteAllOf(ctx, &vcoilv2.BlockRequest{})
-		var blocks vcoilv2.AddressBlockList
-		_ = c.List(ctx, &blocks)
-		for i := range blocks.Items {
-			unfinalize(t, &blocks.Items[i])
-		}
-		_ = c.DeleteAllOf(ctx, &vcoilv2.AddressBlock{})
-		var pools vcoilv2.AddressPoolList
-		_ = c.List(ctx, &pools)
-		for i := range pools.Items {
-			unfinalize(t, &pools.Items[i])
-		}
-		_ = c.DeleteAllOf(ctx, &vcoilv2.AddressPool{})
-		_ = c.DeleteAllOf(ctx, &corev1.Node{})
-		testenv.Eventually(t, 10*time.Second, func() error {
-			for _, l := range []client.ObjectList{&vcoilv2.AddressPoolList{}, &vcoilv2.AddressBlockList{}, &vcoilv2.BlockRequestList{}, &corev1.NodeList{}} {
-				if err := c.List(ctx, l); err != nil {
-					return err
-				}
-				if n := len(mustItems(l)); n > 0 {
-					return fmt.Errorf("%d %T left", n, l)
-				}
-			}
-			return nil
-		})
-	})
-}
-
-func mustItems(l client.ObjectList) []client.Object {
-	switch l := l.(type) {
-	case *vcoilv2.AddressPoolList:
-		return objs(l.Items)
-	case *vcoilv2.AddressBlockList:
-		return objs(l.Items)
-	case *vcoilv2.BlockRequestList:
-		return objs(l.Items)
-	case *corev1.NodeList:
-		return objs(l.Items)
-	}
-	panic(fmt.Sprintf("unknown list %T", l))
-}
-
-func objs[T any, PT interface {
-	*T
-	client.Object
-}](items []T) []client.Object {
-	out := make([]client.Object, len(items))
-	for i := range items {
-		out[i] = PT(&items[i])
-	}
-	return out
-}
-
-func unfinalize(t *testing.T, o client.Object) {
-	t.Helper()
-	if controllerutil.RemoveFinalizer(o, vcoilv2.Finalizer) {
-		if err := env.Client.Update(context.Background(), o); client.IgnoreNotFound(err) != nil {
-			t.Logf("remove finalizer of %s: %v", o.GetName(), err)
-		}
-	}
-}
+// cleanAPIServer removes every vcoil object and Node when the test ends.
+func cleanAPIServer(t *testing.T) { env.CleanAtEnd(t) }
 
 func createPool(t *testing.T, name string, bits int32, subnets ...vcoilv2.SubnetSet) *vcoilv2.AddressPool {
 	t.Helper()
@@ -256,7 +189,11 @@ func allocate(t testing.TB, node, pool string) *vcoilv2.AddressBlock {
 
 func releaseBlockNow(t *testing.T, b *vcoilv2.AddressBlock) {
 	t.Helper()
-	unfinalize(t, b)
+	if controllerutil.RemoveFinalizer(b, vcoilv2.Finalizer) {
+		if err := env.Client.Update(context.Background(), b); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := env.Client.Delete(context.Background(), b); client.IgnoreNotFound(err) != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,11 @@ import (
 	"crypto/tls"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,28 +38,18 @@ type instance struct {
 	cmd               *exec.Cmd
 	healthURL, metURL string
 	webhookPort       int
-	log               *logBuffer
+	log               *testenv.LogBuffer
 	exited            chan struct{}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func start(t *testing.T, bin, kubeconfig, name string) *instance {
 	t.Helper()
-	health, metrics, webhook := freePort(t), freePort(t), freePort(t)
+	health, metrics, webhook := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	in := &instance{
 		name:        name,
 		healthURL:   fmt.Sprintf("http://127.0.0.1:%d", health),
 		metURL:      fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
-		log:         &logBuffer{},
+		log:         &testenv.LogBuffer{},
 		exited:      make(chan struct{}),
 		webhookPort: webhook,
 	}
@@ -89,17 +76,6 @@ func start(t *testing.T, bin, kubeconfig, name string) *instance {
 		}
 	})
 	return in
-}
-
-func get(url string) (int, string) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // applyRendered creates the objects of the default overlay that a cluster
@@ -165,10 +141,10 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	b := start(t, bin, kubeconfig, "b")
 	for _, in := range []*instance{a, b} {
 		testenv.Eventually(t, 30*time.Second, func() error {
-			if code, body := get(in.healthURL + "/readyz"); code != http.StatusOK {
+			if code, body := testenv.HTTPGet(in.healthURL + "/readyz"); code != http.StatusOK {
 				return fmt.Errorf("%s /readyz: %d %s", in.name, code, body)
 			}
-			if code, body := get(in.healthURL + "/healthz"); code != http.StatusOK {
+			if code, body := testenv.HTTPGet(in.healthURL + "/healthz"); code != http.StatusOK {
 				return fmt.Errorf("%s /healthz: %d %s", in.name, code, body)
 			}
 			return nil
@@ -245,7 +221,7 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	}
 	requestBlock("default-0")
 	testenv.Eventually(t, 10*time.Second, func() error {
-		code, body := get(leader.metURL)
+		code, body := testenv.HTTPGet(leader.metURL)
 		if code != http.StatusOK || !strings.Contains(body, `vcoil_pool_blocks_allocated{pool="default"} 1`) ||
 			!strings.Contains(body, `vcoil_pool_blocks_max{pool="default"} 8`) {
 			return fmt.Errorf("leader metrics (%d) lack the pool gauges", code)
@@ -278,22 +254,4 @@ func pemCert(data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("no PEM certificate")
 	}
 	return block.Bytes, nil
-}
-
-// logBuffer collects a process's output for the test to read while it runs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,17 +19,13 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/controllers"
+	"github.com/vcoil/vcoil/v2/internal/controllertest"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
@@ -57,26 +52,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{}, &env, startController, applyRBAC)
-}
-
-// startController runs vcoil-controller's reconcilers in the test process
-// (vcoil-controller's own program is tested in v2/cmd/vcoil-controller).
-func startController(ctx context.Context, e *testenv.Env) (func(), error) {
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
-		Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		return nil, err
-	}
-	m, _ := controllers.NewPoolMetrics(prometheus.NewRegistry())
-	if err := controllers.Setup(mgr, controllers.Options{NodeGCInterval: time.Hour, BlockRequestConcurrency: 4, Metrics: m}); err != nil {
-		return nil, err
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(ctx) }()
-	return func() { <-done }, nil
+	// vcoil-controller's reconcilers run in the test process; its program
+	// is tested in v2/cmd/vcoil-controller.
+	testenv.Main(m, testenv.Options{}, &env, controllertest.Start, applyRBAC)
 }
 
 // applyRBAC installs the ClusterRoles and bindings of the default overlay,
@@ -140,7 +118,7 @@ type node struct {
 	args    []string
 	proc    *exec.Cmd
 	exited  chan struct{}
-	log     *logBuffer
+	log     *testenv.LogBuffer
 	cni     *libcni.CNIConfig
 	conf    *libcni.NetworkConfigList
 }
@@ -153,7 +131,7 @@ func newNode(t *testing.T, f *fabric, index int, extraArgs ...string) *node {
 	name := fmt.Sprintf("node-%d", index)
 	n := &node{
 		t: t, name: name, addr: netip.AddrFrom4([4]byte{198, 18, 0, byte(index)}),
-		ns: netnstest.New(t, name), dir: t.TempDir(), log: &logBuffer{},
+		ns: netnstest.New(t, name), dir: t.TempDir(), log: &testenv.LogBuffer{},
 		args: extraArgs,
 	}
 	n.socket = filepath.Join(n.dir, "vcoild.sock")
@@ -206,7 +184,7 @@ func (n *node) start() {
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hp, mp := freePort(t), freePort(t)
+	hp, mp := testenv.FreePort(t), testenv.FreePort(t)
 	n.health = fmt.Sprintf("http://127.0.0.1:%d", hp)
 	n.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mp)
 	args := append([]string{
@@ -241,7 +219,7 @@ func (n *node) start() {
 			t.Fatalf("vcoild on %s exited:\n%s", n.name, n.log.String())
 		default:
 		}
-		code, body := httpGet(n.health + "/readyz")
+		code, body := testenv.HTTPGet(n.health + "/readyz")
 		if code != http.StatusOK {
 			return fmt.Errorf("vcoild on %s not ready: %d %s", n.name, code, body)
 		}
@@ -418,31 +396,9 @@ func talk(ns *netnstest.NS, addr string) error {
 
 func hostPort(a netip.Addr, port int) string { return net.JoinHostPort(a.String(), fmt.Sprint(port)) }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func httpGet(url string) (int, string) {
-	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String()
-}
-
 // metric reads one sample of vcoild's /metrics ("" when absent).
 func (n *node) metric(line string) string {
-	_, body := httpGet(n.metrics)
+	_, body := testenv.HTTPGet(n.metrics)
 	for _, l := range strings.Split(body, "\n") {
 		if strings.HasPrefix(l, line+" ") {
 			return strings.TrimPrefix(l, line+" ")
@@ -470,24 +426,6 @@ func createPool(t *testing.T, name string, bits int32, v4, v6 string) {
 	if err := env.Client.Create(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// logBuffer collects a process's output for the test to read while it runs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // jsonString is for messages.

@@ -21,13 +21,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/controllers"
+	"github.com/vcoil/vcoil/v2/internal/controllertest"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/cni"
@@ -44,23 +41,11 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{}, &env, startController)
+	testenv.Main(m, testenv.Options{}, &env, controllertest.Start, createPoolsAndNamespaces)
 }
 
-func startController(ctx context.Context, e *testenv.Env) (func(), error) {
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
-		Scheme: e.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		return nil, err
-	}
-	m, _ := controllers.NewPoolMetrics(prometheus.NewRegistry())
-	if err := controllers.Setup(mgr, controllers.Options{NodeGCInterval: time.Hour, BlockRequestConcurrency: 4, Metrics: m}); err != nil {
-		return nil, err
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(ctx) }()
+// createPoolsAndNamespaces makes the pools and namespaces every test uses.
+func createPoolsAndNamespaces(_ context.Context, e *testenv.Env) (func(), error) {
 	c := context.Background()
 	if err := e.Client.Create(c, &vcoilv2.AddressPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
@@ -83,7 +68,7 @@ func startController(ctx context.Context, e *testenv.Env) (func(), error) {
 			return nil, err
 		}
 	}
-	return func() { <-done }, nil
+	return func() {}, nil
 }
 
 // fakeDataplane records pods in memory.
@@ -150,10 +135,7 @@ type node struct {
 
 func startNode(t *testing.T, name, stateDir string, dp *fakeDataplane) *node {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgr, err := controllertest.NewManager(env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,13 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/controllers"
+	"github.com/vcoil/vcoil/v2/internal/controllertest"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
@@ -30,25 +26,9 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, &env) }
 
-// startController runs vcoil-controller's reconcilers (no webhooks) until the
-// test ends or stop is called.
-func startController(t *testing.T) (stop func()) {
-	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := controllers.NewPoolMetrics(prometheus.NewRegistry())
-	if err := controllers.Setup(mgr, controllers.Options{NodeGCInterval: time.Hour, BlockRequestConcurrency: 4, Metrics: m}); err != nil {
-		t.Fatal(err)
-	}
-	return runManager(t, mgr)
-}
+func startController(t *testing.T) (stop func()) { return controllertest.Run(t, env) }
 
-func runManager(t *testing.T, mgr ctrl.Manager) func() {
+func runManager(t *testing.T, mgr ctrl.Manager) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -58,21 +38,15 @@ func runManager(t *testing.T, mgr ctrl.Manager) func() {
 			t.Errorf("manager: %v", err)
 		}
 	}()
+	t.Cleanup(func() { cancel(); <-done })
 	mgr.GetCache().WaitForCacheSync(ctx)
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
 }
 
 // startNode runs a NodeIPAM for node in its own manager (the cache vcoild
 // would have) and loads its blocks.
 func startNode(t *testing.T, node string) *NodeIPAM {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgr, err := controllertest.NewManager(env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,44 +61,7 @@ func startNode(t *testing.T, node string) *NodeIPAM {
 	return m
 }
 
-func cleanAPIServer(t *testing.T) {
-	t.Helper()
-	t.Cleanup(func() {
-		ctx := context.Background()
-		c := env.Client
-		_ = c.DeleteAllOf(ctx, &vcoilv2.BlockRequest{})
-		for _, l := range []client.ObjectList{&vcoilv2.AddressBlockList{}, &vcoilv2.AddressPoolList{}} {
-			_ = c.List(ctx, l)
-			var items []client.Object
-			switch l := l.(type) {
-			case *vcoilv2.AddressBlockList:
-				for i := range l.Items {
-					items = append(items, &l.Items[i])
-				}
-			case *vcoilv2.AddressPoolList:
-				for i := range l.Items {
-					items = append(items, &l.Items[i])
-				}
-			}
-			for _, o := range items {
-				o.SetFinalizers(nil)
-				_ = c.Update(ctx, o)
-				_ = c.Delete(ctx, o)
-			}
-		}
-		_ = c.DeleteAllOf(ctx, &corev1.Node{})
-		testenv.Eventually(t, 10*time.Second, func() error {
-			var pools vcoilv2.AddressPoolList
-			var blocks vcoilv2.AddressBlockList
-			_ = c.List(ctx, &pools)
-			_ = c.List(ctx, &blocks)
-			if n := len(pools.Items) + len(blocks.Items); n > 0 {
-				return fmt.Errorf("%d objects left", n)
-			}
-			return nil
-		})
-	})
-}
+func cleanAPIServer(t *testing.T) { env.CleanAtEnd(t) }
 
 func createPool(t *testing.T, name string, bits int32, v4, v6 string) {
 	t.Helper()
