@@ -1,0 +1,134 @@
+package render
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+)
+
+func unmarshal(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	if err := sigsyaml.Unmarshal([]byte(doc), &out); err != nil {
+		t.Fatalf("%v in:\n%s", err, doc)
+	}
+	return out
+}
+
+func TestKubeletConfigCarriesTheSettingsTheMachinesNeed(t *testing.T) {
+	cfg := unmarshal(t, KubeletConfig(Kubelet{
+		NodeName: "node1", CAFile: "/lab/pki/ca.crt", TLSCertFile: "/lab/k.crt", TLSKeyFile: "/lab/k.key",
+		ResolvConf: "/lab/resolv.conf", CgroupRoot: "/vcoil-lab-node1",
+	}))
+	for key, want := range map[string]any{
+		"kind": "KubeletConfiguration", "failCgroupV1": false, "cgroupDriver": "cgroupfs",
+		"cgroupRoot": "/vcoil-lab-node1", "failSwapOn": false, "imageGCHighThresholdPercent": float64(100),
+		"resolvConf": "/lab/resolv.conf", "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+		"tlsCertFile": "/lab/k.crt", "readOnlyPort": float64(0),
+	} {
+		if cfg[key] != want {
+			t.Errorf("%s = %v, want %v", key, cfg[key], want)
+		}
+	}
+	if dns := cfg["clusterDNS"].([]any); len(dns) != 1 || dns[0] != topology.DNSServiceIP.String() {
+		t.Errorf("clusterDNS %v", dns)
+	}
+	authn := cfg["authentication"].(map[string]any)
+	if authn["webhook"].(map[string]any)["enabled"] != true || authn["anonymous"].(map[string]any)["enabled"] != false ||
+		authn["x509"].(map[string]any)["clientCAFile"] != "/lab/pki/ca.crt" {
+		t.Errorf("authentication %v", authn)
+	}
+	if cfg["authorization"].(map[string]any)["mode"] != "Webhook" {
+		t.Errorf("authorization %v", cfg["authorization"])
+	}
+	if len(cfg["enforceNodeAllocatable"].([]any)) != 0 || len(cfg["evictionHard"].(map[string]any)) != 0 {
+		t.Error("node allocatable or eviction is enforced")
+	}
+}
+
+func TestKubeProxyRunsInNftablesModeWithoutConntrackSizing(t *testing.T) {
+	node := topology.Topology{Nodes: 1}.NodeList()[0]
+	cfg := unmarshal(t, KubeProxyConfig(node, "/lab/kp.kubeconfig"))
+	if cfg["mode"] != "nftables" || cfg["hostnameOverride"] != "node1" || cfg["clusterCIDR"] != topology.PodPool.String() {
+		t.Errorf("config %v", cfg)
+	}
+	if cfg["conntrack"].(map[string]any)["maxPerCore"] != float64(0) {
+		t.Errorf("conntrack %v", cfg["conntrack"])
+	}
+}
+
+func TestContainerdConfigRestrictsOOMScoreAndUsesTheNodesCNIPaths(t *testing.T) {
+	c := ContainerdConfig()
+	for _, want := range []string{
+		"restrict_oom_score_adj = true", "SystemdCgroup = false", `sandbox_image = "` + PauseImage + `"`,
+		`bin_dir = "/opt/cni/bin"`, `conf_dir = "/etc/cni/net.d"`, `address = "/run/containerd/containerd.sock"`,
+	} {
+		if !strings.Contains(c, want) {
+			t.Errorf("containerd config lacks %q", want)
+		}
+	}
+}
+
+func TestAPIServerReachesWebhooksThroughEndpoints(t *testing.T) {
+	args := strings.Join(APIServerArgs(ControlPlane{CAFile: "/ca"}), " ")
+	for _, want := range []string{
+		"--enable-aggregator-routing=true", "--advertise-address=198.18.0.2", "--service-cluster-ip-range=" + topology.ServiceCIDR.String(),
+		"--authorization-mode=Node,RBAC", "--kubelet-certificate-authority=/ca",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("apiserver args lack %s", want)
+		}
+	}
+}
+
+func TestKubeconfigLoads(t *testing.T) {
+	b, err := Kubeconfig(topology.APIServerURL(), "admin", []byte("ca"), []byte("cert"), []byte("key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if cfg.Clusters[ctx.Cluster].Server != "https://198.18.0.2:6443" || string(cfg.AuthInfos[ctx.AuthInfo].ClientKeyData) != "key" {
+		t.Errorf("kubeconfig %+v", cfg)
+	}
+}
+
+func TestCoreDNSManifestsDecode(t *testing.T) {
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(CoreDNSManifests(2)), 4096)
+	kinds := map[string]map[string]any{}
+	for {
+		obj := map[string]any{}
+		if err := dec.Decode(&obj); err != nil {
+			break
+		}
+		kinds[obj["kind"].(string)] = obj
+	}
+	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service"} {
+		if kinds[k] == nil {
+			t.Errorf("no %s", k)
+		}
+	}
+	if ip := kinds["Service"]["spec"].(map[string]any)["clusterIP"]; ip != topology.DNSServiceIP.String() {
+		t.Errorf("kube-dns at %v", ip)
+	}
+	if !strings.Contains(kinds["ConfigMap"]["data"].(map[string]any)["Corefile"].(string), "kubernetes cluster.local") {
+		t.Error("Corefile does not serve cluster.local")
+	}
+}
+
+func TestEnvFileNamesTheNodes(t *testing.T) {
+	env := EnvFile(topology.Topology{Nodes: 2}, "/lab/admin.kubeconfig", "/lab/bin/kubectl")
+	for _, want := range []string{"KUBECONFIG=/lab/admin.kubeconfig\n", "VCOIL_LAB_NODES=node1,node2\n", "VCOIL_LAB_NODE_IPS=198.18.0.11,198.18.0.12\n", "VCOIL_LAB_EXTERNAL_IP=203.0.113.10\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("lab.env lacks %q:\n%s", want, env)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+// Package topology names the local cluster's namespaces, nodes and addresses.
+// It is pure data: every other part of the lab (the network it builds, the
+// certificates, the configurations, the e2e suite through lab.env) reads its
+// addresses from here.
+//
+// The addresses come from ranges reserved for documentation and benchmarks,
+// never from the machine's own network (192.0.2.0/24):
+//
+//	198.18.0.0/24   the fabric: .1 the fabric router, .2 the control plane, .11... the nodes
+//	198.18.16.0/20  Service ClusterIPs (.1 kubernetes, .10 cluster DNS)
+//	198.19.0.0/16   the default AddressPool (blocks of 32 addresses)
+//	203.0.113.0/24  the external network: .1 the fabric, .10 the external host
+package topology
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Prefix starts the name of everything the lab creates on the machine:
+// network namespaces, cgroups.
+const Prefix = "vcoil-lab"
+
+// Fixed addresses and ranges of the lab.
+var (
+	FabricNet      = netip.MustParsePrefix("198.18.0.0/24")
+	FabricIP       = netip.MustParseAddr("198.18.0.1")
+	ControlPlaneIP = netip.MustParseAddr("198.18.0.2")
+	// DeadNameserver is the nameserver in the nodes' resolv.conf: nothing
+	// answers there, so no DNS query leaves the lab.
+	DeadNameserver = netip.MustParseAddr("198.18.0.254")
+	firstNodeHost  = 11
+
+	ExternalNet = netip.MustParsePrefix("203.0.113.0/24")
+	ExternalGW  = netip.MustParseAddr("203.0.113.1")
+	ExternalIP  = netip.MustParseAddr("203.0.113.10")
+
+	ServiceCIDR  = netip.MustParsePrefix("198.18.16.0/20")
+	APIServiceIP = netip.MustParseAddr("198.18.16.1")
+	DNSServiceIP = netip.MustParseAddr("198.18.16.10")
+
+	PodPool = netip.MustParsePrefix("198.19.0.0/16")
+)
+
+const (
+	// BlockSizeBits of the default AddressPool: blocks of 32 addresses.
+	BlockSizeBits = 5
+	APIServerPort = 6443
+	ClusterDomain = "cluster.local"
+	// MaxNodes keeps node addresses inside the fabric's /24.
+	MaxNodes = 50
+
+	// Ports of the agent on the external host (and of the demo's pods).
+	AgentTCPPort  = 8080
+	AgentUDPPort  = 8081
+	AgentHTTPPort = 8082
+)
+
+// Topology is one lab: how many worker nodes it has.
+type Topology struct {
+	Nodes int
+}
+
+// New checks the node count.
+func New(nodes int) (Topology, error) {
+	if nodes < 1 || nodes > MaxNodes {
+		return Topology{}, fmt.Errorf("%d nodes: the lab has 1 to %d", nodes, MaxNodes)
+	}
+	return Topology{Nodes: nodes}, nil
+}
+
+// Node is one worker node.
+type Node struct {
+	// Name is the Kubernetes node name ("node1").
+	Name string
+	// Netns is the node's network namespace ("vcoil-lab-node1").
+	Netns string
+	// IP is the node's InternalIP on the fabric.
+	IP netip.Addr
+	// Port is the name of the node's link on the fabric bridge.
+	Port string
+}
+
+// NodeList returns the worker nodes, node1 first.
+func (t Topology) NodeList() []Node {
+	nodes := make([]Node, t.Nodes)
+	for i := range nodes {
+		name := fmt.Sprintf("node%d", i+1)
+		nodes[i] = Node{
+			Name:  name,
+			Netns: Prefix + "-" + name,
+			IP:    netip.AddrFrom4([4]byte{198, 18, 0, byte(firstNodeHost + i)}),
+			Port:  "p-" + name,
+		}
+	}
+	return nodes
+}
+
+// Network namespaces besides the nodes'.
+const (
+	FabricNetns       = Prefix + "-fabric"
+	ControlPlaneNetns = Prefix + "-cp"
+	ExternalNetns     = Prefix + "-ext"
+)
+
+// Netns lists every network namespace of the lab.
+func (t Topology) Netns() []string {
+	out := []string{FabricNetns, ControlPlaneNetns, ExternalNetns}
+	for _, n := range t.NodeList() {
+		out = append(out, n.Netns)
+	}
+	return out
+}
+
+// APIServerURL is where the apiserver listens, reachable from every lab
+// namespace.
+func APIServerURL() string {
+	return fmt.Sprintf("https://%s:%d", ControlPlaneIP, APIServerPort)
+}
