@@ -1,0 +1,408 @@
+package vpp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.fd.io/govpp/binapi/memclnt"
+
+	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+// Dataplane is vcoil's VPP dataplane: the pod contract of package
+// dataplane, the routes of the node's blocks, and the NAT44 roles of
+// interfaces that the services renderer sets.
+type Dataplane interface {
+	dataplane.Dataplane
+	NATRoles
+	// Blocks routes the node's blocks (the daemon's BlockExporter).
+	Blocks() BlockRoutes
+	// Close disconnects from VPP and stops the connection's supervision.
+	// VPP keeps what it has.
+	Close()
+}
+
+// BlockRoutes routes the node's address blocks: in the node's kernel
+// through the host interconnect into VPP, and in VPP to a drop, so that an
+// address without a pod goes nowhere instead of back to the host.
+type BlockRoutes interface {
+	Sync(ctx context.Context, blocks []netip.Prefix) error
+}
+
+// driver is the Dataplane. It holds the desired state (pods, blocks, NAT
+// roles) in memory and makes VPP and the kernel match it: call by call
+// while connected, and whole after every (re)connection.
+type driver struct {
+	cfg    Config
+	log    logr.Logger
+	dial   dialer
+	kernel kernel
+	store  *checkpoint.Store
+
+	startOnce sync.Once
+	stop      context.CancelFunc
+	done      chan struct{}
+
+	// mu guards everything below and serialises all use of ch: a GoVPP
+	// channel is not for concurrent requests, and a resync must see no pod
+	// change under it.
+	mu sync.Mutex
+	ch channel
+	// pid is the VPP process ch talks to (from the control ping).
+	pid uint32
+	// synced is true when VPP and the kernel match the desired state; ready
+	// is closed then, and replaced when that ends.
+	synced  bool
+	ready   chan struct{}
+	why     error // why not synced, for Healthy and ErrNotReady
+	fatal   error // set when retrying cannot help (incompatible VPP)
+	initial bool  // the first sync since start: adopt what VPP holds
+
+	pods   map[dataplane.PodKey]*podState
+	blocks []netip.Prefix
+	// blocksKnown: Sync has told the blocks; before that they are left
+	// alone, so that a restart does not drop the routes of existing pods.
+	blocksKnown bool
+	nodeRoles   map[NodeInterface]NATRole
+	node        nodeState
+}
+
+// podState is a desired pod and what the driver knows of its wiring on the
+// current connection.
+type podState struct {
+	pod  dataplane.Pod // with the MTU resolved
+	role NATRole
+	// wired is true when swIfIndex on this connection is the pod's
+	// interface, set up completely.
+	wired     bool
+	swIfIndex uint32
+	vppName   string
+	hostMAC   string
+	// failed is the last error wiring the pod during a resync.
+	failed error
+}
+
+// New returns the VPP dataplane for cfg. It checks the configuration and
+// opens the checkpoint; it neither connects nor changes anything before
+// Init.
+func New(cfg Config, log logr.Logger) (Dataplane, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("vpp dataplane config: %w", err)
+	}
+	var store *checkpoint.Store
+	if cfg.CheckpointDir != "" {
+		if store, err = checkpoint.Open(cfg.CheckpointDir); err != nil {
+			return nil, err
+		}
+	}
+	return newDriver(cfg, log, socketDialer(cfg.APISocket, cfg.RequestTimeout), &netlinkKernel{nodeNetns: cfg.NodeNetns}, store), nil
+}
+
+func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel, store *checkpoint.Store) *driver {
+	return &driver{
+		cfg: cfg, log: log, dial: dial, kernel: k, store: store,
+		ready: make(chan struct{}), why: errors.New("not started: Init was not called"), initial: true,
+		pods: map[dataplane.PodKey]*podState{}, nodeRoles: map[NodeInterface]NATRole{},
+		done: make(chan struct{}),
+	}
+}
+
+func (d *driver) Name() string { return "vpp" }
+
+func (d *driver) Blocks() BlockRoutes { return blockRoutes{d} }
+
+// Init starts the connection's supervision (once) and waits until VPP is
+// connected and the node and the checkpoint's pods are synced. It fails at
+// once for what retrying cannot fix: a TAP without /dev/vhost-net, a VPP
+// that does not know vcoil's messages.
+func (d *driver) Init(ctx context.Context) error {
+	var startErr error
+	d.startOnce.Do(func() { startErr = d.start(ctx) })
+	if startErr != nil {
+		return startErr
+	}
+	d.log.Info("waiting for VPP to be connected and synced", "socket", d.cfg.APISocket)
+	for {
+		d.mu.Lock()
+		ready, fatal := d.ready, d.fatal
+		d.mu.Unlock()
+		if fatal != nil {
+			return fatal
+		}
+		select {
+		case <-ready:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("wait for VPP at %s: %w", d.cfg.APISocket, errors.Join(ctx.Err(), d.notReady()))
+		case <-time.After(time.Second):
+			// Look at fatal again.
+		}
+	}
+}
+
+func (d *driver) start(ctx context.Context) error {
+	if err := d.cfg.checkVhostNet(); err != nil {
+		return err
+	}
+	if err := d.loadCheckpoint(); err != nil {
+		return err
+	}
+	// The supervision outlives Init's context, which bounds only the wait
+	// (a caller may give Init a deadline); Close ends it.
+	ctx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(d.done)
+		d.supervise(ctx)
+	}()
+	return nil
+}
+
+// loadCheckpoint makes the checkpoint's pods desired, with their
+// namespaces: after a VPP restart their TAPs must be made again in them.
+func (d *driver) loadCheckpoint() error {
+	if d.store == nil {
+		return nil
+	}
+	entries, err := d.store.Load()
+	if err != nil {
+		d.log.Error(err, "some checkpoint entries cannot be read; their pods are recovered from VPP's tags only")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, e := range entries {
+		pod := dataplane.Pod{
+			PodKey: dataplane.PodKey{ContainerID: e.ContainerID, IfName: e.IfName},
+			Netns:  e.Netns, Namespace: e.Namespace, Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6,
+		}
+		if validateKey(pod.PodKey) != nil || (!pod.IPv4.IsValid() && !pod.IPv6.IsValid()) {
+			continue
+		}
+		d.pods[pod.PodKey] = &podState{pod: pod}
+	}
+	return nil
+}
+
+// Close stops the supervision and disconnects.
+func (d *driver) Close() {
+	if d.stop == nil {
+		return
+	}
+	d.stop()
+	<-d.done
+}
+
+// Healthy fails while VPP is unreachable or not synced, so that readiness
+// drops and the runtime sees STATUS fail.
+func (d *driver) Healthy(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.notReady()
+}
+
+// notReady is nil when synced, else the reason.
+func (d *driver) notReady() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.synced {
+		return nil
+	}
+	if d.fatal != nil {
+		return d.fatal
+	}
+	return fmt.Errorf("%w: %v", ErrNotReady, d.why)
+}
+
+// lockReady waits (at most ReadyWait, and no longer than ctx) until VPP is
+// synced and returns with d.mu held.
+func (d *driver) lockReady(ctx context.Context) error {
+	deadline := time.NewTimer(d.cfg.ReadyWait)
+	defer deadline.Stop()
+	for {
+		d.mu.Lock()
+		if d.synced {
+			return nil
+		}
+		ready, why := d.ready, d.why
+		if d.fatal != nil {
+			why = d.fatal
+		}
+		d.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%v): %w", ErrNotReady, why, ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("%w after %s: %v", ErrNotReady, d.cfg.ReadyWait, why)
+		}
+	}
+}
+
+// setNotReady marks the state unsynced for reason; the caller holds d.mu.
+func (d *driver) setNotReady(reason error) {
+	if d.synced {
+		d.synced = false
+		d.ready = make(chan struct{})
+	}
+	d.why = reason
+	for _, p := range d.pods {
+		p.wired = false
+	}
+}
+
+// setReady marks the state synced; the caller holds d.mu.
+func (d *driver) setReady() {
+	if !d.synced {
+		d.synced = true
+		d.why = nil
+		close(d.ready)
+	}
+}
+
+// supervise connects, syncs, and watches VPP with a control ping until ctx
+// ends. A failed ping is a lost VPP (reconnect); another PID in the reply
+// is a restarted VPP (resync). CNI calls wait meanwhile.
+func (d *driver) supervise(ctx context.Context) {
+	backoff := newBackoff()
+	for ctx.Err() == nil {
+		ch, closeCh, err := d.dial(ctx)
+		if err != nil {
+			d.mu.Lock()
+			d.setNotReady(fmt.Errorf("VPP at %s is unreachable: %w", d.cfg.APISocket, err))
+			d.mu.Unlock()
+			delay := backoff.next()
+			d.log.Info("VPP is unreachable; retrying", "socket", d.cfg.APISocket, "error", err.Error(), "retryIn", delay.String())
+			_ = wait(ctx, delay)
+			continue
+		}
+		if err := checkMessages(ch); err != nil {
+			closeCh()
+			d.mu.Lock()
+			d.fatal = err
+			d.setNotReady(err)
+			d.mu.Unlock()
+			d.log.Error(err, "VPP is incompatible; retrying in case it is replaced", "socket", d.cfg.APISocket)
+			_ = wait(ctx, 30*time.Second)
+			continue
+		}
+		d.mu.Lock()
+		d.fatal = nil
+		d.mu.Unlock()
+		d.serve(ctx, ch)
+		closeCh()
+		backoff.reset()
+	}
+	d.mu.Lock()
+	d.setNotReady(errors.New("vcoild is stopping"))
+	d.ch = nil
+	d.mu.Unlock()
+}
+
+// serve syncs VPP through ch and pings it until the connection is lost.
+func (d *driver) serve(ctx context.Context, ch channel) {
+	backoff := newBackoff()
+	needSync := true
+	for ctx.Err() == nil {
+		d.mu.Lock()
+		pid, err := ping(ch)
+		if err != nil {
+			d.setNotReady(fmt.Errorf("lost VPP (pid %d) at %s: %w", d.pid, d.cfg.APISocket, err))
+			d.ch = nil
+			d.mu.Unlock()
+			d.log.Info("lost the connection to VPP; reconnecting", "pid", d.pid, "error", err.Error())
+			return
+		}
+		if d.ch != ch || pid != d.pid {
+			if d.pid != 0 && pid != d.pid {
+				d.log.Info("VPP restarted; replaying the desired state", "oldPid", d.pid, "pid", pid)
+			} else {
+				d.log.Info("connected to VPP", "pid", pid, "socket", d.cfg.APISocket)
+			}
+			d.ch, d.pid = ch, pid
+			d.setNotReady(fmt.Errorf("syncing with VPP (pid %d)", pid))
+			needSync = true
+		}
+		if needSync {
+			start := time.Now()
+			if err := d.resync(ctx); err != nil {
+				d.why = fmt.Errorf("sync with VPP (pid %d): %w", pid, err)
+				d.mu.Unlock()
+				delay := backoff.next()
+				d.log.Error(err, "sync with VPP failed; retrying", "pid", pid, "retryIn", delay.String())
+				_ = wait(ctx, delay)
+				continue
+			}
+			needSync = false
+			backoff.reset()
+			d.initial = false
+			d.setReady()
+			d.log.Info("synced with VPP", "pid", pid, "pods", len(d.pods), "took", time.Since(start).String())
+		}
+		d.mu.Unlock()
+		_ = wait(ctx, d.cfg.PingInterval)
+	}
+}
+
+// ping asks VPP for its PID.
+func ping(ch channel) (uint32, error) {
+	reply := &memclnt.ControlPingReply{}
+	if err := call(ch, &memclnt.ControlPing{}, reply); err != nil {
+		return 0, err
+	}
+	return reply.VpePID, nil
+}
+
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{} }
+
+func (b *backoff) next() time.Duration {
+	switch {
+	case b.d == 0:
+		b.d = 500 * time.Millisecond
+	case b.d < 10*time.Second:
+		b.d *= 2
+	}
+	return b.d
+}
+
+func (b *backoff) reset() { b.d = 0 }
+
+// ListPods returns the desired pods: the checkpoint's, those SetupPod
+// wired, and, after the first sync, those VPP held with vcoil's tags.
+func (d *driver) ListPods(ctx context.Context) ([]dataplane.Pod, error) {
+	if err := d.lockReady(ctx); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	defer d.mu.Unlock()
+	pods := make([]dataplane.Pod, 0, len(d.pods))
+	for _, p := range d.pods {
+		pod := p.pod
+		pod.MTU = 0
+		pods = append(pods, pod)
+	}
+	slices.SortFunc(pods, func(a, b dataplane.Pod) int {
+		if a.ContainerID != b.ContainerID {
+			if a.ContainerID < b.ContainerID {
+				return -1
+			}
+			return 1
+		}
+		if a.IfName < b.IfName {
+			return -1
+		}
+		if a.IfName > b.IfName {
+			return 1
+		}
+		return 0
+	})
+	return pods, nil
+}

@@ -1,0 +1,827 @@
+package vpp
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.fd.io/govpp/api"
+	interfaces "go.fd.io/govpp/binapi/interface"
+	"go.fd.io/govpp/binapi/interface_types"
+	"go.fd.io/govpp/binapi/ip"
+	"go.fd.io/govpp/binapi/tapv2"
+
+	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+// TestMain checks, after a full run, that the tests made the driver send
+// every request of messages() and nothing else: the list VPP is checked
+// against at connect is the list the driver uses.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if code == 0 && flag.Lookup("test.run").Value.String() == "" {
+		var missing, extra []string
+		want := map[string]bool{}
+		for _, msg := range messages() {
+			if msg.GetMessageType() == api.RequestMessage {
+				want[msg.GetMessageName()] = true
+			}
+		}
+		sentNames.Range(func(k, _ any) bool {
+			if !want[k.(string)] {
+				extra = append(extra, k.(string))
+			}
+			return true
+		})
+		for name := range want {
+			if _, ok := sentNames.Load(name); !ok {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 || len(extra) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: the mock tests never send %v; the driver sends %v outside messages()\n", missing, extra)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type harness struct {
+	t      *testing.T
+	vpp    *fakeVPP
+	kernel *fakeKernel
+	d      *driver
+}
+
+func testConfig() Config {
+	return Config{NodeNetns: "/run/netns/node", PingInterval: 5 * time.Millisecond, ReadyWait: 2 * time.Second, VhostNet: os.DevNull}
+}
+
+// start makes a driver on a fake VPP and kernel and runs Init.
+func start(t *testing.T, cfg Config, prepare ...func(*harness)) *harness {
+	t.Helper()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, vpp: newFakeVPP(), kernel: newFakeKernel()}
+	var store *checkpoint.Store
+	if cfg.CheckpointDir != "" {
+		if store, err = checkpoint.Open(cfg.CheckpointDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.d = newDriver(cfg, logr.Discard(), h.vpp.dialer(), h.kernel, store)
+	for _, p := range prepare {
+		p(h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.d.Init(ctx); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	t.Cleanup(h.d.Close)
+	return h
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// eventually polls f until it succeeds or 5 s pass.
+func eventually(t *testing.T, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func wantLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s:\n got:\n  %s\nwant:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+var podA = dataplane.Pod{
+	PodKey: dataplane.PodKey{ContainerID: "c0ffee", IfName: "eth0"}, Netns: "/run/netns/pod-a",
+	IPv4: netip.MustParseAddr("10.100.0.2"), IPv6: netip.MustParseAddr("fd00:100::2"),
+}
+
+var podB = dataplane.Pod{
+	PodKey: dataplane.PodKey{ContainerID: "beef", IfName: "eth0"}, Netns: "/run/netns/pod-b",
+	IPv4: netip.MustParseAddr("10.100.0.3"),
+}
+
+// The node set-up of a fresh VPP, for each interconnect type: the exact
+// messages, in order.
+func TestNodeSetUpSendsTheseMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		cfg        func(*Config)
+		prepare    func(*harness)
+		wantVPP    []string
+		wantKernel []string
+	}{
+		{
+			name: "a TAP interconnect without an uplink routes VPP's defaults through the host",
+			cfg:  func(*Config) {},
+			wantVPP: []string{
+				"sw_interface_dump all",
+				"create_loopback",
+				`sw_interface_tag_add_del add=true 1 "vcoil-loopback"`,
+				"ip_address_dump 1 ip6=false", "ip_address_dump 1 ip6=true",
+				"sw_interface_add_del_address add=true 1 169.254.1.1/32",
+				"sw_interface_ip6_enable_disable 1 enable=true",
+				"sw_interface_set_flags 1 flags=1",
+				`tap_create_v3 tag="vcoil-host" host_if="vcoilhost" ns="/run/netns/node"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+				"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
+				"sw_interface_add_del_address add=true 2 169.254.100.1/30",
+				"sw_interface_ip6_enable_disable 2 enable=true",
+				"sw_interface_ip6_set_link_local_address 2 fe80::1",
+				"sw_interface_set_flags 2 flags=1",
+				"ip_route_add_del add=true 0.0.0.0/0 via 169.254.100.2 2",
+				"ip_route_add_del add=true ::/0 via fe80::2 2",
+				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+				"sw_interface_tap_v2_dump",
+			},
+			wantKernel: []string{"SetUpHost"},
+		},
+		{
+			name: "an af_packet interconnect with an addressed uplink routes VPP's defaults through the uplink's gateways",
+			cfg: func(c *Config) {
+				c.PodInterface, c.Uplink = AFPacket, "host-up0"
+				c.UplinkAddresses = []netip.Prefix{netip.MustParsePrefix("198.18.0.10/24")}
+				c.UplinkGatewayIPv4, c.UplinkGatewayIPv6 = netip.MustParseAddr("198.18.0.254"), netip.MustParseAddr("fd00:18::fe")
+			},
+			prepare: func(h *harness) { h.vpp.add(&fakeIf{name: "host-up0", mtu: 9000}) },
+			wantVPP: []string{
+				"sw_interface_dump all",
+				"ip_address_dump 1 ip6=false", "ip_address_dump 1 ip6=true",
+				"sw_interface_add_del_address add=true 1 198.18.0.10/24",
+				"sw_interface_set_flags 1 flags=1",
+				"create_loopback",
+				`sw_interface_tag_add_del add=true 2 "vcoil-loopback"`,
+				"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
+				"sw_interface_add_del_address add=true 2 169.254.1.1/32",
+				"sw_interface_ip6_enable_disable 2 enable=true",
+				"sw_interface_set_flags 2 flags=1",
+				`af_packet_create_v3 host_if="vcoilvpp" mode=1 mac=00:00:00:00:00:00 random=true frames=10240/10240 flags=3`,
+				`sw_interface_tag_add_del add=true 3 "vcoil-host"`,
+				"ip_address_dump 3 ip6=false", "ip_address_dump 3 ip6=true",
+				"sw_interface_add_del_address add=true 3 169.254.100.1/30",
+				"sw_interface_ip6_enable_disable 3 enable=true",
+				"sw_interface_ip6_set_link_local_address 3 fe80::1",
+				"sw_interface_set_flags 3 flags=1",
+				"ip_route_add_del add=true 0.0.0.0/0 via 198.18.0.254 1",
+				"ip_route_add_del add=true ::/0 via fd00:18::fe 1",
+				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+				"sw_interface_tap_v2_dump",
+			},
+			wantKernel: []string{"CreateHostVeth mtu=9000", "SetUpHost"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			tc.cfg(&cfg)
+			prepare := []func(*harness){}
+			if tc.prepare != nil {
+				prepare = append(prepare, tc.prepare)
+			}
+			h := start(t, cfg, prepare...)
+			wantLines(t, "VPP messages", h.vpp.take(), tc.wantVPP)
+			wantLines(t, "kernel calls", h.kernel.take(), tc.wantKernel)
+			if err := h.d.Healthy(ctx(t)); err != nil {
+				t.Fatalf("Healthy after Init: %v", err)
+			}
+		})
+	}
+}
+
+func TestSetupPodSendsTheseMessages(t *testing.T) {
+	longNetns := "/var/run/netns/" + strings.Repeat("x", 60)
+	for _, tc := range []struct {
+		name       string
+		typ        InterfaceType
+		pod        dataplane.Pod
+		wantVPP    []string
+		wantKernel []string
+		wantIfs    dataplane.Interfaces
+	}{
+		{
+			name: "a TAP pod gets a tun in its namespace, unnumbered, up, with host routes",
+			typ:  TAP, pod: podA,
+			wantVPP: []string{
+				`tap_create_v3 tag="vcoil c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+				"sw_interface_set_unnumbered add=true 3 uses 1",
+				"sw_interface_set_flags 3 flags=1",
+				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
+				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
+				"sw_interface_dump 3",
+			},
+			wantKernel: []string{"ConfigurePod /run/netns/pod-a/eth0 10.100.0.2 fd00:100::2"},
+			wantIfs:    dataplane.Interfaces{HostIfName: "tap3", MTU: 1500},
+		},
+		{
+			name: "a TAP pod whose namespace path is too long for VPP gets its tun moved",
+			typ:  TAP, pod: dataplane.Pod{PodKey: podB.PodKey, Netns: longNetns, IPv4: podB.IPv4, MTU: 1400},
+			wantVPP: []string{
+				`tap_create_v3 tag="vcoil beef eth0" host_if="vctap` + linkName(tapPrefix, podB.PodKey)[5:] + `" ns="/run/netns/node"(true) mtu=1400(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+				"sw_interface_set_unnumbered add=true 3 uses 1",
+				"sw_interface_set_flags 3 flags=1",
+				"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
+				"sw_interface_dump 3",
+			},
+			wantKernel: []string{
+				"MoveToPod " + linkName(tapPrefix, podB.PodKey) + " -> " + longNetns + "/eth0",
+				"ConfigurePod " + longNetns + "/eth0 10.100.0.3 invalid IP",
+			},
+			wantIfs: dataplane.Interfaces{HostIfName: "tap3", MTU: 1400},
+		},
+		{
+			name: "an af_packet pod gets a veth, VPP attached with the pod's MAC, static neighbors and host routes",
+			typ:  AFPacket, pod: podA,
+			wantVPP: []string{
+				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=2048/2048 flags=3`,
+				`sw_interface_tag_add_del add=true 3 "vcoil c0ffee eth0"`,
+				"sw_interface_set_unnumbered add=true 3 uses 1",
+				"sw_interface_set_flags 3 flags=1",
+				"ip_neighbor_add_del add=true 3 10.100.0.2 " + podMAC(podA.PodKey).String() + " flags=3",
+				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
+				"ip_neighbor_add_del add=true 3 fd00:100::2 " + podMAC(podA.PodKey).String() + " flags=3",
+				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
+				"sw_interface_dump 3",
+			},
+			wantKernel: []string{
+				"CreatePodVeth " + linkName(vethPrefix, podA.PodKey) + " /run/netns/pod-a/eth0 mac=" + podMAC(podA.PodKey).String() + " mtu=1500",
+				"ConfigurePod /run/netns/pod-a/eth0 10.100.0.2 fd00:100::2",
+			},
+			wantIfs: dataplane.Interfaces{HostIfName: "host-" + linkName(vethPrefix, podA.PodKey), HostMAC: podMAC(podA.PodKey).String(), PodMAC: podMAC(podA.PodKey).String(), MTU: 1500},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.PodInterface, cfg.HostInterconnect = tc.typ, TAP
+			h := start(t, cfg)
+			h.vpp.take()
+			h.kernel.take()
+			ifs, err := h.d.SetupPod(ctx(t), tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantLines(t, "VPP messages", h.vpp.take(), tc.wantVPP)
+			wantLines(t, "kernel calls", h.kernel.take(), tc.wantKernel)
+			if ifs != tc.wantIfs {
+				t.Fatalf("interfaces = %+v, want %+v", ifs, tc.wantIfs)
+			}
+		})
+	}
+}
+
+func TestSetupPodRepeatedChecksAndChangesNothing(t *testing.T) {
+	h := start(t, testConfig())
+	first, err := h.d.SetupPod(ctx(t), podA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.take()
+	h.kernel.take()
+	again, err := h.d.SetupPod(ctx(t), podA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Fatalf("second SetupPod = %+v, first %+v", again, first)
+	}
+	wantLines(t, "VPP messages of a repeat", h.vpp.take(), []string{"sw_interface_dump 3"})
+	wantLines(t, "kernel calls of a repeat", h.kernel.take(), []string{"CheckPod /run/netns/pod-a/eth0 tap mtu=1500"})
+	if err := h.d.CheckPod(ctx(t), podA); err != nil {
+		t.Fatalf("CheckPod: %v", err)
+	}
+}
+
+func TestSetupPodWithOtherAddressesRewires(t *testing.T) {
+	h := start(t, testConfig())
+	if _, err := h.d.SetupPod(ctx(t), podA); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.take()
+	moved := podA
+	moved.IPv4, moved.IPv6 = netip.MustParseAddr("10.100.0.9"), netip.Addr{}
+	if _, err := h.d.SetupPod(ctx(t), moved); err != nil {
+		t.Fatal(err)
+	}
+	got := h.vpp.take()
+	wantLines(t, "VPP messages of a rewiring", got[:3], []string{
+		"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
+		"ip_route_add_del add=false fd00:100::2/128 via fd00:100::2 3",
+		"tap_delete_v2 3",
+	})
+	if err := h.d.CheckPod(ctx(t), podA); err == nil {
+		t.Fatal("CheckPod with the old addresses passed")
+	}
+	if err := h.d.CheckPod(ctx(t), moved); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTeardownPodRemovesEverythingAndRepeatsQuietly(t *testing.T) {
+	for _, typ := range []InterfaceType{TAP, AFPacket} {
+		t.Run(string(typ), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.PodInterface, cfg.HostInterconnect = typ, TAP
+			h := start(t, cfg)
+			if _, err := h.d.SetupPod(ctx(t), podA); err != nil {
+				t.Fatal(err)
+			}
+			h.d.SetPodNATRole(ctx(t), podA.PodKey, NATFrontend)
+			h.vpp.take()
+			h.kernel.take()
+			if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podA.PodKey}); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"nat44_interface_add_del_feature add=false 3 flags=0"}
+			var wantKernel []string
+			veth := linkName(vethPrefix, podA.PodKey)
+			if typ == TAP {
+				want = append(want,
+					"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
+					"ip_route_add_del add=false fd00:100::2/128 via fd00:100::2 3",
+					"tap_delete_v2 3")
+			} else {
+				mac := podMAC(podA.PodKey).String()
+				want = append(want,
+					"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
+					"ip_neighbor_add_del add=false 3 10.100.0.2 "+mac+" flags=3",
+					"ip_route_add_del add=false fd00:100::2/128 via fd00:100::2 3",
+					"ip_neighbor_add_del add=false 3 fd00:100::2 "+mac+" flags=3",
+					`af_packet_delete host_if="`+veth+`"`)
+				wantKernel = []string{"DeleteNodeLink " + veth}
+			}
+			wantLines(t, "VPP messages of a teardown", h.vpp.take(), want)
+			wantLines(t, "kernel calls of a teardown", h.kernel.take(), wantKernel)
+			if n := len(h.vpp.ifs); n != 3 {
+				t.Fatalf("VPP has %d interfaces after the teardown, want local0, loopback and interconnect", n)
+			}
+			if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podA.PodKey}); err != nil {
+				t.Fatalf("second teardown: %v", err)
+			}
+			again := []string{"sw_interface_dump all"}
+			if typ == AFPacket {
+				wantKernel = []string{"DeleteNodeLink " + veth}
+			}
+			wantLines(t, "VPP messages of a second teardown", h.vpp.take(), again)
+			wantLines(t, "kernel calls of a second teardown", h.kernel.take(), wantKernel)
+			if pods, _ := h.d.ListPods(ctx(t)); len(pods) != 0 {
+				t.Fatalf("ListPods after teardown = %v", pods)
+			}
+		})
+	}
+}
+
+// A VPP error in the middle of a set-up undoes what was made, in reverse,
+// and the error names the message and VPP's answer.
+func TestVPPErrorDuringSetupLeavesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		typ      InterfaceType
+		failMsg  string
+		wantTail []string
+	}{
+		{
+			name: "the unnumbered step of a TAP fails", typ: TAP, failMsg: "sw_interface_set_unnumbered",
+			wantTail: []string{"sw_interface_set_unnumbered add=true 3 uses 1", "tap_delete_v2 3"},
+		},
+		{
+			name: "the IPv6 route of a TAP fails", typ: TAP, failMsg: "ip_route_add_del",
+			wantTail: []string{
+				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
+				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
+				"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
+				"tap_delete_v2 3",
+			},
+		},
+		{
+			name: "the tag of an af_packet interface fails", typ: AFPacket, failMsg: "sw_interface_tag_add_del",
+			wantTail: []string{`sw_interface_tag_add_del add=true 3 "vcoil c0ffee eth0"`, `af_packet_delete host_if="` + linkName(vethPrefix, podA.PodKey) + `"`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.PodInterface, cfg.HostInterconnect = tc.typ, TAP
+			h := start(t, cfg)
+			h.vpp.take()
+			h.kernel.take()
+			n := 0
+			h.vpp.mu.Lock()
+			h.vpp.failWhen = func(m api.Message) int32 {
+				if m.GetMessageName() != tc.failMsg {
+					return 0
+				}
+				if n++; tc.failMsg == "ip_route_add_del" && n < 2 {
+					return 0
+				}
+				return int32(api.INVALID_VALUE)
+			}
+			h.vpp.mu.Unlock()
+			_, err := h.d.SetupPod(ctx(t), podA)
+			if err == nil {
+				t.Fatal("SetupPod succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.failMsg) || !strings.Contains(err.Error(), "Invalid value") {
+				t.Fatalf("error %q names neither the message %s nor VPP's answer", err, tc.failMsg)
+			}
+			got := h.vpp.take()
+			if len(got) < len(tc.wantTail) {
+				t.Fatalf("messages: %v", got)
+			}
+			wantLines(t, "the last messages", got[len(got)-len(tc.wantTail):], tc.wantTail)
+			if len(h.vpp.ifs) != 3 || len(h.vpp.routes) != 2 || len(h.vpp.neigh) != 0 {
+				t.Fatalf("VPP holds %d interfaces, %d routes, %d neighbors after the failure", len(h.vpp.ifs), len(h.vpp.routes), len(h.vpp.neigh))
+			}
+			if tc.typ == AFPacket && len(h.kernel.veths) != 0 {
+				t.Fatalf("veths left: %v", h.kernel.veths)
+			}
+			if pods, _ := h.d.ListPods(ctx(t)); len(pods) != 0 {
+				t.Fatalf("ListPods after a failed SetupPod = %v", pods)
+			}
+		})
+	}
+}
+
+func TestAKernelErrorDuringSetupLeavesNothingInVPP(t *testing.T) {
+	h := start(t, testConfig())
+	h.kernel.failOn = "ConfigurePod"
+	h.vpp.take()
+	if _, err := h.d.SetupPod(ctx(t), podA); err == nil || !strings.Contains(err.Error(), "configure the pod's interface") {
+		t.Fatalf("SetupPod error = %v", err)
+	}
+	wantLines(t, "VPP messages", h.vpp.take(), []string{
+		`tap_create_v3 tag="vcoil c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		"sw_interface_set_unnumbered add=true 3 uses 1",
+		"sw_interface_set_flags 3 flags=1",
+		"tap_delete_v2 3",
+	})
+}
+
+// After VPP restarts (a new PID, an empty VPP), the driver replays the
+// node, the pods with their NAT roles and the blocks, and CNI calls made
+// meanwhile wait for it.
+func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
+	h := start(t, testConfig())
+	for _, p := range []dataplane.Pod{podA, podB} {
+		if _, err := h.d.SetupPod(ctx(t), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.d.SetPodNATRole(ctx(t), podB.PodKey, NATFrontend|NATBackend); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.SetNodeNATRole(ctx(t), HostInterconnect, NATFrontend|NATBackend); err != nil {
+		t.Fatal(err)
+	}
+	block := netip.MustParsePrefix("10.100.0.0/29")
+	if err := h.d.Blocks().Sync(ctx(t), []netip.Prefix{block}); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.take()
+	h.kernel.take()
+
+	h.vpp.restart()
+	eventually(t, func() error {
+		h.d.mu.Lock()
+		defer h.d.mu.Unlock()
+		if !h.d.synced || h.d.pid != 101 {
+			return fmt.Errorf("not synced with the new VPP: %v", h.d.why)
+		}
+		return nil
+	})
+	want := []string{
+		"sw_interface_dump all",
+		"create_loopback",
+		`sw_interface_tag_add_del add=true 1 "vcoil-loopback"`,
+		"ip_address_dump 1 ip6=false", "ip_address_dump 1 ip6=true",
+		"sw_interface_add_del_address add=true 1 169.254.1.1/32",
+		"sw_interface_ip6_enable_disable 1 enable=true",
+		"sw_interface_set_flags 1 flags=1",
+		`tap_create_v3 tag="vcoil-host" host_if="vcoilhost" ns="/run/netns/node"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
+		"sw_interface_add_del_address add=true 2 169.254.100.1/30",
+		"sw_interface_ip6_enable_disable 2 enable=true",
+		"sw_interface_ip6_set_link_local_address 2 fe80::1",
+		"sw_interface_set_flags 2 flags=1",
+		"ip_route_add_del add=true 0.0.0.0/0 via 169.254.100.2 2",
+		"ip_route_add_del add=true ::/0 via fe80::2 2",
+		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		// Pods in key order: beef, then c0ffee.
+		`tap_create_v3 tag="vcoil beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		"sw_interface_set_unnumbered add=true 3 uses 1",
+		"sw_interface_set_flags 3 flags=1",
+		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
+		"nat44_ed_plugin_enable_disable enable=true sessions=0",
+		"nat44_interface_add_del_feature add=true 3 flags=32",
+		"nat44_interface_add_del_feature add=true 3 flags=0",
+		"sw_interface_dump 3",
+		`tap_create_v3 tag="vcoil c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		"sw_interface_set_unnumbered add=true 4 uses 1",
+		"sw_interface_set_flags 4 flags=1",
+		"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 4",
+		"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 4",
+		"sw_interface_dump 4",
+		"ip_route_add_del add=true 10.100.0.0/29 drop",
+		"nat44_interface_add_del_feature add=true 2 flags=32",
+		"nat44_interface_add_del_feature add=true 2 flags=0",
+	}
+	wantLines(t, "VPP messages of the replay", h.vpp.take(), want)
+	wantLines(t, "kernel calls of the replay", h.kernel.take(), []string{
+		"SetUpHost",
+		"ConfigurePod /run/netns/pod-b/eth0 10.100.0.3 invalid IP",
+		"ConfigurePod /run/netns/pod-a/eth0 10.100.0.2 fd00:100::2",
+		"SyncBlockRoutes [10.100.0.0/29]",
+	})
+	for _, p := range []dataplane.Pod{podA, podB} {
+		if err := h.d.CheckPod(ctx(t), p); err != nil {
+			t.Fatalf("CheckPod after the replay: %v", err)
+		}
+	}
+}
+
+// While VPP is gone, readiness fails, CNI calls wait and then fail with
+// ErrNotReady having changed nothing; once VPP is back a waiting call goes
+// through.
+func TestCallsWaitWhileVPPIsGone(t *testing.T) {
+	cfg := testConfig()
+	cfg.ReadyWait = 100 * time.Millisecond
+	h := start(t, cfg)
+	h.vpp.setDown(true)
+	eventually(t, func() error {
+		if err := h.d.Healthy(ctx(t)); err == nil {
+			return errors.New("Healthy while VPP is gone")
+		}
+		return nil
+	})
+	if err := h.d.Healthy(ctx(t)); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "lost VPP") && !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("Healthy = %v, want ErrNotReady naming the lost VPP", err)
+	}
+	h.vpp.take()
+	if _, err := h.d.SetupPod(ctx(t), podA); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("SetupPod while VPP is gone = %v, want ErrNotReady", err)
+	}
+	if err := h.d.TeardownPod(ctx(t), podA); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("TeardownPod while VPP is gone = %v, want ErrNotReady", err)
+	}
+	for _, m := range h.vpp.take() {
+		if !strings.HasPrefix(m, "sw_interface_dump") {
+			t.Fatalf("a call sent %q while VPP was gone", m)
+		}
+	}
+
+	h.d.cfg.ReadyWait = 5 * time.Second
+	done := make(chan error, 1)
+	go func() { _, err := h.d.SetupPod(ctx(t), podA); done <- err }()
+	h.vpp.restart()
+	if err := <-done; err != nil {
+		t.Fatalf("SetupPod that waited for VPP: %v", err)
+	}
+}
+
+func TestInitFailsOnAVPPThatLacksMessagesNamingThem(t *testing.T) {
+	cfg, _ := testConfig().withDefaults()
+	f, k := newFakeVPP(), newFakeKernel()
+	f.unknown = []string{"nat44_ed_plugin_enable_disable_be17f8dd"}
+	d := newDriver(cfg, logr.Discard(), f.dialer(), k, nil)
+	defer d.Close()
+	err := d.Init(ctx(t))
+	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "nat44_ed_plugin_enable_disable_be17f8dd") || !strings.Contains(err.Error(), VPPVersion) {
+		t.Fatalf("Init = %v, want ErrIncompatible naming the message and %s", err, VPPVersion)
+	}
+}
+
+func TestTAPWithoutVhostNetFailsNamingTheDeviceAndAFPacket(t *testing.T) {
+	cfg := testConfig()
+	cfg.VhostNet = filepath.Join(t.TempDir(), "vhost-net")
+	cfg, _ = cfg.withDefaults()
+	d := newDriver(cfg, logr.Discard(), newFakeVPP().dialer(), newFakeKernel(), nil)
+	defer d.Close()
+	err := d.Init(ctx(t))
+	if err == nil || !strings.Contains(err.Error(), cfg.VhostNet) || !strings.Contains(err.Error(), "af_packet") {
+		t.Fatalf("Init = %v, want an error naming %s and af_packet", err, cfg.VhostNet)
+	}
+	cfg.PodInterface, cfg.HostInterconnect = AFPacket, AFPacket
+	d = newDriver(cfg, logr.Discard(), newFakeVPP().dialer(), newFakeKernel(), nil)
+	defer d.Close()
+	if err := d.Init(ctx(t)); err != nil {
+		t.Fatalf("af_packet without vhost-net: %v", err)
+	}
+}
+
+// After a vcoild restart, the pods are the checkpoint's and those VPP
+// holds with vcoil's tags (adopted for the daemon's recovery); pods that
+// VPP holds as wanted are kept as they are.
+func TestListPodsAfterARestartHasTheCheckpointsAndVPPsPods(t *testing.T) {
+	cfg := testConfig()
+	cfg.CheckpointDir = t.TempDir()
+	store, _ := checkpoint.Open(cfg.CheckpointDir)
+	if err := store.Save(checkpoint.Entry{ContainerID: podA.ContainerID, IfName: "eth0", Netns: podA.Netns, Block: "b", IPv4: podA.IPv4, IPv6: podA.IPv6}); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cfg, func(h *harness) {
+		f := h.vpp
+		lo := f.add(&fakeIf{name: "loop1", tag: loopbackTag, addrs: []netip.Prefix{LoopbackIPv4}, up: true})
+		f.add(&fakeIf{name: "tap2", tag: interconnectTag, addrs: []netip.Prefix{InterconnectVPPIPv4}, up: true, tap: &tapv2.TapCreateV3{}})
+		a := f.add(&fakeIf{name: "tap3", tag: podTag(podA.PodKey), up: true, mtu: 1500, tap: &tapv2.TapCreateV3{HostNamespace: podA.Netns, HostMtuSize: 1500}})
+		b := f.add(&fakeIf{name: "tap4", tag: podTag(podB.PodKey), up: true, mtu: 1450, tap: &tapv2.TapCreateV3{HostNamespace: podB.Netns, HostMtuSize: 1450}})
+		_ = lo
+		for _, r := range []struct {
+			sw uint32
+			a  netip.Addr
+		}{{a.sw, podA.IPv4}, {a.sw, podA.IPv6}, {b.sw, podB.IPv4}} {
+			f.routes[hostPrefix(r.a)] = viaPath(r.sw, r.a)
+		}
+	})
+	pods, err := h.d.ListPods(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []dataplane.Pod{
+		{PodKey: podB.PodKey, Netns: podB.Netns, IPv4: podB.IPv4},
+		{PodKey: podA.PodKey, Netns: podA.Netns, IPv4: podA.IPv4, IPv6: podA.IPv6},
+	}
+	if !slices.Equal(pods, want) {
+		t.Fatalf("ListPods = %+v\nwant %+v", pods, want)
+	}
+	for _, m := range h.vpp.take() {
+		if strings.HasPrefix(m, "tap_") || strings.Contains(m, "add=false") {
+			t.Fatalf("the sync after a vcoild restart changed a kept pod: %s", m)
+		}
+	}
+	// The daemon tears down the adopted pod it has no address for.
+	if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podB.PodKey}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.vpp.ifs[4]; ok {
+		t.Fatal("tap4 is still in VPP")
+	}
+}
+
+// A sync after a reconnection removes pod interfaces nobody wants, with
+// their routes, and hashed tags that match no key.
+func TestResyncRemovesStalePods(t *testing.T) {
+	h := start(t, testConfig())
+	h.vpp.setDown(true)
+	eventually(t, func() error {
+		if h.d.Healthy(ctx(t)) == nil {
+			return errors.New("still healthy")
+		}
+		return nil
+	})
+	h.vpp.mu.Lock()
+	stale := h.vpp.add(&fakeIf{name: "tap9", tag: podTag(podB.PodKey), up: true, tap: &tapv2.TapCreateV3{}})
+	hashed := h.vpp.add(&fakeIf{name: "tap10", tag: hashedTag(dataplane.PodKey{ContainerID: "gone", IfName: "eth1"}), up: true, tap: &tapv2.TapCreateV3{}})
+	h.vpp.routes[hostPrefix(podB.IPv4)] = viaPath(stale.sw, podB.IPv4)
+	h.vpp.sent = nil
+	h.vpp.down = false
+	h.vpp.mu.Unlock()
+	eventually(t, func() error { return h.d.Healthy(ctx(t)) })
+	got := h.vpp.take()
+	for _, w := range []string{
+		"ip_route_add_del add=false 10.100.0.3/32 via 10.100.0.3 " + fmt.Sprint(stale.sw),
+		"tap_delete_v2 " + fmt.Sprint(stale.sw),
+		"tap_delete_v2 " + fmt.Sprint(hashed.sw),
+	} {
+		if !slices.Contains(got, w) {
+			t.Fatalf("the resync did not send %q:\n%s", w, strings.Join(got, "\n"))
+		}
+	}
+}
+
+func TestNATRolesAddAndRemoveOneFeatureEach(t *testing.T) {
+	h := start(t, testConfig(), func(h *harness) {})
+	if _, err := h.d.SetupPod(ctx(t), podA); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.take()
+	steps := []struct {
+		role NATRole
+		want []string
+	}{
+		{NATFrontend | NATBackend, []string{
+			"nat44_ed_plugin_enable_disable enable=true sessions=0",
+			"nat44_interface_add_del_feature add=true 3 flags=32",
+			"nat44_interface_add_del_feature add=true 3 flags=0",
+		}},
+		{NATFrontend | NATBackend, nil},
+		{NATFrontend, []string{"nat44_interface_add_del_feature add=false 3 flags=32"}},
+		{0, []string{"nat44_interface_add_del_feature add=false 3 flags=0"}},
+	}
+	for i, s := range steps {
+		if err := h.d.SetPodNATRole(ctx(t), podA.PodKey, s.role); err != nil {
+			t.Fatal(err)
+		}
+		wantLines(t, fmt.Sprintf("step %d (%s)", i, s.role), h.vpp.take(), s.want)
+	}
+	if err := h.d.SetPodNATRole(ctx(t), podB.PodKey, NATFrontend); err == nil {
+		t.Fatal("a role for a pod that is not wired was accepted")
+	}
+	if err := h.d.SetNodeNATRole(ctx(t), Uplink, NATFrontend); err == nil || !strings.Contains(err.Error(), "no uplink") {
+		t.Fatalf("uplink role without an uplink: %v", err)
+	}
+}
+
+func TestBlocksAreRoutedToDropInVPPAndThroughTheInterconnectInTheNode(t *testing.T) {
+	h := start(t, testConfig())
+	h.vpp.take()
+	h.kernel.take()
+	a, b := netip.MustParsePrefix("10.100.0.0/29"), netip.MustParsePrefix("fd00:100::/125")
+	c := netip.MustParsePrefix("10.100.0.8/29")
+	if err := h.d.Blocks().Sync(ctx(t), []netip.Prefix{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "VPP messages", h.vpp.take(), []string{
+		"ip_route_add_del add=true 10.100.0.0/29 drop",
+		"ip_route_add_del add=true fd00:100::/125 drop",
+	})
+	if err := h.d.Blocks().Sync(ctx(t), []netip.Prefix{c}); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "VPP messages after a change", h.vpp.take(), []string{
+		"ip_route_add_del add=false 10.100.0.0/29 drop",
+		"ip_route_add_del add=false fd00:100::/125 drop",
+		"ip_route_add_del add=true 10.100.0.8/29 drop",
+	})
+	wantLines(t, "kernel calls", h.kernel.take(), []string{
+		"SyncBlockRoutes [10.100.0.0/29 fd00:100::/125]",
+		"SyncBlockRoutes [10.100.0.8/29]",
+	})
+}
+
+func TestSetupPodRejectsBadInputNamingTheField(t *testing.T) {
+	h := start(t, testConfig())
+	for _, tc := range []struct {
+		name string
+		pod  dataplane.Pod
+		want string
+	}{
+		{"an empty container ID", dataplane.Pod{PodKey: dataplane.PodKey{IfName: "eth0"}, Netns: "/x", IPv4: podA.IPv4}, "container ID is empty"},
+		{"a container ID with a space", dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "a b", IfName: "eth0"}, Netns: "/x", IPv4: podA.IPv4}, "character ' '"},
+		{"no namespace", dataplane.Pod{PodKey: podA.PodKey, IPv4: podA.IPv4}, "netns path is empty"},
+		{"no address", dataplane.Pod{PodKey: podA.PodKey, Netns: "/x"}, "neither an IPv4 nor an IPv6"},
+		{"an IPv6 address as IPv4", dataplane.Pod{PodKey: podA.PodKey, Netns: "/x", IPv4: podA.IPv6}, "is not IPv4"},
+		{"a loopback address", dataplane.Pod{PodKey: podA.PodKey, Netns: "/x", IPv4: netip.MustParseAddr("127.0.0.1")}, "cannot be a pod's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h.vpp.take()
+			_, err := h.d.SetupPod(ctx(t), tc.pod)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("SetupPod = %v, want %q", err, tc.want)
+			}
+			if m := h.vpp.take(); len(m) != 0 {
+				t.Fatalf("bad input sent %v", m)
+			}
+		})
+	}
+}
+
+// The fake VPP answers as VPP does for the interface of a failed SetupPod;
+// this keeps the fake honest about one assumption the driver makes.
+func TestFakeVPPReportsAdminUpAsVPPDoes(t *testing.T) {
+	f := newFakeVPP()
+	i := f.add(&fakeIf{name: "x"})
+	ch := &fakeChannel{f: f}
+	if err := call(ch, &interfaceSetFlags{SwIfIndex: index(i.sw), Flags: interface_types.IF_STATUS_API_FLAG_ADMIN_UP}, &interfaceSetFlagsReply{}); err != nil {
+		t.Fatal(err)
+	}
+	ifs, err := interfaceDump(ch, i.sw)
+	if err != nil || len(ifs) != 1 || !ifs[0].up {
+		t.Fatalf("dump = %+v, %v", ifs, err)
+	}
+	if err := call(ch, &ip.IPRouteAddDel{IsAdd: false, Route: ip.IPRoute{Prefix: vppPrefix(hostPrefix(podA.IPv4))}}, &ip.IPRouteAddDelReply{}); !isRetval(err, api.NO_SUCH_ENTRY) {
+		t.Fatalf("deleting a missing route = %v", err)
+	}
+}
+
+type (
+	interfaceSetFlags      = interfaces.SwInterfaceSetFlags
+	interfaceSetFlagsReply = interfaces.SwInterfaceSetFlagsReply
+)

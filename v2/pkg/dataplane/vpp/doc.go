@@ -1,0 +1,23 @@
+// Package vpp is vcoil's VPP dataplane: it implements dataplane.Dataplane by
+// programming VPP through GoVPP's binary API (go.fd.io/govpp, generated for
+// VPP 25.10) over the API socket, and the node's and pods' network
+// namespaces through netlink.
+//
+// On the node it uses an existing uplink (named in Config), makes a
+// loopback that pod interfaces are unnumbered to, a host interconnect (a
+// tun, or a veth attached with af_packet) with link-local addresses, the
+// node's routes to its blocks through it, and drop routes for the blocks in
+// VPP. Each pod gets a TAP created by VPP in its namespace (an L3 tun, so
+// the pod's only route is "default dev eth0"), or, where the kernel lacks
+// /dev/vhost-net, a veth whose node end VPP attaches with af_packet; VPP
+// routes the pod's /32 and /128 to it. Every interface vcoil makes carries
+// a tag naming vcoil and its owner.
+//
+// The driver keeps the desired state (pods, blocks, NAT roles) in memory,
+// from SetupPod, the checkpoint and VPP's tags. A supervisor connects with
+// retries, checks that VPP knows every message the driver sends, pings VPP
+// and, after a reconnection or a new VPP PID, replays the whole state while
+// CNI calls wait (or fail with ErrNotReady). It does not allocate
+// addresses, render services or policies (the renderers will), or export
+// routes to other nodes. docs/vpp.md describes deployment and operation.
+package vpp

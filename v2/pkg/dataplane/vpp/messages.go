@@ -1,0 +1,73 @@
+package vpp
+
+import (
+	"errors"
+
+	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/af_packet"
+	interfaces "go.fd.io/govpp/binapi/interface"
+	"go.fd.io/govpp/binapi/ip"
+	"go.fd.io/govpp/binapi/ip_neighbor"
+	"go.fd.io/govpp/binapi/memclnt"
+	"go.fd.io/govpp/binapi/nat44_ed"
+	"go.fd.io/govpp/binapi/tapv2"
+)
+
+// VPPVersion is the VPP release whose binary API GoVPP's binapi (and so
+// vcoil) is generated for.
+const VPPVersion = "25.10"
+
+// ErrIncompatible is returned (wrapped, naming the messages) when the VPP at
+// the socket does not know every message the driver sends: another release
+// than VPPVersion, or a plugin (nat, af_packet) missing.
+var ErrIncompatible = errors.New("VPP is incompatible with vcoil")
+
+// ErrNotReady is returned (wrapped) by SetupPod, CheckPod, TeardownPod and
+// ListPods when VPP is not connected and synced within Config.ReadyWait:
+// the caller should try again later; nothing was changed.
+var ErrNotReady = errors.New("VPP is not connected and synced yet")
+
+// messages are the requests the driver sends with their replies (and the
+// details of dumps). The connection check asks VPP for all of them, and
+// docs/vpp.md lists them; the tests check that the driver sends nothing
+// else.
+func messages() []api.Message {
+	return []api.Message{
+		&memclnt.ControlPing{}, &memclnt.ControlPingReply{},
+
+		&interfaces.SwInterfaceDump{}, &interfaces.SwInterfaceDetails{},
+		&interfaces.CreateLoopback{}, &interfaces.CreateLoopbackReply{},
+		&interfaces.SwInterfaceTagAddDel{}, &interfaces.SwInterfaceTagAddDelReply{},
+		&interfaces.SwInterfaceSetFlags{}, &interfaces.SwInterfaceSetFlagsReply{},
+		&interfaces.SwInterfaceSetUnnumbered{}, &interfaces.SwInterfaceSetUnnumberedReply{},
+		&interfaces.SwInterfaceAddDelAddress{}, &interfaces.SwInterfaceAddDelAddressReply{},
+
+		&ip.SwInterfaceIP6EnableDisable{}, &ip.SwInterfaceIP6EnableDisableReply{},
+		&ip.SwInterfaceIP6SetLinkLocalAddress{}, &ip.SwInterfaceIP6SetLinkLocalAddressReply{},
+		&ip.IPAddressDump{}, &ip.IPAddressDetails{},
+		&ip.IPRouteAddDel{}, &ip.IPRouteAddDelReply{},
+		&ip.IPRouteDump{}, &ip.IPRouteDetails{},
+
+		&ip_neighbor.IPNeighborAddDel{}, &ip_neighbor.IPNeighborAddDelReply{},
+
+		&tapv2.TapCreateV3{}, &tapv2.TapCreateV3Reply{},
+		&tapv2.TapDeleteV2{}, &tapv2.TapDeleteV2Reply{},
+		&tapv2.SwInterfaceTapV2Dump{}, &tapv2.SwInterfaceTapV2Details{},
+
+		&af_packet.AfPacketCreateV3{}, &af_packet.AfPacketCreateV3Reply{},
+		&af_packet.AfPacketDelete{}, &af_packet.AfPacketDeleteReply{},
+
+		&nat44_ed.Nat44EdPluginEnableDisable{}, &nat44_ed.Nat44EdPluginEnableDisableReply{},
+		&nat44_ed.Nat44InterfaceAddDelFeature{}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{},
+	}
+}
+
+// Messages returns the names of the binary-API messages vcoil sends (and
+// receives), for documentation and diagnostics.
+func Messages() []string {
+	var names []string
+	for _, m := range messages() {
+		names = append(names, m.GetMessageName()+"_"+m.GetCrcString())
+	}
+	return names
+}

@@ -1,0 +1,466 @@
+package vpp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+// netlinkKernel works on the node's namespace (nodeNetns, or vcoild's own)
+// and the pods' through netlink handles bound to them; only sysctls enter
+// a namespace.
+type netlinkKernel struct {
+	nodeNetns string
+}
+
+// namespace is an open network namespace with a netlink handle in it.
+type namespace struct {
+	path string
+	ns   ns.NetNS
+	nl   *netlink.Handle
+}
+
+func openNamespace(path string) (*namespace, error) {
+	n, err := ns.GetNS(path)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace %s: %w", path, err)
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()), unix.NETLINK_ROUTE)
+	if err != nil {
+		_ = n.Close()
+		return nil, fmt.Errorf("netlink socket in %s: %w", path, err)
+	}
+	return &namespace{path: path, ns: n, nl: h}, nil
+}
+
+func (n *namespace) Close() {
+	n.nl.Close()
+	_ = n.ns.Close()
+}
+
+func (k *netlinkKernel) openNode() (*namespace, error) {
+	path := k.nodeNetns
+	if path == "" {
+		path = "/proc/self/ns/net"
+	}
+	return openNamespace(path)
+}
+
+// linkByName returns nil and no error when the link does not exist.
+func (n *namespace) linkByName(name string) (netlink.Link, error) {
+	l, err := n.nl.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("look up link %s in %s: %w", name, n.path, err)
+	}
+	return l, nil
+}
+
+// sysctls writes key=value pairs under /proc/sys inside the namespace;
+// keys are paths, never dotted, since interface names may hold dots.
+func (n *namespace) sysctls(kv ...string) error {
+	return n.ns.Do(func(ns.NetNS) error {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if err := os.WriteFile(filepath.Join("/proc/sys", kv[i]), []byte(kv[i+1]), 0o644); err != nil {
+				return fmt.Errorf("sysctl %s=%s in %s: %w", kv[i], kv[i+1], n.path, err)
+			}
+		}
+		return nil
+	})
+}
+
+func (k *netlinkKernel) CreateHostVeth(_ context.Context, mtu int) error {
+	node, err := k.openNode()
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	host, err := node.linkByName(HostInterconnectName)
+	if err != nil {
+		return err
+	}
+	if host != nil && host.Type() == "veth" {
+		return nil
+	}
+	if host != nil {
+		return fmt.Errorf("%s in %s is a %s, want the veth of an af_packet host interconnect", HostInterconnectName, node.path, host.Type())
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = HostInterconnectName
+	la.MTU = mtu
+	if err := node.nl.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: HostInterconnectVPPName, PeerMTU: uint32(mtu)}); err != nil {
+		return fmt.Errorf("create veth %s/%s in %s: %w", HostInterconnectName, HostInterconnectVPPName, node.path, err)
+	}
+	peer, err := node.nl.LinkByName(HostInterconnectVPPName)
+	if err == nil {
+		err = node.nl.LinkSetUp(peer)
+	}
+	if err != nil {
+		return fmt.Errorf("set %s up in %s: %w", HostInterconnectVPPName, node.path, err)
+	}
+	return node.sysctls("net/ipv6/conf/"+HostInterconnectVPPName+"/disable_ipv6", "1")
+}
+
+func (k *netlinkKernel) SetUpHost(context.Context) error {
+	node, err := k.openNode()
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	host, err := node.linkByName(HostInterconnectName)
+	if err != nil {
+		return err
+	}
+	if host == nil {
+		return fmt.Errorf("host interconnect %s is missing in %s", HostInterconnectName, node.path)
+	}
+	if err := node.sysctls(
+		"net/ipv4/ip_forward", "1",
+		"net/ipv6/conf/all/forwarding", "1",
+		"net/ipv6/conf/"+HostInterconnectName+"/accept_ra", "0",
+	); err != nil {
+		return err
+	}
+	addrs, err := node.nl.AddrList(host, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("list addresses of %s in %s: %w", HostInterconnectName, node.path, err)
+	}
+	for _, a := range []*netlink.Addr{
+		{IPNet: ipNet(InterconnectHostIPv4)},
+		{IPNet: ipNet(InterconnectHostIPv6), Flags: unix.IFA_F_NODAD},
+	} {
+		if slices.ContainsFunc(addrs, func(b netlink.Addr) bool { return b.IPNet.String() == a.IPNet.String() }) {
+			continue
+		}
+		if err := node.nl.AddrAdd(host, a); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add %s to %s in %s: %w", a.IPNet, HostInterconnectName, node.path, err)
+		}
+	}
+	if err := node.nl.LinkSetUp(host); err != nil {
+		return fmt.Errorf("set %s up in %s: %w", HostInterconnectName, node.path, err)
+	}
+	return nil
+}
+
+func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix) ([]netip.Prefix, error) {
+	node, err := k.openNode()
+	if err != nil {
+		return nil, err
+	}
+	defer node.Close()
+	host, err := node.linkByName(HostInterconnectName)
+	if err != nil {
+		return nil, err
+	}
+	existing, err := node.nl.RouteListFiltered(netlink.FAMILY_ALL,
+		&netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: BlockRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return nil, fmt.Errorf("list block routes in %s: %w", node.path, err)
+	}
+	var removed []netip.Prefix
+	for _, r := range existing {
+		p, ok := prefixOf(r.Dst)
+		if ok && slices.Contains(blocks, p) && host != nil && r.LinkIndex == host.Attrs().Index {
+			continue
+		}
+		if err := node.nl.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return removed, fmt.Errorf("delete route %v in %s: %w", r.Dst, node.path, err)
+		}
+		if ok && !slices.Contains(blocks, p) {
+			removed = append(removed, p)
+		}
+	}
+	if host == nil {
+		if len(blocks) > 0 {
+			return removed, fmt.Errorf("route the node's blocks: host interconnect %s is missing in %s", HostInterconnectName, node.path)
+		}
+		return removed, nil
+	}
+	for _, b := range blocks {
+		r := netlink.Route{LinkIndex: host.Attrs().Index, Dst: ipNet(b), Table: unix.RT_TABLE_MAIN, Protocol: BlockRouteProtocol}
+		if b.Addr().Is4() {
+			r.Gw = InterconnectVPPIPv4.Addr().AsSlice()
+		} else {
+			r.Gw = InterconnectVPPIPv6.AsSlice()
+		}
+		if err := node.nl.RouteReplace(&r); err != nil {
+			return removed, fmt.Errorf("add route %s via %s in %s: %w", b, HostInterconnectName, node.path, err)
+		}
+	}
+	return removed, nil
+}
+
+func (k *netlinkKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, nodeEnd string, mac net.HardwareAddr, mtu int) error {
+	node, err := k.openNode()
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	existing, err := node.linkByName(nodeEnd)
+	if err != nil {
+		return err
+	}
+	if existing != nil {
+		if key, ok := parseVethAlias(existing.Attrs().Alias); ok && key == pod.PodKey {
+			return nil
+		}
+		return fmt.Errorf("link %s in %s has alias %q, not vcoil's for %s: leaving it alone", nodeEnd, node.path, existing.Attrs().Alias, describe(pod.PodKey))
+	}
+	podNS, err := openNamespace(pod.Netns)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	if other, err := podNS.linkByName(pod.IfName); err != nil {
+		return err
+	} else if other != nil {
+		return fmt.Errorf("pod network namespace %s already has an interface %s (type %s) that vcoil did not create", pod.Netns, pod.IfName, other.Type())
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = nodeEnd
+	la.MTU = mtu
+	veth := &netlink.Veth{
+		LinkAttrs: la, PeerName: pod.IfName, PeerMTU: uint32(mtu), PeerTxQLen: -1,
+		PeerHardwareAddr: mac, PeerNamespace: netlink.NsFd(int(podNS.ns.Fd())),
+	}
+	if err := node.nl.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth %s with pod end %s in %s: %w", nodeEnd, pod.IfName, pod.Netns, err)
+	}
+	fail := func(err error) error {
+		if l, lerr := node.nl.LinkByName(nodeEnd); lerr == nil {
+			_ = node.nl.LinkDel(l)
+		}
+		return err
+	}
+	host, err := node.nl.LinkByName(nodeEnd)
+	if err != nil {
+		return fail(fmt.Errorf("look up new veth %s: %w", nodeEnd, err))
+	}
+	if err := node.nl.LinkSetAlias(host, vethAlias(pod.PodKey)); err != nil {
+		return fail(fmt.Errorf("set alias of veth %s: %w", nodeEnd, err))
+	}
+	// The node end is a wire into VPP: it needs no addresses of its own.
+	if err := node.sysctls("net/ipv6/conf/"+nodeEnd+"/disable_ipv6", "1"); err != nil {
+		return fail(err)
+	}
+	if err := node.nl.LinkSetUp(host); err != nil {
+		return fail(fmt.Errorf("set %s up: %w", nodeEnd, err))
+	}
+	podLink, err := podNS.nl.LinkByName(pod.IfName)
+	if err == nil {
+		err = podNS.nl.LinkSetARPOff(podLink)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("turn ARP off on %s in %s: %w", pod.IfName, pod.Netns, err))
+	}
+	return nil
+}
+
+func (k *netlinkKernel) PodVeths(context.Context) (map[string]dataplane.PodKey, error) {
+	node, err := k.openNode()
+	if err != nil {
+		return nil, err
+	}
+	defer node.Close()
+	links, err := node.nl.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links in %s: %w", node.path, err)
+	}
+	out := map[string]dataplane.PodKey{}
+	for _, l := range links {
+		if key, ok := parseVethAlias(l.Attrs().Alias); ok && l.Type() == "veth" && l.Attrs().Name == linkName(vethPrefix, key) {
+			out[l.Attrs().Name] = key
+		}
+	}
+	return out, nil
+}
+
+func (k *netlinkKernel) DeleteNodeLink(_ context.Context, name string) error {
+	node, err := k.openNode()
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	l, err := node.linkByName(name)
+	if err != nil || l == nil {
+		return err
+	}
+	if err := node.nl.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete link %s in %s: %w", name, node.path, err)
+	}
+	return nil
+}
+
+func (k *netlinkKernel) MoveToPod(_ context.Context, from string, pod dataplane.Pod) error {
+	node, err := k.openNode()
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	podNS, err := openNamespace(pod.Netns)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	l, err := node.nl.LinkByName(from)
+	if err != nil {
+		return fmt.Errorf("look up %s in %s: %w", from, node.path, err)
+	}
+	if err := node.nl.LinkSetNsFd(l, int(podNS.ns.Fd())); err != nil {
+		return fmt.Errorf("move %s from %s to %s: %w", from, node.path, pod.Netns, err)
+	}
+	l, err = podNS.nl.LinkByName(from)
+	if err != nil {
+		return fmt.Errorf("look up %s in %s: %w", from, pod.Netns, err)
+	}
+	if err := podNS.nl.LinkSetName(l, pod.IfName); err != nil {
+		return fmt.Errorf("rename %s to %s in %s: %w", from, pod.IfName, pod.Netns, err)
+	}
+	return nil
+}
+
+func (k *netlinkKernel) ConfigurePod(_ context.Context, pod dataplane.Pod) error {
+	podNS, err := openNamespace(pod.Netns)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	l, err := podNS.nl.LinkByName(pod.IfName)
+	if err != nil {
+		return fmt.Errorf("look up %s in %s: %w", pod.IfName, pod.Netns, err)
+	}
+	if pod.IPv6.IsValid() {
+		// VPP may send router advertisements; the pod's routes are ours.
+		if err := podNS.sysctls("net/ipv6/conf/"+pod.IfName+"/accept_ra", "0"); err != nil {
+			return err
+		}
+	}
+	for _, a := range podAddrs(pod) {
+		if err := podNS.nl.AddrReplace(l, a); err != nil {
+			return fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, pod.IfName, pod.Netns, err)
+		}
+	}
+	if err := podNS.nl.LinkSetUp(l); err != nil {
+		return fmt.Errorf("set %s up in %s: %w", pod.IfName, pod.Netns, err)
+	}
+	for _, r := range podRoutes(pod, l.Attrs().Index) {
+		if err := podNS.nl.RouteReplace(&r); err != nil {
+			return fmt.Errorf("add route default dev %s in %s: %w", pod.IfName, pod.Netns, err)
+		}
+	}
+	return nil
+}
+
+func (k *netlinkKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ InterfaceType, mtu int) error {
+	podNS, err := openNamespace(pod.Netns)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	l, err := podNS.linkByName(pod.IfName)
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		return fmt.Errorf("interface %s is missing in %s", pod.IfName, pod.Netns)
+	}
+	var errs []error
+	want := "tuntap"
+	if typ == AFPacket {
+		want = "veth"
+	}
+	if l.Type() != want {
+		errs = append(errs, fmt.Errorf("%s in %s is a %s, want a %s", pod.IfName, pod.Netns, l.Type(), want))
+	}
+	if l.Attrs().MTU != mtu {
+		errs = append(errs, fmt.Errorf("MTU of %s in %s is %d, want %d", pod.IfName, pod.Netns, l.Attrs().MTU, mtu))
+	}
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		errs = append(errs, fmt.Errorf("%s in %s is down", pod.IfName, pod.Netns))
+	}
+	addrs, err := podNS.nl.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("list addresses of %s in %s: %w", pod.IfName, pod.Netns, err)
+	}
+	for _, a := range podAddrs(pod) {
+		if !slices.ContainsFunc(addrs, func(b netlink.Addr) bool { return b.IPNet.String() == a.IPNet.String() }) {
+			errs = append(errs, fmt.Errorf("address %s is missing on %s in %s", a.IPNet, pod.IfName, pod.Netns))
+		}
+	}
+	routes, err := podNS.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: l.Attrs().Index, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("list routes in %s: %w", pod.Netns, err)
+	}
+	for _, want := range podRoutes(pod, l.Attrs().Index) {
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return r.Family == want.Family && (r.Dst == nil || isDefault(r.Dst)) && r.Gw == nil
+		}) {
+			errs = append(errs, fmt.Errorf("route default dev %s (family %d) is missing in %s", pod.IfName, want.Family, pod.Netns))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// podAddrs are the pod's /32 and /128, without a prefix route.
+func podAddrs(pod dataplane.Pod) []*netlink.Addr {
+	var a []*netlink.Addr
+	if pod.IPv4.IsValid() {
+		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(pod.IPv4, 32))})
+	}
+	if pod.IPv6.IsValid() {
+		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(pod.IPv6, 128)), Flags: unix.IFA_F_NODAD | unix.IFA_F_NOPREFIXROUTE})
+	}
+	return a
+}
+
+// podRoutes are "default dev <ifname>" for each of the pod's families:
+// VPP is the other end of the link, whatever the destination.
+func podRoutes(pod dataplane.Pod, index int) []netlink.Route {
+	var r []netlink.Route
+	if pod.IPv4.IsValid() {
+		r = append(r, netlink.Route{LinkIndex: index, Family: netlink.FAMILY_V4, Scope: netlink.SCOPE_LINK,
+			Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}})
+	}
+	if pod.IPv6.IsValid() {
+		r = append(r, netlink.Route{LinkIndex: index, Family: netlink.FAMILY_V6,
+			Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}})
+	}
+	return r
+}
+
+func isDefault(dst *net.IPNet) bool {
+	ones, _ := dst.Mask.Size()
+	return ones == 0
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
+}

@@ -1,0 +1,446 @@
+package vpp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/af_packet"
+	"go.fd.io/govpp/binapi/ethernet_types"
+	interfaces "go.fd.io/govpp/binapi/interface"
+	"go.fd.io/govpp/binapi/ip_neighbor"
+	"go.fd.io/govpp/binapi/tapv2"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+// maxNamespace is what TapCreateV3's host_namespace (string[64]) holds.
+const maxNamespace = 63
+
+// tapRequest is the TapCreateV3 of a tun named ifName in netns (VPP's own
+// namespace when empty). GoVPP does not apply the API's defaults, so every
+// field VPP reads is set.
+func (d *driver) tapRequest(t, ifName, netns string, mtu int) *tapv2.TapCreateV3 {
+	req := &tapv2.TapCreateV3{
+		ID: ^uint32(0), UseRandomMac: true,
+		NumRxQueues: 1, NumTxQueues: 1, TxRingSz: 256, RxRingSz: 256,
+		HostMtuSet: true, HostMtuSize: uint32(mtu),
+		TapFlags:      tapv2.TAP_API_FLAG_TUN,
+		HostIfNameSet: true, HostIfName: ifName,
+		Tag: t,
+	}
+	if d.cfg.GSO {
+		req.TapFlags |= tapv2.TAP_API_FLAG_GSO
+	}
+	if netns != "" {
+		req.HostNamespaceSet, req.HostNamespace = true, netns
+	}
+	return req
+}
+
+// createAfPacket attaches VPP to the host link hostIf; mac nil lets VPP
+// choose. The frames are sized for mtu; CKSUM_GSO makes VPP complete the
+// checksums that veths leave to offload.
+func createAfPacket(ch channel, hostIf string, mac net.HardwareAddr, mtu int) (uint32, error) {
+	frame := uint32((mtu + 14 + 4 + 128 + 2047) / 2048 * 2048)
+	req := &af_packet.AfPacketCreateV3{
+		Mode: af_packet.AF_PACKET_API_MODE_ETHERNET, HostIfName: hostIf,
+		UseRandomHwAddr: mac == nil,
+		RxFrameSize:     frame, TxFrameSize: frame,
+		Flags:       af_packet.AF_PACKET_API_FLAG_QDISC_BYPASS | af_packet.AF_PACKET_API_FLAG_CKSUM_GSO,
+		NumRxQueues: 1, NumTxQueues: 1,
+	}
+	if mac != nil {
+		req.HwAddr = ethernet_types.NewMacAddress(mac)
+	}
+	reply := &af_packet.AfPacketCreateV3Reply{}
+	if err := call(ch, req, reply); err != nil {
+		return 0, err
+	}
+	return uint32(reply.SwIfIndex), nil
+}
+
+// SetupPod wires pod, or leaves it as it is when it is wired as asked. It
+// waits (at most Config.ReadyWait) while VPP is not synced and then fails
+// with ErrNotReady, changing nothing.
+func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Interfaces, error) {
+	if err := validatePod(pod); err != nil {
+		return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+	}
+	if err := d.lockReady(ctx); err != nil {
+		return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+	}
+	defer d.mu.Unlock()
+	if pod.MTU == 0 {
+		pod.MTU = d.node.mtu
+	}
+	st := d.pods[pod.PodKey]
+	if st != nil && st.wired && samePod(st.pod, pod) {
+		if err := d.checkWired(ctx, st); err == nil {
+			st.pod.Namespace, st.pod.Name = pod.Namespace, pod.Name
+			return st.interfaces(d.cfg.PodInterface), nil
+		} else {
+			d.log.Info("rewiring pod", "containerID", pod.ContainerID, "ifname", pod.IfName, "reason", err.Error())
+		}
+	}
+	var role NATRole
+	if st != nil {
+		role = st.role
+		if err := d.unwire(ctx, st); err != nil {
+			return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: remove its old wiring: %w", describe(pod.PodKey), err)
+		}
+		delete(d.pods, pod.PodKey)
+	}
+	nst := &podState{pod: pod, role: role}
+	if err := d.wire(ctx, nst); err != nil {
+		return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+	}
+	d.pods[pod.PodKey] = nst
+	d.log.Info("pod wired", "containerID", pod.ContainerID, "ifname", pod.IfName, "vppInterface", nst.vppName,
+		"swIfIndex", nst.swIfIndex, "ipv4", pod.IPv4, "ipv6", pod.IPv6, "mtu", pod.MTU, "type", d.cfg.PodInterface)
+	return nst.interfaces(d.cfg.PodInterface), nil
+}
+
+// samePod: the wiring SetupPod makes depends on these fields only.
+func samePod(a, b dataplane.Pod) bool {
+	return a.PodKey == b.PodKey && a.Netns == b.Netns && a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 && a.MTU == b.MTU
+}
+
+func (st *podState) interfaces(typ InterfaceType) dataplane.Interfaces {
+	ifs := dataplane.Interfaces{HostIfName: st.vppName, HostMAC: st.hostMAC, MTU: st.pod.MTU}
+	if typ == AFPacket {
+		ifs.PodMAC = podMAC(st.pod.PodKey).String()
+	}
+	return ifs
+}
+
+// undo is a stack of the steps that undo a half-made wiring.
+type undo []func() error
+
+func (u *undo) push(f func() error) { *u = append(*u, f) }
+
+func (u undo) run() error {
+	var errs []error
+	for i := len(u) - 1; i >= 0; i-- {
+		if err := u[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// wire creates the pod's interface in VPP and in its namespace, then its
+// routes, in an order in which every step finds what it needs. On an
+// error it undoes what it made, so nothing half-made is left. The caller
+// holds d.mu.
+func (d *driver) wire(ctx context.Context, st *podState) (err error) {
+	ch, pod, key := d.ch, st.pod, st.pod.PodKey
+	var u undo
+	defer func() {
+		if err != nil {
+			if uerr := u.run(); uerr != nil {
+				d.log.Error(uerr, "removing a half-made pod wiring failed", "containerID", key.ContainerID, "ifname", key.IfName)
+				err = errors.Join(err, fmt.Errorf("remove the half-made wiring: %w", uerr))
+			}
+		}
+	}()
+
+	var sw uint32
+	switch d.cfg.PodInterface {
+	case TAP:
+		if pod.Netns == "" {
+			return errors.New("the pod's network namespace is unknown: its TAP cannot be made again")
+		}
+		hostIf, netns := pod.IfName, pod.Netns
+		moved := len(pod.Netns) > maxNamespace
+		if moved {
+			// VPP cannot take the path: make the tun in the node namespace
+			// under a unique name and move it.
+			hostIf, netns = linkName(tapPrefix, key), d.cfg.NodeNetns
+		}
+		reply := &tapv2.TapCreateV3Reply{}
+		if err := call(ch, d.tapRequest(podTag(key), hostIf, netns, pod.MTU), reply); err != nil {
+			return fmt.Errorf("create TAP %s in %s: %w", hostIf, orVPPs(netns), err)
+		}
+		sw = uint32(reply.SwIfIndex)
+		u.push(func() error { return deleteTap(ch, sw) })
+		if moved {
+			if err := d.kernel.MoveToPod(ctx, hostIf, pod); err != nil {
+				return fmt.Errorf("move the TAP into the pod: %w", err)
+			}
+		}
+	case AFPacket:
+		veth := linkName(vethPrefix, key)
+		if err := d.kernel.CreatePodVeth(ctx, pod, veth, podMAC(key), pod.MTU); err != nil {
+			return fmt.Errorf("create the pod's veth: %w", err)
+		}
+		u.push(func() error { return d.kernel.DeleteNodeLink(ctx, veth) })
+		s, err := createAfPacket(ch, veth, podMAC(key), pod.MTU)
+		if err != nil {
+			return fmt.Errorf("attach %s with af_packet: %w", veth, err)
+		}
+		sw = s
+		u.push(func() error { return deleteAfPacket(ch, veth) })
+		if err := tag(ch, sw, podTag(key)); err != nil {
+			return err
+		}
+	}
+	if err := d.finishWiring(ctx, st, sw, &u); err != nil {
+		return err
+	}
+	return nil
+}
+
+// finishWiring does what both interface types need once VPP's end exists:
+// the VPP side, the pod side, then the routes to the pod, so that the pod
+// becomes reachable when it is ready.
+func (d *driver) finishWiring(ctx context.Context, st *podState, sw uint32, u *undo) error {
+	ch, pod := d.ch, st.pod
+	req := &interfaces.SwInterfaceSetUnnumbered{SwIfIndex: index(d.node.loopback), UnnumberedSwIfIndex: index(sw), IsAdd: true}
+	if err := call(ch, req, &interfaces.SwInterfaceSetUnnumberedReply{}); err != nil {
+		return fmt.Errorf("make interface %d unnumbered to vcoil's loopback: %w", sw, err)
+	}
+	if err := setUp(ch, sw, fmt.Sprintf("interface %d", sw)); err != nil {
+		return err
+	}
+	// An adopted af_packet pod has no known namespace; its veth, and so the
+	// pod's side, outlived VPP.
+	if pod.Netns != "" {
+		if err := d.kernel.ConfigurePod(ctx, pod); err != nil {
+			return fmt.Errorf("configure the pod's interface: %w", err)
+		}
+	}
+	for _, a := range addrsOf(pod.IPv4, pod.IPv6) {
+		if d.cfg.PodInterface == AFPacket {
+			if err := neighbor(ch, true, sw, a, podMAC(pod.PodKey)); err != nil {
+				return err
+			}
+			u.push(func() error { return neighbor(ch, false, sw, a, podMAC(pod.PodKey)) })
+		}
+		if err := addRoute(ch, hostPrefix(a), viaPath(sw, a)); err != nil {
+			return err
+		}
+		u.push(func() error { return delRoute(ch, hostPrefix(a), viaPath(sw, a)) })
+	}
+	if st.role != 0 {
+		if err := d.applyRole(sw, st.role, 0); err != nil {
+			return err
+		}
+		u.push(func() error { return d.applyRole(sw, 0, st.role) })
+	}
+	ifs, err := interfaceDump(ch, sw)
+	if err != nil {
+		return fmt.Errorf("read back interface %d: %w", sw, err)
+	}
+	if len(ifs) != 1 {
+		return fmt.Errorf("read back interface %d: VPP returned %d interfaces", sw, len(ifs))
+	}
+	st.swIfIndex, st.vppName, st.hostMAC, st.wired, st.failed = sw, ifs[0].name, ifs[0].mac, true, nil
+	return nil
+}
+
+func orVPPs(netns string) string {
+	if netns == "" {
+		return "VPP's network namespace"
+	}
+	return netns
+}
+
+// neighbor adds (or deletes) the static neighbor of an af_packet pod's
+// address; its route is ours, hence NO_FIB_ENTRY.
+func neighbor(ch channel, add bool, sw uint32, a netip.Addr, mac net.HardwareAddr) error {
+	req := &ip_neighbor.IPNeighborAddDel{IsAdd: add, Neighbor: ip_neighbor.IPNeighbor{
+		SwIfIndex: index(sw), Flags: ip_neighbor.IP_API_NEIGHBOR_FLAG_STATIC | ip_neighbor.IP_API_NEIGHBOR_FLAG_NO_FIB_ENTRY,
+		MacAddress: ethernet_types.NewMacAddress(mac), IPAddress: vppAddress(a),
+	}}
+	err := call(ch, req, &ip_neighbor.IPNeighborAddDelReply{})
+	if !add {
+		err = ignoreRetval(err, api.NO_SUCH_ENTRY, api.INVALID_SW_IF_INDEX)
+	}
+	if err != nil {
+		return fmt.Errorf("neighbor %s on interface %d: %w", a, sw, err)
+	}
+	return nil
+}
+
+func deleteTap(ch channel, sw uint32) error {
+	err := ignoreRetval(call(ch, &tapv2.TapDeleteV2{SwIfIndex: index(sw)}, &tapv2.TapDeleteV2Reply{}), api.INVALID_SW_IF_INDEX, api.NO_SUCH_ENTRY)
+	if err != nil {
+		return fmt.Errorf("delete TAP %d: %w", sw, err)
+	}
+	return nil
+}
+
+func deleteAfPacket(ch channel, hostIf string) error {
+	err := ignoreRetval(call(ch, &af_packet.AfPacketDelete{HostIfName: hostIf}, &af_packet.AfPacketDeleteReply{}),
+		api.INVALID_SW_IF_INDEX, api.NO_SUCH_ENTRY, api.INVALID_INTERFACE)
+	if err != nil {
+		return fmt.Errorf("delete af_packet interface on %s: %w", hostIf, err)
+	}
+	return nil
+}
+
+// unwire removes a pod's wiring: its NAT roles, routes and neighbors, then
+// its interface (and with it the pod's tun, or the veth). What is already
+// gone is no error. The caller holds d.mu.
+func (d *driver) unwire(ctx context.Context, st *podState) error {
+	if !st.wired {
+		return d.removeLeftovers(ctx, st.pod.PodKey)
+	}
+	ch, pod, sw := d.ch, st.pod, st.swIfIndex
+	var errs []error
+	if st.role != 0 {
+		if err := d.applyRole(sw, 0, st.role); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, a := range addrsOf(pod.IPv4, pod.IPv6) {
+		if err := delRoute(ch, hostPrefix(a), viaPath(sw, a)); err != nil {
+			errs = append(errs, err)
+		}
+		if d.cfg.PodInterface == AFPacket {
+			if err := neighbor(ch, false, sw, a, podMAC(pod.PodKey)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := d.deleteInterface(vppInterface{swIfIndex: sw, name: st.vppName}); err != nil {
+		return err
+	}
+	st.wired = false
+	if d.cfg.PodInterface == AFPacket {
+		return d.kernel.DeleteNodeLink(ctx, linkName(vethPrefix, pod.PodKey))
+	}
+	return nil
+}
+
+// removeLeftovers deletes what carries the pod's key without being known
+// as wired: a tagged VPP interface and the af_packet veth. Routes through
+// a deleted interface go with it.
+func (d *driver) removeLeftovers(ctx context.Context, key dataplane.PodKey) error {
+	ifs, err := interfaceDump(d.ch, ^uint32(0))
+	if err != nil {
+		return err
+	}
+	t := podTag(key)
+	for _, i := range ifs {
+		if i.tag != t {
+			continue
+		}
+		if err := d.deleteInterface(i); err != nil {
+			return err
+		}
+	}
+	if d.cfg.PodInterface == AFPacket {
+		return d.kernel.DeleteNodeLink(ctx, linkName(vethPrefix, key))
+	}
+	return nil
+}
+
+// deleteInterface deletes a pod interface of either type, by its name.
+func (d *driver) deleteInterface(i vppInterface) error {
+	if len(i.name) > len("host-") && i.name[:len("host-")] == "host-" {
+		return deleteAfPacket(d.ch, i.name[len("host-"):])
+	}
+	return deleteTap(d.ch, i.swIfIndex)
+}
+
+// TeardownPod removes everything SetupPod made for pod.PodKey. It needs
+// neither the namespace nor the addresses, and succeeds when nothing is
+// left. While VPP is not synced it waits, then fails with ErrNotReady.
+func (d *driver) TeardownPod(ctx context.Context, pod dataplane.Pod) error {
+	if err := validateKey(pod.PodKey); err != nil {
+		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
+	}
+	if err := d.lockReady(ctx); err != nil {
+		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
+	}
+	defer d.mu.Unlock()
+	st := d.pods[pod.PodKey]
+	if st == nil {
+		st = &podState{pod: pod}
+	}
+	if err := d.unwire(ctx, st); err != nil {
+		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
+	}
+	delete(d.pods, pod.PodKey)
+	d.log.Info("pod torn down", "containerID", pod.ContainerID, "ifname", pod.IfName)
+	return nil
+}
+
+// CheckPod compares VPP and the pod's namespace with what SetupPod makes.
+func (d *driver) CheckPod(ctx context.Context, pod dataplane.Pod) error {
+	if err := validatePod(pod); err != nil {
+		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
+	}
+	if err := d.lockReady(ctx); err != nil {
+		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
+	}
+	defer d.mu.Unlock()
+	st := d.pods[pod.PodKey]
+	if pod.MTU == 0 {
+		pod.MTU = d.node.mtu
+	}
+	switch {
+	case st == nil:
+		return fmt.Errorf("check pod %s: vcoil's VPP dataplane does not hold it", describe(pod.PodKey))
+	case !samePod(st.pod, pod):
+		return fmt.Errorf("check pod %s: wired with netns %q, addresses %s %s, MTU %d; want %q, %s %s, %d", describe(pod.PodKey),
+			st.pod.Netns, st.pod.IPv4, st.pod.IPv6, st.pod.MTU, pod.Netns, pod.IPv4, pod.IPv6, pod.MTU)
+	case !st.wired:
+		return fmt.Errorf("check pod %s: not wired in VPP: %v", describe(pod.PodKey), st.failed)
+	}
+	if err := d.checkWired(ctx, st); err != nil {
+		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
+	}
+	return nil
+}
+
+// checkWired reads back the pod's interface in VPP and in its namespace.
+func (d *driver) checkWired(ctx context.Context, st *podState) error {
+	ifs, err := interfaceDump(d.ch, st.swIfIndex)
+	if err != nil && !isRetval(err, api.INVALID_SW_IF_INDEX) {
+		return err
+	}
+	switch {
+	case len(ifs) != 1 || ifs[0].tag != podTag(st.pod.PodKey):
+		return fmt.Errorf("VPP interface %d (%s) is gone", st.swIfIndex, st.vppName)
+	case !ifs[0].up:
+		return fmt.Errorf("VPP interface %s is down", st.vppName)
+	}
+	return d.kernel.CheckPod(ctx, st.pod, d.cfg.PodInterface, st.pod.MTU)
+}
+
+// validatePod rejects what SetupPod could not wire, naming the field.
+func validatePod(pod dataplane.Pod) error {
+	if err := validateKey(pod.PodKey); err != nil {
+		return err
+	}
+	if pod.Netns == "" {
+		return errors.New("netns path is empty")
+	}
+	if !pod.IPv4.IsValid() && !pod.IPv6.IsValid() {
+		return errors.New("pod has neither an IPv4 nor an IPv6 address")
+	}
+	if pod.IPv4.IsValid() && !pod.IPv4.Is4() {
+		return fmt.Errorf("IPv4 address %s is not IPv4", pod.IPv4)
+	}
+	if pod.IPv6.IsValid() && (!pod.IPv6.Is6() || pod.IPv6.Is4In6()) {
+		return fmt.Errorf("IPv6 address %s is not IPv6", pod.IPv6)
+	}
+	for _, a := range addrsOf(pod.IPv4, pod.IPv6) {
+		if a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.Zone() != "" {
+			return fmt.Errorf("address %s cannot be a pod's: want a unicast address outside link-local, loopback and multicast", a)
+		}
+	}
+	if pod.MTU != 0 && (pod.MTU < 576 || pod.MTU > 9000) {
+		return fmt.Errorf("MTU %d: want 576..9000", pod.MTU)
+	}
+	return nil
+}

@@ -1,0 +1,265 @@
+package vpp
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"go.fd.io/govpp/binapi/fib_types"
+	"go.fd.io/govpp/binapi/ip"
+	"go.fd.io/govpp/binapi/tapv2"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+// resync makes VPP and the kernel match the desired state after a
+// (re)connection: the node set-up, then every pod (kept when VPP holds it
+// as wanted, made again when it is missing or differs, removed when VPP
+// holds it unwanted), the af_packet veths, the blocks' routes and the node
+// interfaces' NAT roles. On the first sync since vcoild started, VPP's
+// tagged pods that vcoild does not know are adopted instead of removed:
+// the daemon's recovery decides on them through ListPods. A pod that cannot
+// be wired (its namespace is gone) is logged and left for its DEL; it does
+// not fail the sync. The caller holds d.mu.
+func (d *driver) resync(ctx context.Context) error {
+	ch := d.ch
+	d.node.natEnabled = false
+	ifs, err := interfaceDump(ch, ^uint32(0))
+	if err != nil {
+		return fmt.Errorf("list VPP's interfaces: %w", err)
+	}
+	if err := d.ensureNode(ctx, ifs); err != nil {
+		return fmt.Errorf("node set-up: %w", err)
+	}
+	veths, err := d.kernel.PodVeths(ctx)
+	if err != nil {
+		return err
+	}
+	hashed := map[string]dataplane.PodKey{}
+	for key := range d.pods {
+		hashed[hashedTag(key)] = key
+	}
+	for _, key := range veths {
+		hashed[hashedTag(key)] = key
+	}
+	routes, err := podRoutesByInterface(ch)
+	if err != nil {
+		return err
+	}
+	var taps map[uint32]*tapv2.SwInterfaceTapV2Details
+	if d.initial {
+		if taps, err = tapDump(ch); err != nil {
+			return err
+		}
+	}
+
+	found := map[dataplane.PodKey]vppInterface{}
+	for _, i := range ifs {
+		t, ok := parsePodTag(i.tag)
+		if !ok {
+			continue
+		}
+		key := t.key
+		if t.hashed {
+			if key, ok = hashed[t.tag]; !ok {
+				d.log.Info("removing a pod interface whose hashed tag no known key matches", "vppInterface", i.name, "tag", i.tag)
+				if err := d.deleteInterface(i); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if _, dup := found[key]; dup {
+			d.log.Info("removing a second interface of one pod", "vppInterface", i.name, "containerID", key.ContainerID, "ifname", key.IfName)
+			if err := d.deleteInterface(i); err != nil {
+				return err
+			}
+			continue
+		}
+		found[key] = i
+	}
+
+	keys := make([]dataplane.PodKey, 0, len(found))
+	for k := range found {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	for _, key := range keys {
+		i := found[key]
+		have := routes[i.swIfIndex]
+		st := d.pods[key]
+		switch {
+		case st == nil && d.initial:
+			d.adopt(key, i, have, taps[i.swIfIndex])
+		case st == nil:
+			d.log.Info("removing a pod interface vcoild does not want", "vppInterface", i.name, "containerID", key.ContainerID, "ifname", key.IfName)
+			if err := d.removeInterface(ctx, i, key, have); err != nil {
+				return err
+			}
+		default:
+			if d.keep(ctx, st, i, have) {
+				continue
+			}
+			if err := d.removeInterface(ctx, i, key, have); err != nil {
+				return err
+			}
+		}
+	}
+
+	// What VPP lacks: a pod that fails stays desired and unwired, for its
+	// DEL or the next sync.
+	pending := make([]*podState, 0, len(d.pods))
+	for _, st := range d.pods {
+		if !st.wired {
+			pending = append(pending, st)
+		}
+	}
+	slices.SortFunc(pending, func(a, b *podState) int { return compareKeys(a.pod.PodKey, b.pod.PodKey) })
+	for _, st := range pending {
+		if err := d.wire(ctx, st); err != nil {
+			st.failed = err
+			d.log.Error(err, "cannot wire a pod during the sync; it stays until its DEL", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName)
+			continue
+		}
+		d.log.Info("pod wired again", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName, "vppInterface", st.vppName)
+	}
+	for name, key := range veths {
+		if _, ok := d.pods[key]; !ok {
+			if err := d.kernel.DeleteNodeLink(ctx, name); err != nil {
+				return err
+			}
+		}
+	}
+	if err := d.syncBlocks(ctx); err != nil {
+		return err
+	}
+	for iface, role := range d.nodeRoles {
+		sw, err := d.nodeInterface(iface)
+		if err == nil {
+			err = d.applyRole(sw, role, 0)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func compareKeys(a, b dataplane.PodKey) int {
+	return cmp.Or(cmp.Compare(a.ContainerID, b.ContainerID), cmp.Compare(a.IfName, b.IfName))
+}
+
+// keep reports whether VPP's interface i is st's pod wired as wanted, and
+// then records it.
+func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []netip.Addr) bool {
+	want := addrsOf(st.pod.IPv4, st.pod.IPv6)
+	slices.SortFunc(have, netip.Addr.Compare)
+	slices.SortFunc(want, netip.Addr.Compare)
+	if !i.up || !slices.Equal(have, want) {
+		return false
+	}
+	if st.pod.MTU == 0 {
+		st.pod.MTU = d.node.mtu
+	}
+	if st.pod.Netns != "" {
+		if err := d.kernel.CheckPod(ctx, st.pod, d.cfg.PodInterface, st.pod.MTU); err != nil {
+			d.log.Info("rewiring a pod whose interface differs", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName, "reason", err.Error())
+			return false
+		}
+	}
+	if st.role != 0 {
+		if err := d.applyRole(i.swIfIndex, st.role, 0); err != nil {
+			d.log.Error(err, "cannot restore the NAT role of a pod", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName)
+			return false
+		}
+	}
+	st.wired, st.swIfIndex, st.vppName, st.hostMAC, st.failed = true, i.swIfIndex, i.name, i.mac, nil
+	return true
+}
+
+// adopt makes a pod that VPP holds and vcoild does not know desired, with
+// the addresses of its routes and, for a TAP, its namespace.
+func (d *driver) adopt(key dataplane.PodKey, i vppInterface, have []netip.Addr, tap *tapv2.SwInterfaceTapV2Details) {
+	pod := dataplane.Pod{PodKey: key, MTU: i.mtu}
+	for _, a := range have {
+		if a.Is4() && !pod.IPv4.IsValid() {
+			pod.IPv4 = a
+		} else if a.Is6() && !pod.IPv6.IsValid() {
+			pod.IPv6 = a
+		}
+	}
+	if tap != nil {
+		pod.Netns = tap.HostNamespace
+		if tap.HostMtuSize != 0 {
+			pod.MTU = int(tap.HostMtuSize)
+		}
+	}
+	st := &podState{pod: pod, wired: true, swIfIndex: i.swIfIndex, vppName: i.name, hostMAC: i.mac}
+	d.pods[key] = st
+	d.log.Info("found a pod in VPP that vcoild did not know", "containerID", key.ContainerID, "ifname", key.IfName,
+		"vppInterface", i.name, "ipv4", pod.IPv4, "ipv6", pod.IPv6)
+}
+
+// removeInterface deletes a pod interface VPP holds with the routes found
+// through it, and its veth.
+func (d *driver) removeInterface(ctx context.Context, i vppInterface, key dataplane.PodKey, have []netip.Addr) error {
+	for _, a := range have {
+		if err := delRoute(d.ch, hostPrefix(a), viaPath(i.swIfIndex, a)); err != nil {
+			return err
+		}
+	}
+	if err := d.deleteInterface(i); err != nil {
+		return err
+	}
+	if len(i.name) > len("host-") && i.name[:len("host-")] == "host-" {
+		return d.kernel.DeleteNodeLink(ctx, linkName(vethPrefix, key))
+	}
+	return nil
+}
+
+// podRoutesByInterface reads VPP's main tables and returns, per
+// interface, the host routes (/32, /128) through it to the route's own
+// address: the routes SetupPod adds.
+func podRoutesByInterface(ch channel) (map[uint32][]netip.Addr, error) {
+	out := map[uint32][]netip.Addr{}
+	for _, v6 := range []bool{false, true} {
+		err := dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: v6}},
+			func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
+			func(m *ip.IPRouteDetails) {
+				p := fromVPPPrefix(m.Route.Prefix)
+				if p.Bits() != p.Addr().BitLen() || len(m.Route.Paths) != 1 {
+					return
+				}
+				path := m.Route.Paths[0]
+				if path.Type != fib_types.FIB_API_PATH_TYPE_NORMAL || path.SwIfIndex == ^uint32(0) {
+					return
+				}
+				var nh netip.Addr
+				if p.Addr().Is4() {
+					nh = netip.AddrFrom4(path.Nh.Address.GetIP4())
+				} else {
+					nh = netip.AddrFrom16(path.Nh.Address.GetIP6())
+				}
+				if nh == p.Addr() {
+					out[path.SwIfIndex] = append(out[path.SwIfIndex], p.Addr())
+				}
+			})
+		if err != nil {
+			return nil, fmt.Errorf("list VPP's routes: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func tapDump(ch channel) (map[uint32]*tapv2.SwInterfaceTapV2Details, error) {
+	out := map[uint32]*tapv2.SwInterfaceTapV2Details{}
+	err := dump(ch, &tapv2.SwInterfaceTapV2Dump{SwIfIndex: index(^uint32(0))},
+		func() *tapv2.SwInterfaceTapV2Details { return &tapv2.SwInterfaceTapV2Details{} },
+		func(m *tapv2.SwInterfaceTapV2Details) { out[m.SwIfIndex] = m })
+	if err != nil {
+		return nil, fmt.Errorf("list VPP's TAPs: %w", err)
+	}
+	return out, nil
+}
