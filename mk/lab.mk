@@ -1,0 +1,132 @@
+# The local cluster ("the lab") and the demo: a real Kubernetes cluster whose
+# nodes are network namespaces on this machine, with vcoil installed from its
+# manifests (overlay v2/config/overlays/lab). See docs/lab.md and docs/demo.md.
+#
+# Everything built from the registries is cached by version under
+# $(VCOIL_CACHE_DIR); vcoil's own programs and images are built from the work
+# tree into $(LAB_OUT). The running lab keeps all its state in $(LAB_STATE_DIR)
+# and its logs in $(LAB_OUT)/logs (kept after lab-down, for post-mortems).
+
+LAB_STATE_DIR ?= /var/lib/vcoil-lab
+LAB_NODES ?= 2
+LAB_OUT := _out/lab
+LAB_BIN := $(LAB_OUT)/bin
+LAB_IMAGES := $(LAB_OUT)/images
+
+COREDNS_VERSION := 1.14.7
+# The CNI plugins are pinned by vcoil's go.mod (tool directives).
+CNI_PLUGINS_VERSION := $(shell awk '$$1 == "github.com/containernetworking/plugins" {print $$2; exit}' go.mod)
+COREDNS_BIN := $(VCOIL_CACHE_DIR)/coredns/v$(COREDNS_VERSION)/coredns
+CNI_PLUGINS_DIR := $(VCOIL_CACHE_DIR)/cni-plugins/$(CNI_PLUGINS_VERSION)
+
+# containerd and runc from Debian: containerd 1.6 works with kubelet 1.37
+# (which falls back when the CRI RuntimeConfig call is missing).
+LAB_DEBIAN_PACKAGES := containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1
+
+# The lab program, run as root.
+LAB := $(LAB_BIN)/lab
+LAB_FLAGS = --state-dir $(LAB_STATE_DIR) --log-dir $(abspath $(LAB_OUT))/logs
+
+# Progress lines while components build (a cold machine takes many minutes).
+lab_say = @printf '\033[1m==> %s\033[0m\n' "$(1)" >&2
+
+.PHONY: lab-deps
+lab-deps: deps ## install the pinned Debian packages of the lab (containerd, runc) when missing
+	@missing=""; for p in $(LAB_DEBIAN_PACKAGES); do \
+		name=$${p%%=*}; want=$${p#*=}; \
+		have=$$(dpkg-query -W -f='$${Version}' "$$name" 2>/dev/null || true); \
+		[ "$$have" = "$$want" ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "==> installing$$missing from Debian" >&2; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+
+# ---- components ----
+
+.PHONY: lab-coredns
+lab-coredns: $(COREDNS_BIN) ## build CoreDNS v$(COREDNS_VERSION) with a cluster's plugins (hack/coredns)
+
+$(COREDNS_BIN):
+	$(call lab_say,building CoreDNS v$(COREDNS_VERSION) from the Go module proxy (about 2 min cold))
+	@mkdir -p $(@D)
+	cd hack/coredns && CGO_ENABLED=0 nice $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp .
+	@mv $@.tmp $@
+
+.PHONY: lab-cni-plugins
+lab-cni-plugins: $(CNI_PLUGINS_DIR)/portmap $(CNI_PLUGINS_DIR)/loopback ## build the CNI portmap and loopback plugins pinned by go.mod
+
+$(CNI_PLUGINS_DIR)/portmap $(CNI_PLUGINS_DIR)/loopback:
+	$(call lab_say,building the CNI $(@F) plugin $(CNI_PLUGINS_VERSION))
+	@mkdir -p $(@D)
+	CGO_ENABLED=0 nice $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp \
+		github.com/containernetworking/plugins/plugins/$(if $(filter portmap,$(@F)),meta,main)/$(@F)
+	@mv $@.tmp $@
+
+# The lab program and the small programs of the images, from the work tree
+# (go build is incremental: warm rebuilds take seconds).
+.PHONY: lab-bin
+lab-bin:
+	$(call lab_say,building the lab program and the image helpers (pause, agent, mkimage))
+	@mkdir -p $(LAB_BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(LAB_BIN)/ \
+		./v2/e2e/lab ./v2/e2e/images/agent ./v2/e2e/images/pause ./v2/e2e/images/mkimage
+
+MKIMAGE = $(LAB_BIN)/mkimage
+
+.PHONY: lab-images
+lab-images: build lab-bin lab-coredns lab-cni-plugins ## write the lab's images as docker-archive tarballs into _out/lab/images
+	$(call lab_say,writing the images (pause, vcoil, coredns, agent) into $(LAB_IMAGES))
+	@mkdir -p $(LAB_IMAGES)
+	@$(MKIMAGE) --out $(LAB_IMAGES)/pause.tar --tag vcoil-pause:lab --entrypoint /pause --file /pause=$(LAB_BIN)/pause
+	@$(MKIMAGE) --out $(LAB_IMAGES)/vcoil.tar --tag ghcr.io/vcoil/vcoil:lab --entrypoint /vcoild \
+		$(foreach p,$(PROGRAMS),--file /$(p)=$(BIN_DIR)/$(p)) \
+		--file /opt/vcoil/cni/bin/vcoil=$(BIN_DIR)/vcoil \
+		--file /opt/vcoil/cni/bin/portmap=$(CNI_PLUGINS_DIR)/portmap \
+		--file /opt/vcoil/cni/bin/loopback=$(CNI_PLUGINS_DIR)/loopback
+	@$(MKIMAGE) --out $(LAB_IMAGES)/coredns.tar --tag vcoil-coredns:lab --entrypoint /coredns --file /coredns=$(COREDNS_BIN)
+	@$(MKIMAGE) --out $(LAB_IMAGES)/agent.tar --tag vcoil-e2e-agent:lab --entrypoint /agent --file /agent=$(LAB_BIN)/agent
+
+# Everything lab-up needs, built or installed when missing.
+.PHONY: lab-components
+lab-components: lab-deps
+	$(call lab_say,Kubernetes v$(K8S_VERSION) and etcd v$(ETCD_VERSION) (about 22 min on 2 cores the first time; cached in $(VCOIL_CACHE_DIR)))
+	@nice $(MAKE) --no-print-directory kubernetes >/dev/null
+	@$(MAKE) --no-print-directory lab-images
+
+LAB_UP_FLAGS = --kubernetes-dir $(K8S_BIN_DIR) --etcd $(ETCD_BIN_DIR)/etcd --nodes $(LAB_NODES)
+
+# ---- the lab ----
+
+.PHONY: lab-up
+lab-up: lab-components ## bring the local cluster up (LAB_NODES=2 worker nodes) with vcoil installed; as root
+	$(call lab_say,bringing the lab up (state in $(LAB_STATE_DIR)))
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) up --agent $(abspath $(LAB_BIN))/agent \
+		--images-dir $(abspath $(LAB_IMAGES)) --overlay $(abspath v2/config/overlays/lab)
+
+.PHONY: lab-down
+lab-down: ## remove the lab and everything it made (idempotent); fails loudly if anything is left
+	@if [ -x $(LAB) ]; then $(LAB) $(LAB_FLAGS) down; \
+	else $(GO) run ./v2/e2e/lab $(LAB_FLAGS) down; fi
+
+.PHONY: lab-check
+lab-check: ## list whatever a lab left on the machine (exit 1 if anything)
+	@$(GO) run ./v2/e2e/lab $(LAB_FLAGS) check
+
+.PHONY: lab-status
+lab-status: ## tell whether the lab is up and healthy, and how to reach it
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) status
+
+.PHONY: lab-kubectl
+lab-kubectl: ## kubectl against the lab: make lab-kubectl ARGS="get pods -A"
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) kubectl $(ARGS)
+
+.PHONY: lab-exec
+lab-exec: ## run CMD in the control plane's network namespace with KUBECONFIG set: make lab-exec CMD="go test ./v2/e2e/..."
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec $(if $(NETNS),--netns $(NETNS)) -- $(CMD)
+
+# ---- the demo ----
+
+.PHONY: demo
+demo: lab-up ## README's "run it": the lab with vcoil, a sample app across the nodes, its connectivity matrix; stays up until make demo-down
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) demo
+
+.PHONY: demo-down
+demo-down: lab-down ## remove the demo and the lab

@@ -1,0 +1,87 @@
+// Package cluster brings the local cluster up and down: network namespaces
+// joined by a fabric, a control plane, worker nodes each with their own
+// containerd, kubelet, kube-proxy and mount namespace, an external host,
+// vcoil from its manifests and cluster DNS; and it removes all of that again,
+// checking that nothing is left. Nothing it does touches the machine's root
+// network namespace: links, addresses, routes, sysctls and firewall rules are
+// made inside the lab's namespaces only.
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+)
+
+// Config says where the lab keeps its state and finds its programs.
+type Config struct {
+	// StateDir holds everything of the running lab; lab-down removes it.
+	StateDir string
+	// LogDir receives the components' logs; it is kept after lab-down.
+	LogDir   string
+	Topology topology.Topology
+	// KubernetesDir holds kube-apiserver, kubelet, ... and kubectl.
+	KubernetesDir string
+	Etcd          string
+	// Agent is the network test agent, run on the external host.
+	Agent string
+	// Self is the lab program (it runs the fabric's router).
+	Self string
+	// ImagesDir holds the image tarballs to import into every node.
+	ImagesDir string
+	// Overlay is vcoil's kustomize overlay to install.
+	Overlay string
+	// CoreDNSReplicas of the cluster DNS.
+	CoreDNSReplicas int
+	Out             io.Writer
+}
+
+// Layout of the state directory.
+func (c Config) path(elem ...string) string {
+	return filepath.Join(append([]string{c.StateDir}, elem...)...)
+}
+
+func (c Config) pki(name string) string        { return c.path("pki", name) }
+func (c Config) nodeDir(n topology.Node) string { return c.path("nodes", n.Name) }
+
+// mountNSDir is a private bind mount holding the nodes' pinned mount
+// namespaces.
+func (c Config) mountNSDir() string               { return c.path("mntns") }
+func (c Config) mountNS(n topology.Node) string   { return c.path("mntns", n.Name) }
+func (c Config) pidDir() string                   { return c.path("pids") }
+func (c Config) createdDirsFile() string          { return c.path("created-dirs") }
+func (c Config) upMarker() string                 { return c.path("up") }
+func (c Config) AdminKubeconfig() string          { return c.path("admin.kubeconfig") }
+func (c Config) EnvFile() string                  { return c.path("lab.env") }
+func (c Config) kubectl() string                  { return filepath.Join(c.KubernetesDir, "kubectl") }
+func (c Config) bin(name string) string           { return filepath.Join(c.KubernetesDir, name) }
+func netnsPath(name string) string                { return "/run/netns/" + name }
+func cgroupRoot(n topology.Node) string           { return "/" + topology.Prefix + "-" + n.Name }
+func (c Config) logFile(name string) string       { return filepath.Join(c.LogDir, name+".log") }
+
+// say prints one progress line.
+func (c Config) say(format string, args ...any) {
+	fmt.Fprintf(c.Out, "==> "+format+"\n", args...)
+}
+
+// step prints a progress line and, when done is called, its duration.
+func (c Config) step(format string, args ...any) (done func()) {
+	start := time.Now()
+	c.say(format, args...)
+	return func() {
+		fmt.Fprintf(c.Out, "    (%.1fs)\n", time.Since(start).Seconds())
+	}
+}
+
+// IsUp tells whether a completed lab-up left its marker.
+func (c Config) IsUp() bool {
+	_, err := os.Stat(c.upMarker())
+	return err == nil
+}
+
+// ControlPlaneNetnsPath is where kubectl and tests reach the apiserver from.
+func ControlPlaneNetnsPath() string { return netnsPath(topology.ControlPlaneNetns) }

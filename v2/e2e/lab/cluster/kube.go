@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/e2e/lab/netnsdial"
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+)
+
+// poll calls cond every half second until it returns nil or timeout passes;
+// the error then carries cond's last answer.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if last = cond(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not after %s: %w", what, timeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = apiextensionsv1.AddToScheme(s)
+	_ = vcoilv2.AddToScheme(s)
+	return s
+}
+
+// Client is a Kubernetes client of the lab's admin, usable from the root
+// network namespace.
+func (c Config) Client() (client.Client, *rest.Config, error) {
+	cfg, err := netnsdial.RESTConfig(c.AdminKubeconfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Timeout = 20 * time.Second
+	cl, err := client.New(cfg, client.Options{Scheme: scheme()})
+	return cl, cfg, err
+}
+
+// httpInCP is an HTTP client whose connections start in the control
+// plane's network namespace (etcd's health endpoint).
+func httpInCP() *http.Client {
+	return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: netnsdial.Dialer(netnsdial.ControlPlaneNetns)}}
+}
+
+func waitEtcd(ctx context.Context) error {
+	return poll(ctx, time.Minute, "etcd healthy", func(context.Context) error {
+		resp, err := httpInCP().Get("http://127.0.0.1:2379/health")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(b), `"true"`) {
+			return fmt.Errorf("etcd says %s", b)
+		}
+		return nil
+	})
+}
+
+func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
+	rc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, 2*time.Minute, "kube-apiserver ready", func(context.Context) error {
+		resp, err := rc.Get(cfg.Host + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("/readyz: %s %s", resp.Status, b)
+		}
+		return nil
+	})
+}
+
+// renderOverlay builds vcoil's kustomize overlay.
+func renderOverlay(dir string) ([]*unstructured.Unstructured, error) {
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range m.Resources() {
+		obj, err := r.Map()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+	return out, nil
+}
+
+// decodeYAML splits a multi-document YAML into objects.
+func decodeYAML(doc string) ([]*unstructured.Unstructured, error) {
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		obj := map[string]any{}
+		if err := dec.Decode(&obj); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if len(obj) > 0 {
+			out = append(out, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// apply creates or updates objects with server-side apply.
+func apply(ctx context.Context, cl client.Client, objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("vcoil-lab"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("apply %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// installVcoil applies vcoil's overlay: CRDs first, established before the
+// rest.
+func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
+	objs, err := renderOverlay(c.Overlay)
+	if err != nil {
+		return err
+	}
+	var crds, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			crds = append(crds, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	if err := apply(ctx, cl, crds); err != nil {
+		return err
+	}
+	for _, o := range crds {
+		name := o.GetName()
+		if err := poll(ctx, time.Minute, "CRD "+name+" established", func(ctx context.Context) error {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := cl.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+				return err
+			}
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+			return fmt.Errorf("not established")
+		}); err != nil {
+			return err
+		}
+	}
+	return apply(ctx, cl, rest)
+}
+
+// createDefaultPool makes the default AddressPool once vcoil-controller's
+// webhook answers.
+func createDefaultPool(ctx context.Context, cl client.Client) error {
+	pool := &vcoilv2.AddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: vcoilv2.AddressPoolSpec{
+			BlockSizeBits: topology.BlockSizeBits,
+			Subnets:       []vcoilv2.SubnetSet{{IPv4: ptr.To(topology.PodPool.String())}},
+		},
+	}
+	return poll(ctx, 3*time.Minute, "AddressPool default created (vcoil-controller's webhook answering)", func(ctx context.Context) error {
+		err := cl.Create(ctx, pool.DeepCopy())
+		if err == nil || strings.Contains(err.Error(), "already exists") {
+			return nil
+		}
+		return err
+	})
+}
+
+func waitNodesReady(ctx context.Context, cl client.Client, want int, timeout time.Duration) error {
+	return poll(ctx, timeout, fmt.Sprintf("%d nodes Ready", want), func(ctx context.Context) error {
+		var nodes corev1.NodeList
+		if err := cl.List(ctx, &nodes); err != nil {
+			return err
+		}
+		var notReady []string
+		ready := 0
+		for _, n := range nodes.Items {
+			ok := false
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ok = true
+				}
+			}
+			if ok {
+				ready++
+			} else {
+				notReady = append(notReady, n.Name)
+			}
+		}
+		if ready < want {
+			return fmt.Errorf("%d of %d registered nodes ready (not ready: %v)", ready, len(nodes.Items), notReady)
+		}
+		return nil
+	})
+}
+
+func waitNodesRegistered(ctx context.Context, cl client.Client, want int) error {
+	return poll(ctx, 2*time.Minute, fmt.Sprintf("%d nodes registered", want), func(ctx context.Context) error {
+		var nodes corev1.NodeList
+		if err := cl.List(ctx, &nodes); err != nil {
+			return err
+		}
+		if len(nodes.Items) < want {
+			return fmt.Errorf("%d registered", len(nodes.Items))
+		}
+		return nil
+	})
+}
+
+func waitDeployment(ctx context.Context, cl client.Client, ns, name string, timeout time.Duration) error {
+	return poll(ctx, timeout, "deployment "+ns+"/"+name+" available", func(ctx context.Context) error {
+		d := &appsv1.Deployment{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+			return err
+		}
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want || d.Status.AvailableReplicas < want {
+			return fmt.Errorf("%d of %d replicas available", d.Status.AvailableReplicas, want)
+		}
+		return nil
+	})
+}
+
+func waitDaemonSet(ctx context.Context, cl client.Client, ns, name string, want int32, timeout time.Duration) error {
+	return poll(ctx, timeout, "daemonset "+ns+"/"+name+" ready on every node", func(ctx context.Context) error {
+		d := &appsv1.DaemonSet{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+			return err
+		}
+		if d.Status.NumberReady < want {
+			return fmt.Errorf("%d of %d ready", d.Status.NumberReady, want)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+)
+
+// buildNetwork makes the lab's namespaces and links. The fabric namespace
+// holds a bridge joining the control plane and the nodes on 198.18.0.0/24
+// and routes between it and the external network 203.0.113.0/24, where the
+// external host lives. Every link is a veth pair made inside the fabric
+// namespace with its other end moved into a lab namespace: nothing is ever
+// created in the machine's root namespace.
+func (c Config) buildNetwork() error {
+	topo := c.Topology
+	for _, ns := range topo.Netns() {
+		if err := runAll([]string{"ip", "netns", "add", ns}, ip(ns, "link", "set", "lo", "up")); err != nil {
+			return err
+		}
+	}
+	if err := c.recordNamespaces(); err != nil {
+		return err
+	}
+	fabric := topology.FabricNetns
+	bits := topology.FabricNet.Bits()
+	cmds := [][]string{
+		ip(fabric, "link", "add", "br0", "type", "bridge"),
+		ip(fabric, "addr", "add", fmt.Sprintf("%s/%d", topology.FabricIP, bits), "dev", "br0"),
+		ip(fabric, "link", "set", "br0", "up"),
+		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
+	}
+	// attach puts ns on the bridge with address addr, routed via the fabric.
+	attach := func(ns, port string, addr string) {
+		cmds = append(cmds,
+			ip(fabric, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns),
+			ip(fabric, "link", "set", port, "master", "br0", "up"),
+			ip(ns, "addr", "add", fmt.Sprintf("%s/%d", addr, bits), "dev", "eth0"),
+			ip(ns, "link", "set", "eth0", "up"),
+			ip(ns, "route", "add", "default", "via", topology.FabricIP.String()),
+		)
+	}
+	attach(topology.ControlPlaneNetns, "p-cp", topology.ControlPlaneIP.String())
+	for _, n := range topo.NodeList() {
+		attach(n.Netns, n.Port, n.IP.String())
+		cmds = append(cmds, inNetns(n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
+	}
+	ext, extBits := topology.ExternalNetns, topology.ExternalNet.Bits()
+	cmds = append(cmds,
+		ip(fabric, "link", "add", "ext0", "type", "veth", "peer", "name", "eth0", "netns", ext),
+		ip(fabric, "addr", "add", fmt.Sprintf("%s/%d", topology.ExternalGW, extBits), "dev", "ext0"),
+		ip(fabric, "link", "set", "ext0", "up"),
+		ip(ext, "addr", "add", fmt.Sprintf("%s/%d", topology.ExternalIP, extBits), "dev", "eth0"),
+		ip(ext, "link", "set", "eth0", "up"),
+		ip(ext, "route", "add", "default", "via", topology.ExternalGW.String()),
+	)
+	return runAll(cmds...)
+}

@@ -1,0 +1,284 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/render"
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+)
+
+// images are the tarballs imported into every node's containerd.
+var images = []string{"pause.tar", "vcoil.tar", "coredns.tar", "agent.tar"}
+
+// Up brings the lab up. A lab that is already up is left as it is; the
+// remains of a failed or interrupted one are removed first. When Up fails it
+// leaves what it made for inspection: lab-down removes it.
+func (c Config) Up(ctx context.Context) error {
+	start := time.Now()
+	if c.IsUp() {
+		if problems := c.Health(); len(problems) == 0 {
+			c.say("the lab is already up")
+			c.PrintAccess()
+			return nil
+		}
+		c.say("the lab is up but unhealthy: replacing it")
+	}
+	if err := c.preflight(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(c.StateDir); err == nil || len(cgroupDirs()) > 0 || len(c.namespaceFiles()) > 0 {
+		c.say("removing the remains of an earlier lab")
+		if err := c.Down(); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{c.StateDir, c.pidDir(), c.LogDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	old, _ := filepath.Glob(filepath.Join(c.LogDir, "*.log"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+
+	done := c.step("certificates and configurations in %s", c.StateDir)
+	if err := c.writeFiles(); err != nil {
+		return err
+	}
+	done()
+	done = c.step("network namespaces: fabric 198.18.0.0/24 with control plane, %d nodes, external host %s", c.Topology.Nodes, topology.ExternalIP)
+	if err := c.buildNetwork(); err != nil {
+		return err
+	}
+	done()
+	done = c.step("node mount namespaces and cgroups")
+	if err := c.ensureMountpoints(); err != nil {
+		return err
+	}
+	if err := c.prepareMountNSDir(); err != nil {
+		return err
+	}
+	for _, n := range c.Topology.NodeList() {
+		if err := c.createNodeMountNS(n); err != nil {
+			return err
+		}
+		if err := createNodeCgroups(n); err != nil {
+			return err
+		}
+	}
+	if err := c.recordNamespaces(); err != nil {
+		return err
+	}
+	done()
+
+	done = c.step("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+	cp := c.controlPlane()
+	if err := c.start(daemon{name: "etcd", netns: topology.ControlPlaneNetns, args: append([]string{c.Etcd}, render.EtcdArgs(cp)...)}); err != nil {
+		return err
+	}
+	// Nodes start meanwhile: their containerd and image imports take longest.
+	nodesDone := make(chan error, 1)
+	go func() { nodesDone <- c.startRuntimes() }()
+	if err := waitEtcd(ctx); err != nil {
+		return c.failed(err, "etcd")
+	}
+	if err := c.start(daemon{name: "kube-apiserver", netns: topology.ControlPlaneNetns, args: append([]string{c.bin("kube-apiserver")}, render.APIServerArgs(cp)...)}); err != nil {
+		return err
+	}
+	cl, restCfg, err := c.Client()
+	if err != nil {
+		return err
+	}
+	if err := waitAPIServer(ctx, restCfg); err != nil {
+		return c.failed(err, "kube-apiserver")
+	}
+	for name, args := range map[string][]string{
+		"kube-controller-manager": render.ControllerManagerArgs(cp),
+		"kube-scheduler":          render.SchedulerArgs(cp),
+	} {
+		if err := c.start(daemon{name: name, netns: topology.ControlPlaneNetns, args: append([]string{c.bin(name)}, args...)}); err != nil {
+			return err
+		}
+	}
+	done()
+
+	done = c.step("nodes: containerd (images imported), kubelet, kube-proxy (nftables mode)")
+	if err := <-nodesDone; err != nil {
+		return err
+	}
+	for _, n := range c.Topology.NodeList() {
+		if err := c.start(daemon{name: n.Name + "-kubelet", netns: n.Netns, mountNS: c.mountNS(n),
+			args: append([]string{c.bin("kubelet")}, render.KubeletArgs(n, c.nodeFile(n, "kubelet.yaml"), c.nodeFile(n, "kubelet.kubeconfig"))...)}); err != nil {
+			return err
+		}
+		if err := c.start(daemon{name: n.Name + "-kube-proxy", netns: n.Netns, mountNS: c.mountNS(n),
+			args: []string{c.bin("kube-proxy"), "--config=" + c.nodeFile(n, "kube-proxy.yaml")}}); err != nil {
+			return err
+		}
+	}
+	if err := waitNodesRegistered(ctx, cl, c.Topology.Nodes); err != nil {
+		return c.failed(err, "node1-kubelet")
+	}
+	done()
+
+	done = c.step("fabric router (routes to pod blocks, as BIRD would) and the external host's agent")
+	if err := c.start(daemon{name: "router", netns: topology.FabricNetns,
+		args: []string{c.Self, "router", "--kubeconfig", c.path("router.kubeconfig")}}); err != nil {
+		return err
+	}
+	if err := c.start(daemon{name: "external-agent", netns: topology.ExternalNetns,
+		args: []string{c.Agent, "serve", "--tcp", fmt.Sprint(topology.AgentTCPPort), "--udp", fmt.Sprint(topology.AgentUDPPort), "--http", fmt.Sprint(topology.AgentHTTPPort)}}); err != nil {
+		return err
+	}
+	done()
+
+	done = c.step("vcoil from its manifests (%s)", c.Overlay)
+	if err := c.installVcoil(ctx, cl); err != nil {
+		return err
+	}
+	if err := waitDaemonSet(ctx, cl, "kube-system", "vcoil-daemon", int32(c.Topology.Nodes), 3*time.Minute); err != nil {
+		return c.failed(err, "node1-kubelet")
+	}
+	if err := waitDeployment(ctx, cl, "kube-system", "vcoil-controller", 3*time.Minute); err != nil {
+		return c.failed(err, "node1-kubelet")
+	}
+	if err := createDefaultPool(ctx, cl); err != nil {
+		return err
+	}
+	if err := waitNodesReady(ctx, cl, c.Topology.Nodes, 2*time.Minute); err != nil {
+		return c.failed(err, "node1-kubelet")
+	}
+	done()
+
+	done = c.step("cluster DNS: CoreDNS at %s", topology.DNSServiceIP)
+	dns, err := decodeYAML(render.CoreDNSManifests(c.CoreDNSReplicas))
+	if err != nil {
+		return err
+	}
+	if err := apply(ctx, cl, dns); err != nil {
+		return err
+	}
+	if err := waitDeployment(ctx, cl, "kube-system", "coredns", 3*time.Minute); err != nil {
+		return c.failed(err, "node1-kubelet")
+	}
+	done()
+
+	if err := os.WriteFile(c.upMarker(), []byte(time.Now().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return err
+	}
+	c.say("the lab is up (%.0fs)", time.Since(start).Seconds())
+	c.PrintAccess()
+	return nil
+}
+
+// startRuntimes starts every node's containerd and imports the images into
+// it, the nodes in parallel.
+func (c Config) startRuntimes() error {
+	nodes := c.Topology.NodeList()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.startRuntime(n)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c Config) startRuntime(n topology.Node) error {
+	name := n.Name + "-containerd"
+	if err := c.start(daemon{name: name, netns: n.Netns, mountNS: c.mountNS(n),
+		args: []string{"containerd", "--config", c.nodeFile(n, "containerd.toml")}}); err != nil {
+		return err
+	}
+	ctr := func(args ...string) []string {
+		return append([]string{"nsenter", "--net=" + netnsPath(n.Netns), "--mount=" + c.mountNS(n), "--",
+			"ctr", "--address", render.ContainerdSocket, "--namespace", "k8s.io"}, args...)
+	}
+	if err := poll(context.Background(), time.Minute, name+" answering", func(context.Context) error {
+		cmd := ctr("version")
+		_, err := run(cmd[0], cmd[1:]...)
+		return err
+	}); err != nil {
+		return c.failed(err, name)
+	}
+	for _, img := range images {
+		cmd := ctr("images", "import", filepath.Join(c.ImagesDir, img))
+		if _, err := run(cmd[0], cmd[1:]...); err != nil {
+			return fmt.Errorf("node %s: import %s: %w", n.Name, img, err)
+		}
+	}
+	return nil
+}
+
+// failed adds where to look to an error.
+func (c Config) failed(err error, log string) error {
+	return fmt.Errorf("%w\n    see %s (all logs: %s); make lab-down removes the lab", err, c.logFile(log), c.LogDir)
+}
+
+// preflight checks that everything lab-up needs is there, before anything
+// is made.
+func (c Config) preflight() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the lab needs root (network namespaces, mounts, cgroups)")
+	}
+	var missing []string
+	for _, f := range []string{c.bin("kube-apiserver"), c.bin("kube-controller-manager"), c.bin("kube-scheduler"), c.bin("kubelet"), c.bin("kube-proxy"), c.kubectl(), c.Etcd, c.Agent, c.Self} {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f)
+		}
+	}
+	for _, img := range images {
+		if _, err := os.Stat(filepath.Join(c.ImagesDir, img)); err != nil {
+			missing = append(missing, filepath.Join(c.ImagesDir, img))
+		}
+	}
+	for _, p := range []string{"ip", "nsenter", "unshare", "mount", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "nft", "iptables", "sysctl"} {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing (make lab-up builds and installs them): %v", missing)
+	}
+	return nil
+}
+
+// Health lists what is wrong with a lab that should be up: dead daemons.
+func (c Config) Health() []string {
+	var problems []string
+	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "router", "external-agent"}
+	for _, n := range c.Topology.NodeList() {
+		names = append(names, n.Name+"-containerd", n.Name+"-kubelet", n.Name+"-kube-proxy")
+	}
+	for _, name := range names {
+		if !c.alive(name) {
+			problems = append(problems, name+" is not running (log: "+c.logFile(name)+")")
+		}
+	}
+	return problems
+}
+
+// PrintAccess tells how to reach the lab.
+func (c Config) PrintAccess() {
+	fmt.Fprintf(c.Out, `
+  kubectl:     make lab-kubectl ARGS="get nodes -o wide"
+               or: %s get pods -A
+               or: ip netns exec %s %s --kubeconfig %s get nodes
+  a program:   %s exec -- COMMAND   (runs COMMAND in the control plane's network namespace, KUBECONFIG set)
+  lab.env:     %s
+  logs:        %s
+  remove:      make lab-down
+`, c.path("kubectl"), topology.ControlPlaneNetns, c.kubectl(), c.AdminKubeconfig(), c.Self, c.EnvFile(), c.LogDir)
+}

@@ -1,0 +1,222 @@
+// Command lab runs vcoil's local cluster ("the lab"): a real Kubernetes
+// cluster whose nodes are network namespaces on this machine, with vcoil
+// installed from its manifests. `make lab-up`, `make lab-down`, `make demo`
+// drive it; docs/lab.md describes it.
+//
+//	lab up | down | check | status
+//	lab exec [--netns cp|ext|fabric|NODE] -- COMMAND...   (KUBECONFIG and lab.env set)
+//	lab kubectl ARGS...
+//	lab demo | demo-matrix
+//	lab router --kubeconfig FILE   (run by lab up in the fabric namespace)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/cluster"
+	"github.com/vcoil/vcoil/v2/e2e/lab/router"
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+)
+
+func main() {
+	cfg := cluster.Config{Out: os.Stdout}
+	var nodes int
+	self, _ := os.Executable()
+	cfg.Self = self
+	root := &cobra.Command{
+		Use:           "lab",
+		Short:         "vcoil's local cluster of network namespaces",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			t, err := topology.New(nodes)
+			cfg.Topology = t
+			return err
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&cfg.StateDir, "state-dir", "/var/lib/vcoil-lab", "directory of the running lab's state (removed by down)")
+	pf.StringVar(&cfg.LogDir, "log-dir", "_out/lab/logs", "directory of the components' logs (kept by down)")
+	pf.IntVar(&nodes, "nodes", 2, "number of worker nodes")
+	pf.StringVar(&cfg.KubernetesDir, "kubernetes-dir", "", "directory of kube-apiserver, kubelet, kubectl, ... (make kubernetes)")
+	pf.StringVar(&cfg.Etcd, "etcd", "", "etcd binary")
+
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "bring the lab up (a lab already up is left alone)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return cfg.Up(ctx)
+		},
+	}
+	up.Flags().StringVar(&cfg.Agent, "agent", "", "the network test agent binary (run on the external host)")
+	up.Flags().StringVar(&cfg.ImagesDir, "images-dir", "", "directory of the image tarballs")
+	up.Flags().StringVar(&cfg.Overlay, "overlay", "v2/config/overlays/lab", "vcoil's kustomize overlay")
+	up.Flags().IntVar(&cfg.CoreDNSReplicas, "coredns-replicas", 1, "replicas of CoreDNS")
+
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "remove the lab and everything it made; fails loudly if anything is left",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return cfg.Down() },
+	}
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "list what a lab left on the machine (nothing after a clean down)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			left := cfg.Check()
+			for _, l := range left {
+				fmt.Println(l)
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("%d things of a lab are on the machine", len(left))
+			}
+			fmt.Println("no lab on the machine")
+			return nil
+		},
+	}
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "tell whether the lab is up and healthy",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if !cfg.IsUp() {
+				return errors.New("the lab is not up")
+			}
+			if p := cfg.Health(); len(p) > 0 {
+				return fmt.Errorf("the lab is unhealthy:\n  %s", strings.Join(p, "\n  "))
+			}
+			fmt.Println("the lab is up")
+			cfg.PrintAccess()
+			return nil
+		},
+	}
+	var netns string
+	execCmd := &cobra.Command{
+		Use:   "exec [--netns cp|ext|fabric|NODE] -- COMMAND [ARG...]",
+		Short: "run a command in a lab network namespace (mount namespace unchanged) with KUBECONFIG and lab.env set",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return execIn(cfg, netns, args)
+		},
+	}
+	execCmd.Flags().StringVar(&netns, "netns", "cp", "namespace: cp (control plane), ext (external host), fabric, or a node's name")
+	kubectl := &cobra.Command{
+		Use:                "kubectl [ARG...]",
+		Short:              "run kubectl against the lab",
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			for _, a := range args {
+				if a == "--state-dir" || strings.HasPrefix(a, "--state-dir=") {
+					return errors.New("put --state-dir before the kubectl subcommand")
+				}
+			}
+			return execIn(cfg, "cp", append([]string{filepath.Join(cfg.KubernetesDir, "kubectl")}, args...))
+		},
+	}
+	var routerKubeconfig string
+	routerCmd := &cobra.Command{
+		Use:    "router --kubeconfig FILE",
+		Short:  "keep the fabric's routes to pod blocks (run by up inside the fabric namespace)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctrl.SetLogger(zap.New())
+			rc, err := clientcmd.BuildConfigFromFlags("", routerKubeconfig)
+			if err != nil {
+				return err
+			}
+			return router.Run(ctrl.SetupSignalHandler(), rc, ctrl.Log.WithName("router"))
+		},
+	}
+	routerCmd.Flags().StringVar(&routerKubeconfig, "kubeconfig", "", "kubeconfig of the router")
+	demo := &cobra.Command{
+		Use:   "demo",
+		Short: "deploy the sample application and print the connectivity matrix (the lab must be up)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cfg.Demo(cmd.Context())
+		},
+	}
+	matrix := &cobra.Command{
+		Use:   "demo-matrix",
+		Short: "print the connectivity matrix of the deployed sample application",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cfg.Matrix(cmd.Context())
+		},
+	}
+	root.AddCommand(up, down, check, status, execCmd, kubectl, routerCmd, demo, matrix)
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		var exit *exitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.code)
+		}
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError passes a command's exit status on.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// execIn replaces this process by nsenter into the namespace, so that the
+// command's exit status, standard input and signals are the caller's.
+func execIn(cfg cluster.Config, netns string, args []string) error {
+	ns := netns
+	switch netns {
+	case "cp":
+		ns = topology.ControlPlaneNetns
+	case "ext":
+		ns = topology.ExternalNetns
+	case "fabric":
+		ns = topology.FabricNetns
+	default:
+		ns = topology.Prefix + "-" + netns
+	}
+	path := "/run/netns/" + ns
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("no lab namespace %s (is the lab up?)", path)
+	}
+	env := os.Environ()
+	if b, err := os.ReadFile(cfg.EnvFile()); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "=") {
+				env = append(env, l)
+			}
+		}
+	}
+	env = append(env, "VCOIL_LAB_STATE_DIR="+cfg.StateDir)
+	nsenter, err := lookPath("nsenter")
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(nsenter, append([]string{"nsenter", "--net=" + path, "--"}, args...), env)
+}
+
+func lookPath(name string) (string, error) {
+	for _, d := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"} {
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found", name)
+}

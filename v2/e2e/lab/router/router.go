@@ -1,0 +1,159 @@
+// Package router plays, in the lab's fabric, the part of the network that
+// BIRD (or a top-of-rack router) plays in production: it watches the
+// AddressBlocks in the apiserver and keeps one route per block, via the
+// InternalIP of the block's node, in the fabric namespace's main table. With
+// it, traffic from a pod to the external host finds its way back. It runs
+// inside the fabric namespace (lab router) and touches only that namespace.
+package router
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+)
+
+// Protocol marks the router's routes (RTPROT numbers above 200 are free).
+const Protocol = 201
+
+// resyncPeriod bounds how long a route stays wrong if an event is missed.
+const resyncPeriod = 30 * time.Second
+
+// Route is one block's route.
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+// DesiredRoutes maps every IPv4 block with a known node to that node's
+// InternalIP. Blocks of unknown nodes get no route.
+func DesiredRoutes(blocks []vcoilv2.AddressBlock, nodes []corev1.Node) map[netip.Prefix]netip.Addr {
+	nodeIP := map[string]netip.Addr{}
+	for _, n := range nodes {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+				nodeIP[n.Name] = ip
+			}
+		}
+	}
+	out := map[netip.Prefix]netip.Addr{}
+	for _, b := range blocks {
+		if b.IPv4 == nil || b.DeletionTimestamp != nil {
+			continue
+		}
+		dst, err := netip.ParsePrefix(*b.IPv4)
+		if err != nil {
+			continue
+		}
+		if via, ok := nodeIP[b.Labels[vcoilv2.LabelNode]]; ok {
+			out[dst.Masked()] = via
+		}
+	}
+	return out
+}
+
+// Run keeps the routes until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = vcoilv2.AddToScheme(scheme)
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	kick := make(chan struct{}, 1)
+	trigger := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { trigger() },
+		UpdateFunc: func(any, any) { trigger() },
+		DeleteFunc: func(any) { trigger() },
+	}
+	for _, obj := range []client.Object{&vcoilv2.AddressBlock{}, &corev1.Node{}} {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return fmt.Errorf("router: caches did not sync")
+	}
+	log.Info("routing pod blocks in the fabric")
+	tick := time.NewTicker(resyncPeriod)
+	defer tick.Stop()
+	for {
+		if err := sync(ctx, c, log); err != nil {
+			log.Error(err, "sync routes")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-tick.C:
+		}
+	}
+}
+
+func sync(ctx context.Context, c client.Reader, log logr.Logger) error {
+	var blocks vcoilv2.AddressBlockList
+	if err := c.List(ctx, &blocks); err != nil {
+		return err
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return err
+	}
+	want := DesiredRoutes(blocks.Items, nodes.Items)
+	have, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: Protocol}, netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return err
+	}
+	for _, r := range have {
+		dst, _ := netip.ParsePrefix(r.Dst.String())
+		via, _ := netip.AddrFromSlice(r.Gw)
+		if w, ok := want[dst]; ok && w == via.Unmap() {
+			delete(want, dst)
+			continue
+		}
+		if err := netlink.RouteDel(&r); err != nil {
+			return fmt.Errorf("delete route %s: %w", r.Dst, err)
+		}
+		log.Info("removed route", "block", dst, "via", via)
+	}
+	for dst, via := range want {
+		r := &netlink.Route{
+			Dst:      &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)},
+			Gw:       via.AsSlice(),
+			Protocol: Protocol,
+		}
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("route %s via %s: %w", dst, via, err)
+		}
+		log.Info("added route", "block", dst, "via", via)
+	}
+	return nil
+}
