@@ -1,0 +1,198 @@
+// Package vpptest runs a real VPP for integration tests: inside a network
+// namespace the test made, with a startup.conf written to a temporary
+// directory that also holds every socket, log and pid file, without DPDK
+// or hugepages. Tests skip, naming the variable, unless VCOIL_VPP_BIN
+// names a VPP 25.10 binary (a build tree's build-root/.../bin/vpp finds its
+// plugins by itself).
+//
+// It does not build VPP, and it never runs VPP outside the namespace it is
+// given.
+package vpptest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Environment variables that choose the VPP and the pod interface type.
+const (
+	BinEnv   = "VCOIL_VPP_BIN"
+	PodIfEnv = "VCOIL_VPP_POD_IF"
+)
+
+// Binary returns the VPP binary named by VCOIL_VPP_BIN, and skips t when
+// the variable is unset.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv(BinEnv)
+	if bin == "" {
+		t.Skipf("skipped: set %s to a VPP %s binary to run the VPP integration tests (docs/vpp.md)", BinEnv, "25.10")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s=%s: %v", BinEnv, bin, err)
+	}
+	return bin
+}
+
+// PodInterface is VCOIL_VPP_POD_IF, else "tap" where /dev/vhost-net
+// exists and "af_packet" where it does not.
+func PodInterface() string {
+	if v := os.Getenv(PodIfEnv); v != "" {
+		return v
+	}
+	if _, err := os.Stat("/dev/vhost-net"); err == nil {
+		return "tap"
+	}
+	return "af_packet"
+}
+
+// VPP is one VPP process in a namespace.
+type VPP struct {
+	t         testing.TB
+	bin       string
+	netns     string
+	Dir       string
+	APISocket string
+	conf      string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	out    *bytes.Buffer
+}
+
+// Start writes startup.conf (and, when startupCLI is not empty, a file of
+// CLI commands VPP runs at start, e.g. "create host-interface name up0")
+// and starts VPP in the namespace at netnsPath, waiting until its API
+// socket accepts connections. VPP is killed when the test ends.
+func Start(t testing.TB, bin, netnsPath string, startupCLI ...string) *VPP {
+	t.Helper()
+	// Unix socket paths are short (108 bytes): a directory of our own
+	// under /tmp rather than t.TempDir's long names.
+	dir, err := os.MkdirTemp("", "vcoil-vpp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	v := &VPP{t: t, bin: bin, netns: netnsPath, Dir: dir, APISocket: filepath.Join(dir, "api.sock"), conf: filepath.Join(dir, "startup.conf")}
+	startup := ""
+	if len(startupCLI) > 0 {
+		cli := filepath.Join(dir, "startup.cli")
+		if err := os.WriteFile(cli, []byte(strings.Join(startupCLI, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		startup = " startup-config " + cli
+	}
+	conf := fmt.Sprintf(`unix { nodaemon cli-listen %[1]s/cli.sock log %[1]s/vpp.log runtime-dir %[1]s pidfile %[1]s/vpp.pid poll-sleep-usec 100%[3]s }
+api-segment { prefix %[2]s }
+socksvr { socket-name %[1]s/api.sock }
+cpu { main-core 0 }
+buffers { buffers-per-numa 16384 page-size 4k }
+memory { main-heap-size 512M main-heap-page-size 4k }
+statseg { size 32M page-size 4k socket-name %[1]s/stats.sock }
+plugins { plugin dpdk_plugin.so { disable } }
+`, dir, filepath.Base(dir), startup)
+	if err := os.WriteFile(v.conf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		v.Kill()
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(dir, "vpp.log"))
+			t.Logf("VPP output:\n%s\nvpp.log:\n%s", v.output(), log)
+		}
+	})
+	v.start()
+	return v
+}
+
+func (v *VPP) output() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.out == nil {
+		return ""
+	}
+	return v.out.String()
+}
+
+func (v *VPP) start() {
+	t := v.t
+	t.Helper()
+	_ = os.Remove(v.APISocket)
+	cmd := exec.Command("nsenter", "--net="+v.netns, "--", v.bin, "-c", v.conf)
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = &lockedWriter{mu: &v.mu, w: out}, &lockedWriter{mu: &v.mu, w: out}
+	// Its own process group, so that Kill reaches VPP behind nsenter.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start VPP: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	v.mu.Lock()
+	v.cmd, v.exited, v.out = cmd, exited, out
+	v.mu.Unlock()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("VPP exited at start:\n%s", v.output())
+		default:
+		}
+		if c, err := net.Dial("unix", v.APISocket); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("VPP's API socket %s did not open within 30s:\n%s", v.APISocket, v.output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill stops VPP with SIGKILL, as a crash would, and waits for it.
+func (v *VPP) Kill() {
+	v.mu.Lock()
+	cmd, exited := v.cmd, v.exited
+	v.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+}
+
+// Restart kills VPP and starts it again with the same configuration.
+func (v *VPP) Restart() {
+	v.t.Helper()
+	v.Kill()
+	v.start()
+}
+
+// PID is the process ID of nsenter's child, VPP (nsenter execs it).
+func (v *VPP) PID() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.cmd.Process.Pid
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
