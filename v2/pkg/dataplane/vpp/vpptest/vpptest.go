@@ -76,6 +76,18 @@ type VPP struct {
 // socket accepts connections. VPP is killed when the test ends.
 func Start(t testing.TB, bin, netnsPath string, startupCLI ...string) *VPP {
 	t.Helper()
+	v := Prepare(t, bin, startupCLI...)
+	if err := v.Launch(netnsPath); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Prepare writes VPP's configuration without starting it: Launch starts it
+// later, from any goroutine (for a namespace that another helper creates
+// while the test waits for it). VPP is killed when the test ends.
+func Prepare(t testing.TB, bin string, startupCLI ...string) *VPP {
+	t.Helper()
 	// Unix socket paths are short (108 bytes): a directory of our own
 	// under /tmp rather than t.TempDir's long names.
 	dir, err := os.MkdirTemp("", "vcoil-vpp-")
@@ -83,7 +95,7 @@ func Start(t testing.TB, bin, netnsPath string, startupCLI ...string) *VPP {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	v := &VPP{t: t, bin: bin, netns: netnsPath, Dir: dir, APISocket: filepath.Join(dir, "api.sock"), conf: filepath.Join(dir, "startup.conf")}
+	v := &VPP{t: t, bin: bin, Dir: dir, APISocket: filepath.Join(dir, "api.sock"), conf: filepath.Join(dir, "startup.conf")}
 	startup := ""
 	if len(startupCLI) > 0 {
 		cli := filepath.Join(dir, "startup.cli")
@@ -111,8 +123,17 @@ plugins { plugin dpdk_plugin.so { disable } }
 			t.Logf("VPP output:\n%s\nvpp.log:\n%s", v.output(), log)
 		}
 	})
-	v.start()
 	return v
+}
+
+// Launch starts VPP in the namespace at netnsPath and waits until its API
+// socket accepts connections. It reports failures as errors, so it may run
+// outside the test's goroutine.
+func (v *VPP) Launch(netnsPath string) error {
+	v.mu.Lock()
+	v.netns = netnsPath
+	v.mu.Unlock()
+	return v.start()
 }
 
 func (v *VPP) output() string {
@@ -124,9 +145,7 @@ func (v *VPP) output() string {
 	return v.out.String()
 }
 
-func (v *VPP) start() {
-	t := v.t
-	t.Helper()
+func (v *VPP) start() error {
 	_ = os.Remove(v.APISocket)
 	cmd := exec.Command("nsenter", "--net="+v.netns, "--", v.bin, "-c", v.conf)
 	out := &bytes.Buffer{}
@@ -134,7 +153,7 @@ func (v *VPP) start() {
 	// Its own process group, so that Kill reaches VPP behind nsenter.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start VPP: %v", err)
+		return fmt.Errorf("start VPP: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -146,15 +165,15 @@ func (v *VPP) start() {
 	for {
 		select {
 		case <-exited:
-			t.Fatalf("VPP exited at start:\n%s", v.output())
+			return fmt.Errorf("VPP exited at start:\n%s", v.output())
 		default:
 		}
 		if c, err := net.Dial("unix", v.APISocket); err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("VPP's API socket %s did not open within 30s:\n%s", v.APISocket, v.output())
+			return fmt.Errorf("VPP's API socket %s did not open within 30s:\n%s", v.APISocket, v.output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -176,7 +195,9 @@ func (v *VPP) Kill() {
 func (v *VPP) Restart() {
 	v.t.Helper()
 	v.Kill()
-	v.start()
+	if err := v.start(); err != nil {
+		v.t.Fatal(err)
+	}
 }
 
 // PID is the process ID of nsenter's child, VPP (nsenter execs it).
