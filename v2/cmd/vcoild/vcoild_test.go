@@ -463,3 +463,27 @@ func parallel(n int, f func(i int) error) []error {
 	wg.Wait()
 	return errs
 }
+
+func TestConflistMTUReachesThePod(t *testing.T) {
+	netnstest.RequireRoot(t)
+	defaultPool(t)
+	f := newFabric(t)
+	n := newNode(t, f, 9)
+	conf, err := confFromBytes(strings.Replace(string(n.conf.Bytes), `"type": "vcoil",`, `"type": "vcoil", "mtu": 1400,`, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.conf = conf
+	p := newPod(t, "mtu")
+	n.mustAdd(p)
+	link, err := p.ns.Netlink().LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if link.Attrs().MTU != 1400 || p.result.Interfaces[1].Mtu != 1400 {
+		t.Fatalf("pod eth0 MTU = %d, result says %d; want the conflist's 1400", link.Attrs().MTU, p.result.Interfaces[1].Mtu)
+	}
+	if err := n.check(p); err != nil {
+		t.Fatalf("CHECK with the conflist's MTU: %v", err)
+	}
+}

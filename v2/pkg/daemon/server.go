@@ -225,6 +225,9 @@ func (s *Server) Check(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Emp
 	}
 	pod := podOf(entry)
 	pod.Netns = args.Netns
+	if conf, err := cni.ParseConf(args.StdinData); err == nil && conf.MTU > 0 {
+		pod.MTU = conf.MTU
+	}
 	if err := s.dp.CheckPod(ctx, pod); err != nil {
 		return nil, cniError(cnirpc.ErrorCode_INTERNAL, "", "pod interface %s: %v", key(args.ContainerId, args.Ifname), err)
 	}

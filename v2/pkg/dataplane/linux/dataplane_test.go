@@ -242,6 +242,7 @@ func TestMTU(t *testing.T) {
 	}{
 		{"comes from the uplink of the default route", labOptions{uplinkMTU: 1400}, 1400},
 		{"comes from the config over the uplink", labOptions{uplinkMTU: 1400, cfg: linux.Config{MTU: 1300}}, 1300},
+		{"comes from the network configuration over both", labOptions{uplinkMTU: 1400, cfg: linux.Config{MTU: 1300}, podMTU: 1280}, 1280},
 		{"is 1500 without a default route", labOptions{uplinkMTU: 9000, noDefaultRoute: true}, 1500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

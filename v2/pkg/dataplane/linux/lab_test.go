@@ -40,18 +40,20 @@ type lab struct {
 	node   *netnstest.NS
 	router *netnstest.NS
 	dp     dataplane.Dataplane
+	opts   labOptions
 }
 
 type labOptions struct {
 	uplinkMTU      int  // 0: the kernel's 1500
 	noDefaultRoute bool // the node has no default route
 	cfg            linux.Config
+	podMTU         int // the pods' MTU from the network configuration
 }
 
 func newLab(t *testing.T, opts labOptions) *lab {
 	t.Helper()
 	netnstest.RequireRoot(t)
-	l := &lab{t: t, node: netnstest.New(t, "node"), router: netnstest.New(t, "router")}
+	l := &lab{t: t, opts: opts, node: netnstest.New(t, "node"), router: netnstest.New(t, "router")}
 	netnstest.Veth(t, l.node, "uplink", l.router, "to-node")
 	if opts.uplinkMTU != 0 {
 		mtu := fmt.Sprint(opts.uplinkMTU)
@@ -95,6 +97,7 @@ func (l *lab) addPod(label, v4, v6 string) (dataplane.Pod, *netnstest.NS) {
 	l.t.Helper()
 	n := netnstest.New(l.t, label)
 	pod := podFor(n, "c-"+label, v4, v6)
+	pod.MTU = l.opts.podMTU
 	if _, err := l.dp.SetupPod(l.t.Context(), pod); err != nil {
 		l.t.Fatalf("SetupPod %s: %v", label, err)
 	}

@@ -74,6 +74,10 @@ func (d *linuxDataplane) open(pod dataplane.Pod) (*wiring, func(), error) {
 		closeAll()
 		return nil, nil, err
 	}
+	if pod.MTU > 0 {
+		// The network configuration's mtu wins over the node's.
+		mtu = pod.MTU
+	}
 	w := &wiring{
 		d: d, pod: pod, node: node, podNS: podNS, host: HostIfName(pod.PodKey), mtu: mtu,
 		log: d.log.WithValues("containerID", pod.ContainerID, "ifname", pod.IfName, "hostIf", HostIfName(pod.PodKey)),
