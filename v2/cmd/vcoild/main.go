@@ -9,7 +9,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,6 +32,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/daemon"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 )
 
@@ -42,6 +45,15 @@ type flags struct {
 	directRouting                         bool
 	directTable, directRulePriority       int
 	blockRequestTimeout                   time.Duration
+	vpp                                   vppFlags
+}
+
+// vppFlags configure the VPP dataplane (--dataplane=vpp); docs/vpp.md.
+type vppFlags struct {
+	apiSocket, uplink, podInterface, hostInterconnect string
+	uplinkAddresses                                   []string
+	uplinkGatewayIPv4, uplinkGatewayIPv6              string
+	gso                                               bool
 }
 
 func main() {
@@ -61,7 +73,7 @@ func main() {
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
 	fs.StringVar(&f.socket, "socket", constants.DaemonSocket, "UNIX socket of the CNI gRPC service")
 	fs.StringVar(&f.stateDir, "state-dir", constants.DaemonStateDir, "directory of the allocation checkpoint")
-	fs.StringVar(&f.dataplane, "dataplane", "linux", "dataplane: linux")
+	fs.StringVar(&f.dataplane, "dataplane", "linux", "dataplane: linux or vpp")
 	fs.StringVar(&f.netns, "netns", "", "network namespace (path) holding the node's network, when it is not vcoild's own: for tests and the local cluster, where vcoild runs beside the node")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", constants.DaemonMetricsAddr, "address of the Prometheus /metrics endpoint")
 	fs.StringVar(&f.healthAddr, "health-addr", constants.DaemonHealthAddr, "address of /healthz and /readyz")
@@ -74,6 +86,14 @@ func main() {
 	fs.IntVar(&f.directTable, "direct-table", routes.DefaultDirectTable, "routing table of the direct routes")
 	fs.IntVar(&f.directRulePriority, "direct-rule-priority", routes.DefaultDirectRulePriority, "priority of the rule that looks up the direct table")
 	fs.DurationVar(&f.blockRequestTimeout, "block-request-timeout", constants.BlockRequestTimeout, "how long an ADD waits for a new address block")
+	fs.StringVar(&f.vpp.apiSocket, "vpp-api-socket", vpp.DefaultAPISocket, "VPP's binary API socket (VPP dataplane)")
+	fs.StringVar(&f.vpp.podInterface, "vpp-pod-interface", string(vpp.TAP), "pod interface type: tap (needs /dev/vhost-net) or af_packet (a veth)")
+	fs.StringVar(&f.vpp.hostInterconnect, "vpp-host-interconnect", "", "host interconnect type: tap or af_packet (default: the pod interface's)")
+	fs.BoolVar(&f.vpp.gso, "vpp-gso", false, "generic segmentation offload on TAPs")
+	fs.StringVar(&f.vpp.uplink, "vpp-uplink", "", "name of the VPP interface towards the node's network (host-eth1, a DPDK NIC); empty: none")
+	fs.StringSliceVar(&f.vpp.uplinkAddresses, "vpp-uplink-address", nil, "prefix to put on the uplink (repeatable)")
+	fs.StringVar(&f.vpp.uplinkGatewayIPv4, "vpp-uplink-gateway-ipv4", "", "VPP's IPv4 default route via this gateway on the uplink (default: through the host)")
+	fs.StringVar(&f.vpp.uplinkGatewayIPv6, "vpp-uplink-gateway-ipv6", "", "VPP's IPv6 default route via this gateway on the uplink (default: through the host)")
 	goFlags := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	fs.AddGoFlagSet(goFlags)
@@ -192,6 +212,39 @@ func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
 			return nil, nil, err
 		}
 		return dp, local, nil
+	case "vpp":
+		cfg := vpp.Config{
+			APISocket: f.vpp.apiSocket, NodeNetns: f.netns, MTU: f.mtu, GSO: f.vpp.gso,
+			// The daemon keeps its checkpoint under the state dir's "pods".
+			CheckpointDir: filepath.Join(f.stateDir, "pods"),
+			PodInterface:  vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
+			Uplink: f.vpp.uplink,
+		}
+		for _, s := range f.vpp.uplinkAddresses {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--vpp-uplink-address %q: %w", s, err)
+			}
+			cfg.UplinkAddresses = append(cfg.UplinkAddresses, p)
+		}
+		for flag, s := range map[string]struct {
+			in  string
+			out *netip.Addr
+		}{"--vpp-uplink-gateway-ipv4": {f.vpp.uplinkGatewayIPv4, &cfg.UplinkGatewayIPv4}, "--vpp-uplink-gateway-ipv6": {f.vpp.uplinkGatewayIPv6, &cfg.UplinkGatewayIPv6}} {
+			if s.in == "" {
+				continue
+			}
+			a, err := netip.ParseAddr(s.in)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s %q: %w", flag, s.in, err)
+			}
+			*s.out = a
+		}
+		dp, err := vpp.New(cfg, ctrl.Log.WithName("vpp"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("vpp dataplane: %w", err)
+		}
+		return dp, dp.Blocks(), nil
 	}
-	return nil, nil, fmt.Errorf("--dataplane %q: want linux", f.dataplane)
+	return nil, nil, fmt.Errorf("--dataplane %q: want linux or vpp", f.dataplane)
 }
