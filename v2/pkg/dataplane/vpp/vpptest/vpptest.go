@@ -118,6 +118,13 @@ plugins { plugin dpdk_plugin.so { disable } }
 	}
 	t.Cleanup(func() {
 		v.Kill()
+		// A killed VPP leaves its API segments in /dev/shm, named after
+		// api-segment's prefix.
+		if shm, _ := filepath.Glob(filepath.Join("/dev/shm", filepath.Base(dir)+"-*")); len(shm) > 0 {
+			for _, f := range shm {
+				_ = os.Remove(f)
+			}
+		}
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(dir, "vpp.log"))
 			t.Logf("VPP output:\n%s\nvpp.log:\n%s", v.output(), log)
