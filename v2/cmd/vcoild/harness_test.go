@@ -127,6 +127,21 @@ type node struct {
 // 198.18.0.<index>, its Node object, and starts vcoild.
 func newNode(t *testing.T, f *fabric, index int, extraArgs ...string) *node {
 	t.Helper()
+	return newNodeWith(t, f, index, nodeOptions{args: extraArgs})
+}
+
+// nodeOptions adjust a node before vcoild starts.
+type nodeOptions struct {
+	// args are added to vcoild's command line.
+	args []string
+	// beforeStart runs once the node's namespace is plugged in and before
+	// vcoild starts (for example, to start VPP in the namespace).
+	beforeStart func(n *node)
+}
+
+func newNodeWith(t *testing.T, f *fabric, index int, opts nodeOptions) *node {
+	t.Helper()
+	extraArgs := opts.args
 	build(t)
 	name := fmt.Sprintf("node-%d", index)
 	n := &node{
@@ -168,6 +183,9 @@ func newNode(t *testing.T, f *fabric, index int, extraArgs ...string) *node {
 	}
 	n.conf = conf
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(n.dir, "cni-cache"), nil)
+	if opts.beforeStart != nil {
+		opts.beforeStart(n)
+	}
 	n.start()
 	return n
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -30,18 +27,20 @@ func TestVPPDataplanePodsTalkThroughVPPAndSurviveItsRestart(t *testing.T) {
 	defaultPool(t)
 	f := newFabric(t)
 
-	// newNode creates the node's namespace and then waits for vcoild to be
-	// ready, which needs VPP in that namespace: VPP starts as soon as the
-	// namespace appears.
-	const index = 40
+	// vcoild is ready only once VPP runs in the node's namespace: VPP
+	// starts there, with the veth its uplink attaches to, before vcoild.
 	v := vpptest.Prepare(t, bin, "create host-interface name vppup")
-	launched := make(chan error, 1)
-	go func() { launched <- launchInNode(index, v) }()
-	n := newNode(t, f, index,
-		"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", typ, "--vpp-uplink", "host-vppup")
-	if err := <-launched; err != nil {
-		t.Fatal(err)
-	}
+	n := newNodeWith(t, f, 40, nodeOptions{
+		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", typ, "--vpp-uplink", "host-vppup"},
+		beforeStart: func(n *node) {
+			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
+			n.ns.IP("link", "set", "vppup", "up")
+			n.ns.IP("link", "set", "vppup-peer", "up")
+			if err := v.Launch(n.ns.Path()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
 	if err := n.status(); err != nil {
 		t.Fatalf("STATUS: %v", err)
 	}
@@ -115,33 +114,6 @@ func TestVPPDataplanePodsTalkThroughVPPAndSurviveItsRestart(t *testing.T) {
 		if out := p.ns.IP("link", "show"); strings.Contains(out, "eth0") {
 			t.Fatalf("eth0 left in %s after DEL:\n%s", p.name, out)
 		}
-	}
-}
-
-// launchInNode waits for the namespace newNode creates for node index,
-// gives it the veth VPP's uplink attaches to, and starts VPP in it.
-func launchInNode(index int, v *vpptest.VPP) error {
-	prefix := fmt.Sprintf("vcoiltest-%d-node-%d-", os.Getpid(), index)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		matches, _ := filepath.Glob(filepath.Join("/run/netns", prefix+"*"))
-		if len(matches) == 1 {
-			name := filepath.Base(matches[0])
-			for _, args := range [][]string{
-				{"-n", name, "link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer"},
-				{"-n", name, "link", "set", "vppup", "up"},
-				{"-n", name, "link", "set", "vppup-peer", "up"},
-			} {
-				if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-					return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-				}
-			}
-			return v.Launch(matches[0])
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no namespace %s* appeared within 30s", prefix)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -31,7 +31,10 @@ type Entry struct {
 	Offset      int        `json:"offset"`
 	IPv4        netip.Addr `json:"ipv4,omitzero"`
 	IPv6        netip.Addr `json:"ipv6,omitzero"`
-	Created     time.Time  `json:"created"`
+	// MTU is the pod interface's MTU from the network configuration (0: the
+	// dataplane's), so that a rewired pod keeps it.
+	MTU     int       `json:"mtu,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // Store is a directory of entries.

@@ -118,7 +118,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 			ContainerID: args.ContainerId, IfName: args.Ifname, Netns: args.Netns,
 			Namespace: args.Args[argPodNamespace], Name: args.Args[argPodName],
 			Pool: a.Pool, Block: a.Block, Offset: a.Offset, IPv4: a.IPv4, IPv6: a.IPv6,
-			Created: s.now().UTC(),
+			MTU: conf.MTU, Created: s.now().UTC(),
 		}
 		if err := s.store.Save(entry); err != nil {
 			s.freeOrLog(ctx, log, a)
@@ -130,9 +130,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	pod := podOf(entry)
 	pod.Netns = args.Netns
 	pod.Namespace, pod.Name = args.Args[argPodNamespace], args.Args[argPodName]
-	if conf.MTU > 0 {
-		pod.MTU = conf.MTU
-	}
+	pod.MTU = conf.MTU
 	ifs, err := s.dp.SetupPod(ctx, pod)
 	if err != nil {
 		if !found {
@@ -146,12 +144,12 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 				}
 			}
 		}
-		return nil, cniError(cnirpc.ErrorCode_INTERNAL, "", "wire pod interface %s with %s dataplane: %v", key(args.ContainerId, args.Ifname), s.dp.Name(), err)
+		return nil, cniError(dataplaneCode(err), "", "wire pod interface %s with %s dataplane: %v", key(args.ContainerId, args.Ifname), s.dp.Name(), err)
 	}
-	if entry.Netns != args.Netns {
-		entry.Netns = args.Netns
+	if entry.Netns != args.Netns || entry.MTU != conf.MTU {
+		entry.Netns, entry.MTU = args.Netns, conf.MTU
 		if err := s.store.Save(entry); err != nil {
-			log.Error(err, "cannot update the netns in the checkpoint")
+			log.Error(err, "cannot update the checkpoint")
 		}
 	}
 
@@ -225,11 +223,11 @@ func (s *Server) Check(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Emp
 	}
 	pod := podOf(entry)
 	pod.Netns = args.Netns
-	if conf, err := cni.ParseConf(args.StdinData); err == nil && conf.MTU > 0 {
+	if conf, err := cni.ParseConf(args.StdinData); err == nil {
 		pod.MTU = conf.MTU
 	}
 	if err := s.dp.CheckPod(ctx, pod); err != nil {
-		return nil, cniError(cnirpc.ErrorCode_INTERNAL, "", "pod interface %s: %v", key(args.ContainerId, args.Ifname), err)
+		return nil, cniError(dataplaneCode(err), "", "pod interface %s: %v", key(args.ContainerId, args.Ifname), err)
 	}
 	return &cnirpc.Empty{}, nil
 }
@@ -324,6 +322,15 @@ func (s *Server) GC(ctx context.Context, req *cnirpc.GCRequest) (_ *cnirpc.Empty
 	return &cnirpc.Empty{}, nil
 }
 
+// dataplaneCode is the CNI code of a dataplane error: try again later when
+// the dataplane could not act now, internal otherwise.
+func dataplaneCode(err error) cnirpc.ErrorCode {
+	if errors.Is(err, dataplane.ErrNotReady) {
+		return cnirpc.ErrorCode_TRY_AGAIN_LATER
+	}
+	return cnirpc.ErrorCode_INTERNAL
+}
+
 // CNI_ARGS keys of Kubernetes runtimes.
 const (
 	argPodNamespace = "K8S_POD_NAMESPACE"
@@ -389,7 +396,7 @@ func podOf(e checkpoint.Entry) dataplane.Pod {
 		PodKey:    dataplane.PodKey{ContainerID: e.ContainerID, IfName: e.IfName},
 		Netns:     e.Netns,
 		Namespace: e.Namespace, Name: e.Name,
-		IPv4: e.IPv4, IPv6: e.IPv6,
+		IPv4: e.IPv4, IPv6: e.IPv6, MTU: e.MTU,
 	}
 }
 

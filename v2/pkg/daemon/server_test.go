@@ -296,6 +296,11 @@ func TestFailedWiringLeavesNothing(t *testing.T) {
 			t.Fatalf("block %s has %d addresses in use", b.Name, b.InUse)
 		}
 	}
+	// A dataplane that cannot act now (VPP resyncing) means try again later.
+	dp.failSetup = fmt.Errorf("VPP is resyncing: %w", dataplane.ErrNotReady)
+	if _, err := n.srv.Add(context.Background(), n.args("e0000002", "plain")); cniCode(err) != cnirpc.ErrorCode_TRY_AGAIN_LATER {
+		t.Fatalf("ADD with a dataplane that is not ready: %v, want TRY_AGAIN_LATER", err)
+	}
 }
 
 func TestNotReadyMeansTryAgainLater(t *testing.T) {

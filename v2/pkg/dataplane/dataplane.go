@@ -6,8 +6,14 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 )
+
+// ErrNotReady is wrapped by a dataplane's errors when it cannot act now (VPP
+// is unreachable or resyncing) and changed nothing: the caller may try again
+// later, and vcoild answers CNI code 11 (try again later).
+var ErrNotReady = errors.New("dataplane not ready")
 
 // PodKey identifies one pod interface, as CNI does: a container (the
 // sandbox) and the name of the interface inside it.

@@ -2,7 +2,9 @@ package vpp
 
 import (
 	"errors"
+	"fmt"
 
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/af_packet"
 	interfaces "go.fd.io/govpp/binapi/interface"
@@ -25,7 +27,7 @@ var ErrIncompatible = errors.New("VPP is incompatible with vcoil")
 // ErrNotReady is returned (wrapped) by SetupPod, CheckPod, TeardownPod and
 // ListPods when VPP is not connected and synced within Config.ReadyWait:
 // the caller should try again later; nothing was changed.
-var ErrNotReady = errors.New("VPP is not connected and synced yet")
+var ErrNotReady = fmt.Errorf("VPP is not connected and synced yet: %w", dataplane.ErrNotReady)
 
 // messages are the requests the driver sends with their replies (and the
 // details of dumps). The connection check asks VPP for all of them, and
