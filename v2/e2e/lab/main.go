@@ -52,6 +52,7 @@ func main() {
 	pf.IntVar(&nodes, "nodes", 2, "number of worker nodes")
 	pf.StringVar(&cfg.KubernetesDir, "kubernetes-dir", "", "directory of kube-apiserver, kubelet, kubectl, ... (make kubernetes)")
 	pf.StringVar(&cfg.Etcd, "etcd", "", "etcd binary")
+	pf.StringVar(&cfg.Agent, "agent", filepath.Join(filepath.Dir(self), "agent"), "the network test agent binary (run on the external host)")
 
 	up := &cobra.Command{
 		Use:   "up",
@@ -63,7 +64,6 @@ func main() {
 			return cfg.Up(ctx)
 		},
 	}
-	up.Flags().StringVar(&cfg.Agent, "agent", "", "the network test agent binary (run on the external host)")
 	up.Flags().StringVar(&cfg.ImagesDir, "images-dir", "", "directory of the image tarballs")
 	up.Flags().StringVar(&cfg.Overlay, "overlay", "v2/config/overlays/lab", "vcoil's kustomize overlay")
 	up.Flags().IntVar(&cfg.CoreDNSReplicas, "coredns-replicas", 1, "replicas of CoreDNS")
@@ -121,12 +121,26 @@ func main() {
 		Short:              "run kubectl against the lab",
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
-			for _, a := range args {
-				if a == "--state-dir" || strings.HasPrefix(a, "--state-dir=") {
-					return errors.New("put --state-dir before the kubectl subcommand")
+			// Flag parsing is off for kubectl's sake: take the lab's own
+			// flags from the front.
+			for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+				name, value, hasValue := strings.Cut(strings.TrimPrefix(args[0], "--"), "=")
+				if pf.Lookup(name) == nil {
+					break
+				}
+				args = args[1:]
+				if !hasValue && len(args) > 0 {
+					value, args = args[0], args[1:]
+				}
+				if err := pf.Set(name, value); err != nil {
+					return err
 				}
 			}
-			return execIn(cfg, "cp", append([]string{filepath.Join(cfg.KubernetesDir, "kubectl")}, args...))
+			wrapper := filepath.Join(cfg.StateDir, "kubectl")
+			if _, err := os.Stat(wrapper); err != nil {
+				return errors.New("the lab is not up (no " + wrapper + ")")
+			}
+			return syscall.Exec(wrapper, append([]string{wrapper}, args...), os.Environ())
 		},
 	}
 	var routerKubeconfig string

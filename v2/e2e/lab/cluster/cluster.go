@@ -45,23 +45,23 @@ func (c Config) path(elem ...string) string {
 	return filepath.Join(append([]string{c.StateDir}, elem...)...)
 }
 
-func (c Config) pki(name string) string        { return c.path("pki", name) }
+func (c Config) pki(name string) string         { return c.path("pki", name) }
 func (c Config) nodeDir(n topology.Node) string { return c.path("nodes", n.Name) }
 
 // mountNSDir is a private bind mount holding the nodes' pinned mount
 // namespaces.
-func (c Config) mountNSDir() string               { return c.path("mntns") }
-func (c Config) mountNS(n topology.Node) string   { return c.path("mntns", n.Name) }
-func (c Config) pidDir() string                   { return c.path("pids") }
-func (c Config) createdDirsFile() string          { return c.path("created-dirs") }
-func (c Config) upMarker() string                 { return c.path("up") }
-func (c Config) AdminKubeconfig() string          { return c.path("admin.kubeconfig") }
-func (c Config) EnvFile() string                  { return c.path("lab.env") }
-func (c Config) kubectl() string                  { return filepath.Join(c.KubernetesDir, "kubectl") }
-func (c Config) bin(name string) string           { return filepath.Join(c.KubernetesDir, name) }
-func netnsPath(name string) string                { return "/run/netns/" + name }
-func cgroupRoot(n topology.Node) string           { return "/" + topology.Prefix + "-" + n.Name }
-func (c Config) logFile(name string) string       { return filepath.Join(c.LogDir, name+".log") }
+func (c Config) mountNSDir() string             { return c.path("mntns") }
+func (c Config) mountNS(n topology.Node) string { return c.path("mntns", n.Name) }
+func (c Config) pidDir() string                 { return c.path("pids") }
+func (c Config) createdDirsFile() string        { return c.path("created-dirs") }
+func (c Config) upMarker() string               { return c.path("up") }
+func (c Config) AdminKubeconfig() string        { return c.path("admin.kubeconfig") }
+func (c Config) EnvFile() string                { return c.path("lab.env") }
+func (c Config) kubectl() string                { return filepath.Join(c.KubernetesDir, "kubectl") }
+func (c Config) bin(name string) string         { return filepath.Join(c.KubernetesDir, name) }
+func netnsPath(name string) string              { return "/run/netns/" + name }
+func cgroupRoot(n topology.Node) string         { return "/" + topology.Prefix + "-" + n.Name }
+func (c Config) logFile(name string) string     { return filepath.Join(c.LogDir, name+".log") }
 
 // say prints one progress line.
 func (c Config) say(format string, args ...any) {

@@ -101,10 +101,10 @@ func (c Config) createNodeMountNS(n topology.Node) error {
 	for _, p := range nodePaths {
 		fmt.Fprintf(&script, "mount --bind %s %s\n", filepath.Join(dir, p.dir), p.target)
 	}
-	fmt.Fprintf(&script, "mount --make-rshared /run\n")
-	for _, p := range nodePaths {
-		fmt.Fprintf(&script, "mount --make-rshared %s\n", p.target)
-	}
+	// Shared from / down, as on a host booted by systemd: containerd
+	// checks the propagation of a hostPath's mount without resolving the
+	// /var/run symlink, so it looks at /.
+	fmt.Fprintf(&script, "mount --make-rshared /\n")
 	_, err := run("nsenter", "--mount="+pin, "--", "/bin/sh", "-ec", script.String())
 	return err
 }

@@ -144,14 +144,16 @@ func (c Config) Up(ctx context.Context) error {
 	if err := c.installVcoil(ctx, cl); err != nil {
 		return err
 	}
-	if err := waitDaemonSet(ctx, cl, "kube-system", "vcoil-daemon", int32(c.Topology.Nodes), 3*time.Minute); err != nil {
-		return c.failed(err, "node1-kubelet")
-	}
+	// vcoild is ready once it holds its node subnet, from the default pool,
+	// which only the controller's webhook lets in.
 	if err := waitDeployment(ctx, cl, "kube-system", "vcoil-controller", 3*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
 	if err := createDefaultPool(ctx, cl); err != nil {
 		return err
+	}
+	if err := waitDaemonSet(ctx, cl, "kube-system", "vcoil-daemon", int32(c.Topology.Nodes), 3*time.Minute); err != nil {
+		return c.failed(err, "node1-kubelet")
 	}
 	if err := waitNodesReady(ctx, cl, c.Topology.Nodes, 2*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")

@@ -68,8 +68,26 @@ func DesiredRoutes(blocks []vcoilv2.AddressBlock, nodes []corev1.Node) map[netip
 	return out
 }
 
-// Run keeps the routes until ctx ends.
+// Run keeps the routes until ctx ends. It starts before vcoil's CRDs exist
+// and outlives apiserver hiccups: every failure is retried after a pause.
 func Run(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
+	for {
+		err := runOnce(ctx, cfg, log)
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Error(err, "router stopped; retrying in 5s")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func runOnce(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = vcoilv2.AddToScheme(scheme)
