@@ -88,7 +88,8 @@ lab-images: build lab-bin lab-coredns lab-cni-plugins ## write the lab's images 
 .PHONY: lab-components
 lab-components: lab-deps
 	$(call lab_say,Kubernetes v$(K8S_VERSION) and etcd v$(ETCD_VERSION) (about 22 min on 2 cores the first time; cached in $(VCOIL_CACHE_DIR)))
-	@nice $(MAKE) --no-print-directory kubernetes >/dev/null
+	@( m=0; while sleep 60; do m=$$((m+1)); echo "    ... still building Kubernetes ($$m min)" >&2; done ) & ticker=$$!; \
+	rc=0; nice $(MAKE) --no-print-directory kubernetes >/dev/null || rc=$$?; kill $$ticker 2>/dev/null; exit $$rc
 	@$(MAKE) --no-print-directory lab-images
 
 LAB_UP_FLAGS = --kubernetes-dir $(K8S_BIN_DIR) --etcd $(ETCD_BIN_DIR)/etcd --nodes $(LAB_NODES)

@@ -210,12 +210,20 @@ func execIn(cfg cluster.Config, netns string, args []string) error {
 		return fmt.Errorf("no lab namespace %s (is the lab up?)", path)
 	}
 	env := os.Environ()
+	k8sDir := cfg.KubernetesDir
 	if b, err := os.ReadFile(cfg.EnvFile()); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, "=") {
 				env = append(env, l)
 			}
+			if v, ok := strings.CutPrefix(l, "VCOIL_LAB_KUBERNETES_DIR="); ok && k8sDir == "" {
+				k8sDir = v
+			}
 		}
+	}
+	// The lab's kubectl comes first on PATH.
+	if k8sDir != "" {
+		env = append(env, "PATH="+k8sDir+":"+os.Getenv("PATH"))
 	}
 	env = append(env, "VCOIL_LAB_STATE_DIR="+cfg.StateDir)
 	nsenter, err := lookPath("nsenter")

@@ -48,10 +48,12 @@ func (c Config) path(elem ...string) string {
 func (c Config) pki(name string) string         { return c.path("pki", name) }
 func (c Config) nodeDir(n topology.Node) string { return c.path("nodes", n.Name) }
 
-// mountNSDir is a private bind mount holding the nodes' pinned mount
-// namespaces.
+// mountNSDir is a private bind mount holding the pinned namespaces: the
+// nodes' mount namespaces, and the UTS namespaces that give the nodes and the
+// external host their host names.
 func (c Config) mountNSDir() string             { return c.path("mntns") }
 func (c Config) mountNS(n topology.Node) string { return c.path("mntns", n.Name) }
+func (c Config) utsNS(host string) string       { return c.path("mntns", host+".uts") }
 func (c Config) pidDir() string                 { return c.path("pids") }
 func (c Config) createdDirsFile() string        { return c.path("created-dirs") }
 func (c Config) upMarker() string               { return c.path("up") }

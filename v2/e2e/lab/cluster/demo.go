@@ -181,7 +181,9 @@ func (c Config) Matrix(ctx context.Context) error {
 		return fmt.Errorf("the sample pods are not spread over two nodes with two pods on one: %v", byNode)
 	}
 	hostPort := func(ip string, port int) string { return fmt.Sprintf("%s:%d", ip, port) }
-	podLabel := func(p *corev1.Pod) string { return fmt.Sprintf("pod %s (%s, %s)", p.Name[len(p.Name)-5:], p.Spec.NodeName, p.Status.PodIP) }
+	podLabel := func(p *corev1.Pod) string {
+		return fmt.Sprintf("pod %s (%s, %s)", p.Name[len(p.Name)-5:], p.Spec.NodeName, p.Status.PodIP)
+	}
 	srcLabel := podLabel(&src)
 	var checks []check
 	for _, proto := range []struct {

@@ -109,6 +109,18 @@ func (c Config) createNodeMountNS(n topology.Node) error {
 	return err
 }
 
+// pinUTS makes a UTS namespace with the given host name, pinned to a file,
+// so that a node's processes (and its hostNetwork pods) see the node's name
+// as their host name, as on a real node.
+func (c Config) pinUTS(host string) error {
+	pin := c.utsNS(host)
+	if err := os.WriteFile(pin, nil, 0o600); err != nil {
+		return err
+	}
+	_, err := run("unshare", "--uts="+pin, "hostname", host)
+	return err
+}
+
 // prepareMountNSDir makes the directory of the pins a private mount (a
 // mount namespace can only be pinned on one).
 func (c Config) prepareMountNSDir() error {

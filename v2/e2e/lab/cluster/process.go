@@ -21,8 +21,10 @@ type daemon struct {
 	// netns is the lab network namespace it runs in; mountNS, when set, the
 	// pinned mount namespace of its node.
 	netns, mountNS string
-	args           []string
-	env            []string
+	// uts, when set, is a pinned UTS namespace (the node's host name).
+	uts  string
+	args []string
+	env  []string
 }
 
 // start runs d in the background, in a session of its own (so that it
@@ -32,6 +34,9 @@ func (c Config) start(d daemon) error {
 	args := []string{"--net=" + netnsPath(d.netns)}
 	if d.mountNS != "" {
 		args = append(args, "--mount="+d.mountNS)
+	}
+	if d.uts != "" {
+		args = append(args, "--uts="+d.uts)
 	}
 	args = append(append(args, "--"), d.args...)
 	logf, err := os.OpenFile(c.logFile(d.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

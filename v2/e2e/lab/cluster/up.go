@@ -14,6 +14,9 @@ import (
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
 )
 
+// externalHostname is the external host's host name.
+const externalHostname = "external"
+
 // images are the tarballs imported into every node's containerd.
 var images = []string{"pause.tar", "vcoil.tar", "coredns.tar", "agent.tar"}
 
@@ -70,9 +73,15 @@ func (c Config) Up(ctx context.Context) error {
 		if err := c.createNodeMountNS(n); err != nil {
 			return err
 		}
+		if err := c.pinUTS(n.Name); err != nil {
+			return err
+		}
 		if err := createNodeCgroups(n); err != nil {
 			return err
 		}
+	}
+	if err := c.pinUTS(externalHostname); err != nil {
+		return err
 	}
 	if err := c.recordNamespaces(); err != nil {
 		return err
@@ -115,11 +124,11 @@ func (c Config) Up(ctx context.Context) error {
 		return err
 	}
 	for _, n := range c.Topology.NodeList() {
-		if err := c.start(daemon{name: n.Name + "-kubelet", netns: n.Netns, mountNS: c.mountNS(n),
+		if err := c.start(daemon{name: n.Name + "-kubelet", netns: n.Netns, mountNS: c.mountNS(n), uts: c.utsNS(n.Name),
 			args: append([]string{c.bin("kubelet")}, render.KubeletArgs(n, c.nodeFile(n, "kubelet.yaml"), c.nodeFile(n, "kubelet.kubeconfig"))...)}); err != nil {
 			return err
 		}
-		if err := c.start(daemon{name: n.Name + "-kube-proxy", netns: n.Netns, mountNS: c.mountNS(n),
+		if err := c.start(daemon{name: n.Name + "-kube-proxy", netns: n.Netns, mountNS: c.mountNS(n), uts: c.utsNS(n.Name),
 			args: []string{c.bin("kube-proxy"), "--config=" + c.nodeFile(n, "kube-proxy.yaml")}}); err != nil {
 			return err
 		}
@@ -134,7 +143,7 @@ func (c Config) Up(ctx context.Context) error {
 		args: []string{c.Self, "router", "--kubeconfig", c.path("router.kubeconfig")}}); err != nil {
 		return err
 	}
-	if err := c.start(daemon{name: "external-agent", netns: topology.ExternalNetns,
+	if err := c.start(daemon{name: "external-agent", netns: topology.ExternalNetns, uts: c.utsNS(externalHostname),
 		args: []string{c.Agent, "serve", "--tcp", fmt.Sprint(topology.AgentTCPPort), "--udp", fmt.Sprint(topology.AgentUDPPort), "--http", fmt.Sprint(topology.AgentHTTPPort)}}); err != nil {
 		return err
 	}
@@ -200,7 +209,7 @@ func (c Config) startRuntimes() error {
 
 func (c Config) startRuntime(n topology.Node) error {
 	name := n.Name + "-containerd"
-	if err := c.start(daemon{name: name, netns: n.Netns, mountNS: c.mountNS(n),
+	if err := c.start(daemon{name: name, netns: n.Netns, mountNS: c.mountNS(n), uts: c.utsNS(n.Name),
 		args: []string{"containerd", "--config", c.nodeFile(n, "containerd.toml")}}); err != nil {
 		return err
 	}

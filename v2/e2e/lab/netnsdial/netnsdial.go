@@ -2,8 +2,12 @@
 // talk to the local cluster without any route or link there: its dialer
 // creates each socket inside a lab network namespace (the control plane's by
 // default), after which the connection works from any thread. The lab uses it
-// to reach the apiserver; an e2e test can too (RESTConfig). It needs root
-// (setns).
+// to reach the apiserver. It needs root (setns).
+//
+// Only what client-go dials through rest.Config.Dial goes this way: requests
+// and watches do, but exec, attach and port-forward (SPDY and WebSocket
+// upgrades) dial on their own and fail from the root namespace. A test that
+// needs those runs whole inside the lab (lab exec, see docs/lab.md).
 package netnsdial
 
 import (
@@ -72,8 +76,7 @@ func Dialer(nsPath string) DialFunc {
 
 // RESTConfig loads the kubeconfig at path and makes its connections from the
 // control plane's network namespace: a client-go configuration usable from
-// the root namespace (watch, exec and port-forward included, as they dial
-// through the same function).
+// the root namespace for requests and watches (not for exec: see above).
 func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	if _, err := os.Stat(ControlPlaneNetns); err != nil {
 		return nil, fmt.Errorf("the lab is not up (%w): run make lab-up", err)

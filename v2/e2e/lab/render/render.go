@@ -396,11 +396,12 @@ spec:
 
 // EnvFile is lab.env: what a test or a person needs to find the lab, as
 // shell assignments.
-func EnvFile(topo topology.Topology, kubeconfig, kubectl string) string {
+func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir string) string {
 	var b strings.Builder
 	w := func(k, v string) { fmt.Fprintf(&b, "%s=%s\n", k, v) }
 	w("KUBECONFIG", kubeconfig)
 	w("VCOIL_LAB_KUBECTL", kubectl)
+	w("VCOIL_LAB_KUBERNETES_DIR", kubernetesDir)
 	w("VCOIL_LAB_APISERVER", topology.APIServerURL())
 	w("VCOIL_LAB_CONTROL_PLANE_NETNS", "/run/netns/"+topology.ControlPlaneNetns)
 	w("VCOIL_LAB_EXTERNAL_NETNS", "/run/netns/"+topology.ExternalNetns)
