@@ -131,3 +131,13 @@ demo: lab-up ## README's "run it": the lab with vcoil, a sample app across the n
 
 .PHONY: demo-down
 demo-down: lab-down ## remove the demo and the lab
+
+# ---- the e2e suite against the lab ----
+
+# The suite runs whole inside the control plane's network namespace (its
+# exec calls dial the apiserver themselves), with the lab's settings.
+E2E_FLAGS ?= -count=1 -timeout 30m -v
+
+.PHONY: lab-e2e
+lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab; the lab stays up
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(GO) test $(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)

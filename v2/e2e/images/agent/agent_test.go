@@ -77,3 +77,16 @@ func TestConnectFailsWithoutServer(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestRoutesPrintsTheMainTable(t *testing.T) {
+	var out strings.Builder
+	cmd := routesCommand()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--table", "255"}) // local: always has the loopback
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "local 127.0.0.1/32 dev lo") {
+		t.Errorf("local table without the loopback:\n%s", out.String())
+	}
+}

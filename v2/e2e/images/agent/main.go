@@ -3,14 +3,16 @@
 //
 //	agent serve [--tcp PORT] [--udp PORT] [--http PORT]
 //	agent connect tcp|udp|http HOST:PORT [--timeout 2s] [--message TEXT] [--path /]
+//	agent routes [--table N]
 //
 // The TCP and UDP servers echo what they receive; the HTTP server answers
 // GET / with {"hostname": ..., "client": "IP:PORT"} (the client's source
 // address as the server sees it), GET /hostname and GET /clientip with those
 // alone. connect prints what the server answered and exits 0 when the answer
 // is right (the echo equals the message; HTTP status 200), 1 when the
-// connection failed or the answer is wrong, 2 on a usage error. Tests run it
-// with `kubectl exec POD -- /agent connect ...`.
+// connection failed or the answer is wrong, 2 on a usage error. routes prints
+// a routing table of the agent's network namespace (of the node, in a
+// hostNetwork pod). Tests run it with `kubectl exec POD -- /agent ...`.
 package main
 
 import (
@@ -31,7 +33,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), connectCommand())
+	root.AddCommand(serveCommand(), connectCommand(), routesCommand())
 	cmd, err := root.ExecuteC()
 	if err == nil {
 		return

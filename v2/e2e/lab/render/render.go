@@ -420,6 +420,11 @@ func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir string) 
 	w("VCOIL_LAB_SERVICE_CIDR", topology.ServiceCIDR.String())
 	w("VCOIL_LAB_POD_POOL", topology.PodPool.String())
 	w("VCOIL_LAB_DNS_IP", topology.DNSServiceIP.String())
+	// The settings of the e2e suite (v2/e2e/suite).
+	w("VCOIL_E2E_KUBECONFIG", kubeconfig)
+	w("VCOIL_E2E_AGENT_IMAGE", AgentImage)
+	w("VCOIL_E2E_PULL_POLICY", "Never")
+	w("VCOIL_E2E_EXTERNAL", fmt.Sprintf("%s:%d", topology.ExternalIP, topology.AgentTCPPort))
 	return b.String()
 }
 
