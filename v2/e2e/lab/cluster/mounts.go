@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,8 +143,14 @@ func mounts() ([]mountPoint, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return parseMountinfo(f)
+}
+
+// parseMountinfo reads the format of proc(5)'s mountinfo: the mount point
+// is the fifth field, the file system type and source follow the "-".
+func parseMountinfo(r io.Reader) ([]mountPoint, error) {
 	var out []mountPoint
-	s := bufio.NewScanner(f)
+	s := bufio.NewScanner(r)
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
 		sep := -1
