@@ -27,7 +27,7 @@ func (c Config) Up(ctx context.Context) error {
 	start := time.Now()
 	if c.IsUp() {
 		if problems := c.Health(); len(problems) == 0 {
-			c.say("the lab is already up")
+			c.say("the lab is already up (it runs the images imported when it came up: make lab-down lab-up runs changed code)")
 			c.PrintAccess()
 			return nil
 		}
