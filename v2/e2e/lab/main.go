@@ -177,19 +177,10 @@ func main() {
 	}
 	root.AddCommand(up, down, check, status, execCmd, kubectl, routerCmd, demo, matrix)
 	if err := root.ExecuteContext(context.Background()); err != nil {
-		var exit *exitError
-		if errors.As(err, &exit) {
-			os.Exit(exit.code)
-		}
 		fmt.Fprintln(os.Stderr, "lab:", err)
 		os.Exit(1)
 	}
 }
-
-// exitError passes a command's exit status on.
-type exitError struct{ code int }
-
-func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // execIn replaces this process by nsenter into the namespace, so that the
 // command's exit status, standard input and signals are the caller's.
