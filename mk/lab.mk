@@ -42,7 +42,7 @@ lab-deps: deps ## install the pinned Debian packages of the lab (containerd, run
 # ---- components ----
 
 .PHONY: lab-coredns
-lab-coredns: $(COREDNS_BIN) ## build CoreDNS v$(COREDNS_VERSION) with a cluster's plugins (hack/coredns)
+lab-coredns: $(COREDNS_BIN) ## build CoreDNS (pinned in mk/lab.mk) with the plugins a cluster needs (hack/coredns)
 
 $(COREDNS_BIN):
 	$(call lab_say,building CoreDNS v$(COREDNS_VERSION) from the Go module proxy (about 2 min cold))
@@ -86,7 +86,7 @@ lab-images: build lab-bin lab-coredns lab-cni-plugins ## write the lab's images 
 
 # Everything lab-up needs, built or installed when missing.
 .PHONY: lab-components
-lab-components: lab-deps
+lab-components: lab-deps ## build or install everything lab-up needs (cached; skipped when present)
 	$(call lab_say,Kubernetes v$(K8S_VERSION) and etcd v$(ETCD_VERSION) (about 22 min on 2 cores the first time; cached in $(VCOIL_CACHE_DIR)))
 	@( m=0; while sleep 60; do m=$$((m+1)); echo "    ... still building Kubernetes ($$m min)" >&2; done ) & ticker=$$!; \
 	rc=0; nice $(MAKE) --no-print-directory kubernetes >/dev/null || rc=$$?; kill $$ticker 2>/dev/null; exit $$rc
