@@ -139,5 +139,6 @@ demo-down: lab-down ## remove the demo and the lab
 E2E_FLAGS ?= -count=1 -timeout 30m -v
 
 .PHONY: lab-e2e
-lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab; the lab stays up
-	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(GO) test $(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)
+lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab (report in _out/lab/e2e); the lab stays up
+	@mkdir -p $(LAB_OUT)/e2e
+	@VCOIL_E2E_REPORT_DIR=$(abspath $(LAB_OUT))/e2e $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(GO) test $(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)
