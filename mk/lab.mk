@@ -9,6 +9,8 @@
 
 LAB_STATE_DIR ?= /var/lib/vcoil-lab
 LAB_NODES ?= 2
+# More docker-archive tarballs to import into every node (space-separated).
+LAB_EXTRA_IMAGES ?=
 LAB_OUT := _out/lab
 LAB_BIN := $(LAB_OUT)/bin
 LAB_IMAGES := $(LAB_OUT)/images
@@ -100,7 +102,13 @@ LAB_UP_FLAGS = --kubernetes-dir $(K8S_BIN_DIR) --etcd $(ETCD_BIN_DIR)/etcd --nod
 lab-up: lab-components ## bring the local cluster up (LAB_NODES=2 worker nodes) with vcoil installed; as root
 	$(call lab_say,bringing the lab up (state in $(LAB_STATE_DIR)))
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) up --agent $(abspath $(LAB_BIN))/agent \
-		--images-dir $(abspath $(LAB_IMAGES)) --overlay $(abspath v2/config/overlays/lab)
+		--images-dir $(abspath $(LAB_IMAGES)) --overlay $(abspath v2/config/overlays/lab) \
+		$(foreach t,$(LAB_EXTRA_IMAGES),--extra-images $(abspath $(t)))
+
+.PHONY: lab-reload
+lab-reload: lab-images ## run the work tree's vcoil in the running lab: import the images again, restart vcoil's pods
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) reload --images-dir $(abspath $(LAB_IMAGES)) \
+		$(foreach t,$(LAB_EXTRA_IMAGES),--extra-images $(abspath $(t)))
 
 .PHONY: lab-down
 lab-down: ## remove the lab and everything it made (idempotent); fails loudly if anything is left

@@ -3,7 +3,7 @@
 // installed from its manifests. `make lab-up`, `make lab-down`, `make demo`
 // drive it; docs/lab.md describes it.
 //
-//	lab up | down | check | status
+//	lab up | reload | down | check | status
 //	lab exec [--netns cp|ext|fabric|NODE] -- COMMAND...   (KUBECONFIG and lab.env set)
 //	lab kubectl ARGS...
 //	lab demo | demo-matrix
@@ -64,7 +64,18 @@ func main() {
 			return cfg.Up(ctx)
 		},
 	}
-	up.Flags().StringVar(&cfg.ImagesDir, "images-dir", "", "directory of the image tarballs")
+	reload := &cobra.Command{
+		Use:   "reload",
+		Short: "import the image tarballs into every node again and restart vcoil's pods",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cfg.Reload(cmd.Context())
+		},
+	}
+	for _, c := range []*cobra.Command{up, reload} {
+		c.Flags().StringVar(&cfg.ImagesDir, "images-dir", "", "directory of the image tarballs")
+		c.Flags().StringSliceVar(&cfg.ExtraImages, "extra-images", nil, "more docker-archive tarballs to import into every node (comma-separated, repeatable)")
+	}
 	up.Flags().StringVar(&cfg.Overlay, "overlay", "v2/config/overlays/lab", "vcoil's kustomize overlay")
 	up.Flags().IntVar(&cfg.CoreDNSReplicas, "coredns-replicas", 1, "replicas of CoreDNS")
 
@@ -175,7 +186,7 @@ func main() {
 			return cfg.Matrix(cmd.Context())
 		},
 	}
-	root.AddCommand(up, down, check, status, execCmd, kubectl, routerCmd, demo, matrix)
+	root.AddCommand(up, reload, down, check, status, execCmd, kubectl, routerCmd, demo, matrix)
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
 		os.Exit(1)

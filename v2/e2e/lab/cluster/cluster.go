@@ -33,6 +33,9 @@ type Config struct {
 	Self string
 	// ImagesDir holds the image tarballs to import into every node.
 	ImagesDir string
+	// ExtraImages are more docker-archive tarballs to import into every
+	// node (images an e2e or conformance suite needs).
+	ExtraImages []string
 	// Overlay is vcoil's kustomize overlay to install.
 	Overlay string
 	// CoreDNSReplicas of the cluster DNS.

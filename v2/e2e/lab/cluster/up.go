@@ -27,7 +27,7 @@ func (c Config) Up(ctx context.Context) error {
 	start := time.Now()
 	if c.IsUp() {
 		if problems := c.Health(); len(problems) == 0 {
-			c.say("the lab is already up (it runs the images imported when it came up: make lab-down lab-up runs changed code)")
+			c.say("the lab is already up (it runs the images imported when it came up: make lab-reload runs changed code)")
 			c.PrintAccess()
 			return nil
 		}
@@ -213,21 +213,32 @@ func (c Config) startRuntime(n topology.Node) error {
 		args: []string{"containerd", "--config", c.nodeFile(n, "containerd.toml")}}); err != nil {
 		return err
 	}
-	ctr := func(args ...string) []string {
-		return append([]string{"nsenter", "--net=" + netnsPath(n.Netns), "--mount=" + c.mountNS(n), "--",
-			"ctr", "--address", render.ContainerdSocket, "--namespace", "k8s.io"}, args...)
-	}
 	if err := poll(context.Background(), time.Minute, name+" answering", func(context.Context) error {
-		cmd := ctr("version")
+		cmd := c.ctr(n, "version")
 		_, err := run(cmd[0], cmd[1:]...)
 		return err
 	}); err != nil {
 		return c.failed(err, name)
 	}
+	return c.importImages(n)
+}
+
+// ctr is a ctr command against the node's containerd.
+func (c Config) ctr(n topology.Node, args ...string) []string {
+	return append([]string{"nsenter", "--net=" + netnsPath(n.Netns), "--mount=" + c.mountNS(n), "--",
+		"ctr", "--address", render.ContainerdSocket, "--namespace", "k8s.io"}, args...)
+}
+
+// importImages imports the lab's image tarballs into the node's containerd.
+func (c Config) importImages(n topology.Node) error {
+	var tarballs []string
 	for _, img := range images {
-		cmd := ctr("images", "import", filepath.Join(c.ImagesDir, img))
+		tarballs = append(tarballs, filepath.Join(c.ImagesDir, img))
+	}
+	for _, tar := range append(tarballs, c.ExtraImages...) {
+		cmd := c.ctr(n, "images", "import", tar)
 		if _, err := run(cmd[0], cmd[1:]...); err != nil {
-			return fmt.Errorf("node %s: import %s: %w", n.Name, img, err)
+			return fmt.Errorf("node %s: import %s: %w", n.Name, tar, err)
 		}
 	}
 	return nil
@@ -253,6 +264,11 @@ func (c Config) preflight() error {
 	for _, img := range images {
 		if _, err := os.Stat(filepath.Join(c.ImagesDir, img)); err != nil {
 			missing = append(missing, filepath.Join(c.ImagesDir, img))
+		}
+	}
+	for _, tar := range c.ExtraImages {
+		if _, err := os.Stat(tar); err != nil {
+			missing = append(missing, tar)
 		}
 	}
 	for _, p := range []string{"ip", "nsenter", "unshare", "mount", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "nft", "iptables", "sysctl"} {
