@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,11 +47,58 @@ type world struct {
 	hostPort *corev1.Pod // on node A, hostPort portHost -> portTCP
 }
 
-// deployWorld creates the suite's namespace and pods, once for every test
-// that needs them, and removes them at the end of the test that made them.
+// The world is deployed once and shared by every test: its hostNetwork
+// agents and hostPort pod hold node ports, which a second deployment could
+// not take while the first one's namespace terminates.
+var (
+	worldOnce sync.Once
+	shared    *world
+	worldErr  error
+)
+
+// deployWorld returns the suite's namespace and pods, deploying them on
+// first use; removeWorld (from TestMain) deletes them.
 func deployWorld(t *testing.T, k *cluster) *world {
 	t.Helper()
-	c := ctx(t, 3*time.Minute)
+	worldOnce.Do(func() {
+		// A failure is kept for every later test.
+		defer func() {
+			if shared == nil && worldErr == nil {
+				worldErr = fmt.Errorf("deploying the suite's pods failed; see the first test's log")
+			}
+		}()
+		shared = newWorld(t, k)
+	})
+	if worldErr != nil {
+		t.Fatal(worldErr)
+	}
+	return shared
+}
+
+// removeWorld deletes the suite's namespace and waits until it is gone.
+func removeWorld(k *cluster) error {
+	if shared == nil {
+		return nil
+	}
+	c, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shared.ns}}
+	if err := k.c.Delete(c, ns); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return poll(3*time.Minute, func() error {
+		err := k.c.Get(c, client.ObjectKeyFromObject(ns), ns)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("namespace %s still terminating (%v)", shared.ns, err)
+	})
+}
+
+func newWorld(t *testing.T, k *cluster) *world {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	nodes, err := schedulableNodes(c, k)
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +112,6 @@ func deployWorld(t *testing.T, k *cluster) *world {
 		t.Fatal(err)
 	}
 	w.ns = ns.Name
-	t.Cleanup(func() {
-		_ = k.c.Delete(context.Background(), ns)
-	})
 	w.a1 = k.agentPod(t, w.ns, "a1", w.nodeA.Name, false, nil)
 	w.a2 = k.agentPod(t, w.ns, "a2", w.nodeA.Name, false, nil)
 	w.b1 = k.agentPod(t, w.ns, "b1", w.nodeB.Name, false, nil)

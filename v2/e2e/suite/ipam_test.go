@@ -145,7 +145,7 @@ func TestIPAM(t *testing.T) {
 		return nil
 	})
 
-	pool := smallPool(t, k, "vcoil-e2e-small", "10.250.0.0/26")
+	pool := smallPool(t, k, "vcoil-e2e-small", spareSubnet(k, 0))
 	record(t, groupIPAM, "a node acquires blocks as pods fill them and releases them when the pods go", byVcoil, func(t *testing.T) error {
 		var pods []*corev1.Pod
 		for i := 0; i < 3; i++ { // two per block: three pods need two blocks
@@ -266,7 +266,7 @@ func TestResilience(t *testing.T) {
 		if err := k.c.Create(c, node); err != nil {
 			return err
 		}
-		pool := smallPool(t, k, "vcoil-e2e-gone", "10.250.1.0/26")
+		pool := smallPool(t, k, "vcoil-e2e-gone", spareSubnet(k, 1))
 		for i := 0; i < 2; i++ {
 			br := &vcoilv2.BlockRequest{
 				ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-"},
@@ -393,4 +393,11 @@ func leaderFailover(t *testing.T, c context.Context, k *cluster) error {
 		}
 		return nil
 	})
+}
+
+// spareSubnet is the i-th /26 of the spare prefix.
+func spareSubnet(k *cluster, i int) string {
+	a := k.settings.spare.Addr().As4()
+	a[3] = byte(64 * i)
+	return netip.PrefixFrom(netip.AddrFrom4(a), 26).String()
 }

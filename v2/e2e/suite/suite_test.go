@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -42,6 +43,9 @@ type settings struct {
 	external string
 	// reportDir receives results.json and results.md.
 	reportDir string
+	// spare is an IPv4 /24 no pool of the cluster uses, for the suite's own
+	// small pools (two /26 of it).
+	spare netip.Prefix
 }
 
 func loadSettings() settings {
@@ -51,6 +55,15 @@ func loadSettings() settings {
 		pullPolicy: envOr("VCOIL_E2E_PULL_POLICY", "Never"),
 		external:   os.Getenv("VCOIL_E2E_EXTERNAL"),
 		reportDir:  os.Getenv("VCOIL_E2E_REPORT_DIR"),
+		spare:      netip.MustParsePrefix("198.18.64.0/24"),
+	}
+	if v := os.Getenv("VCOIL_E2E_SPARE_CIDR"); v != "" {
+		p, err := netip.ParsePrefix(v)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 24 {
+			fmt.Fprintf(os.Stderr, "e2e: VCOIL_E2E_SPARE_CIDR=%q: want an IPv4 prefix of /24 or larger\n", v)
+			os.Exit(2)
+		}
+		s.spare = p.Masked()
 	}
 	return s
 }
@@ -97,6 +110,12 @@ func TestMain(m *testing.M) {
 		e2e = &cluster{cfg: cfg, c: c, cs: cs, settings: s}
 	}
 	code := m.Run()
+	if e2e != nil {
+		if err := removeWorld(e2e); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: remove the suite's namespace:", err)
+			code = 1
+		}
+	}
 	if e2e != nil && s.reportDir != "" {
 		if err := results.write(s.reportDir); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: write report:", err)

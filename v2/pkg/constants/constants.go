@@ -35,10 +35,14 @@ const (
 	// BlockRequestTimeout bounds vcoild's wait for one new address block.
 	BlockRequestTimeout = 30 * time.Second
 
-	CNIBinDir      = "/opt/cni/bin"
-	CNIConfDir     = "/etc/cni/net.d"
-	CNIConfName    = "10-vcoil.conflist"
-	CNIVersion     = "1.1.0"
+	CNIBinDir   = "/opt/cni/bin"
+	CNIConfDir  = "/etc/cni/net.d"
+	CNIConfName = "10-vcoil.conflist"
+	// CNIVersion of the installed conflist: 1.0.0, which every runtime of
+	// Kubernetes' supported versions reads (containerd 1.6 refuses 1.1.0
+	// results). Runtimes that speak 1.1.0 get its STATUS and GC verbs with
+	// install-cni --cni-version=1.1.0.
+	CNIVersion     = "1.0.0"
 	CNINetworkName = "vcoil"
 	// CNISourceDir holds, in vcoil's image, the CNI binaries to install.
 	CNISourceDir = "/opt/vcoil/cni/bin"
