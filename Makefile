@@ -129,7 +129,11 @@ envtest-assets: $(K8S_BIN_DIR)/kube-apiserver $(ETCD_BIN_DIR)/etcd ## build kube
 GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
 .PHONY: test
-test: deps envtest-assets lint check-generate ## run every test (as root for the privileged ones)
+test: test-go ## every test: lint, generated code, the Go tests, then the end-to-end suite on the local cluster (as root)
+	$(MAKE) --no-print-directory e2e
+
+.PHONY: test-go
+test-go: deps envtest-assets lint check-generate ## lint, generated code and the Go tests, without the local cluster
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: fuzz
@@ -147,12 +151,6 @@ bench-cni: deps envtest-assets ## ADD/DEL latency of vcoil beside ptp+host-local
 	VCOIL_BENCH_CNI=$(abspath $(BENCH_OUT))/bench-cni.json KUBEBUILDER_ASSETS=$(ENVTEST_DIR) \
 		$(GO) test ./v2/cmd/vcoild -run '^TestBenchCNI$$' -count=1 -v -timeout 30m | grep -E '^\s+(\||bench_test)' || true
 	@cat $(BENCH_OUT)/bench-cni.json
-
-# ---- run ----
-
-.PHONY: run
-run: build envtest-assets ## start a local apiserver with vcoil's CRDs and webhooks and run vcoil-controller against it
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) run ./v2/e2e/devenv --controller $(BIN_DIR)/vcoil-controller $(if $(RUN_FOR),--for $(RUN_FOR))
 
 .PHONY: clean
 clean: ## remove build outputs (the cache in $(VCOIL_CACHE_DIR) stays)

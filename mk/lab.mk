@@ -150,3 +150,14 @@ E2E_FLAGS ?= -count=1 -timeout 30m -v
 lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab (report in _out/lab/e2e); the lab stays up
 	@mkdir -p $(LAB_OUT)/e2e
 	@VCOIL_E2E_REPORT_DIR=$(abspath $(LAB_OUT))/e2e $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(GO) test $(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)
+
+# make e2e is part of make test: the lab comes up, the suite runs, and the
+# lab goes down again — unless it was already up (a demo), which it leaves.
+.PHONY: e2e
+e2e: ## the local cluster up, the e2e suite against it (report in _out/lab/e2e), the cluster down; as root
+	@was_up=0; $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) status >/dev/null 2>&1 && was_up=1; \
+	rc=0; $(MAKE) --no-print-directory lab-e2e || rc=$$?; \
+	if [ $$was_up = 0 ]; then $(MAKE) --no-print-directory lab-down || rc=1; \
+	else echo "==> the lab was up before make e2e: it stays up" >&2; fi; \
+	if [ -f $(LAB_OUT)/e2e/results.md ]; then cat $(LAB_OUT)/e2e/results.md; fi; \
+	exit $$rc
