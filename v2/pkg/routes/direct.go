@@ -103,7 +103,7 @@ func (d *DirectRouter) Remove(ctx context.Context) error {
 		if !found {
 			continue
 		}
-		if err := n.nl.RuleDel(d.rule(family)); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := n.NL.RuleDel(d.rule(family)); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("direct routes: delete %s rule from all lookup %d priority %d: %w", familyName(family), d.table.id, d.priority, err)
 		}
 		d.table.log.Info("removed direct table rule", "family", familyName(family), "table", d.table.id, "priority", d.priority)
@@ -128,7 +128,7 @@ func (d *DirectRouter) ensureRules(ctx context.Context) error {
 		if found {
 			continue
 		}
-		if err := n.nl.RuleAdd(d.rule(family)); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := n.NL.RuleAdd(d.rule(family)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("direct routes: add %s rule from all lookup %d priority %d: %w", familyName(family), d.table.id, d.priority, err)
 		}
 		d.table.log.Info("added direct table rule", "family", familyName(family), "table", d.table.id, "priority", d.priority)
@@ -147,12 +147,12 @@ func (d *DirectRouter) rule(family int) *netlink.Rule {
 // hasRule looks for the rule exactly: same priority and table, no selector.
 func (d *DirectRouter) hasRule(n *namespace, family int) (bool, error) {
 	for attempt := 1; ; attempt++ {
-		rules, err := n.nl.RuleListFiltered(family, &netlink.Rule{Table: d.table.id}, netlink.RT_FILTER_TABLE)
+		rules, err := n.NL.RuleListFiltered(family, &netlink.Rule{Table: d.table.id}, netlink.RT_FILTER_TABLE)
 		if errors.Is(err, netlink.ErrDumpInterrupted) && attempt < 5 {
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("list rules in %s: %w", n.path, err)
+			return false, fmt.Errorf("list rules in %s: %w", n.Path, err)
 		}
 		for _, r := range rules {
 			if r.Priority == d.priority && r.Table == d.table.id && r.Src == nil && r.Dst == nil &&

@@ -27,13 +27,12 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
 // Defaults of the configurations. They are documented in
@@ -84,53 +83,35 @@ func newTable(netnsPath string, id, protocol int, what string, log logr.Logger) 
 	return t, nil
 }
 
-// namespace is an open network namespace and a netlink handle bound to it.
-type namespace struct {
-	path string
-	ns   ns.NetNS
-	nl   *netlink.Handle
-}
+// namespace is an open network namespace with a netlink handle in it.
+type namespace struct{ *kernelns.Namespace }
 
 func (t *table) open() (*namespace, error) {
-	path := t.netns
-	if path == "" {
-		path = "/proc/self/ns/net"
-	}
-	n, err := ns.GetNS(path)
+	n, err := kernelns.Open(t.netns)
 	if err != nil {
-		return nil, fmt.Errorf("open network namespace %s: %w", path, err)
+		return nil, fmt.Errorf("open %w", err)
 	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()), unix.NETLINK_ROUTE)
-	if err != nil {
-		_ = n.Close()
-		return nil, fmt.Errorf("netlink socket in %s: %w", path, err)
-	}
-	return &namespace{path: path, ns: n, nl: h}, nil
-}
-
-func (n *namespace) Close() {
-	n.nl.Close()
-	_ = n.ns.Close()
+	return &namespace{n}, nil
 }
 
 // list returns the table's routes of the protocol, both families. The dump
 // runs with strict checking so that the kernel filters it, instead of
 // sending the whole FIB (which may hold a full Internet table).
 func (t *table) list(n *namespace) ([]netlink.Route, error) {
-	if err := n.nl.SetStrictCheck(true); err != nil {
-		return nil, fmt.Errorf("netlink strict checking in %s: %w", n.path, err)
+	if err := n.NL.SetStrictCheck(true); err != nil {
+		return nil, fmt.Errorf("netlink strict checking in %s: %w", n.Path, err)
 	}
-	defer func() { _ = n.nl.SetStrictCheck(false) }()
+	defer func() { _ = n.NL.SetStrictCheck(false) }()
 	filter := &netlink.Route{Table: t.id, Protocol: netlink.RouteProtocol(t.protocol)}
 	for attempt := 1; ; attempt++ {
-		rs, err := n.nl.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		rs, err := n.NL.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 		switch {
 		case errors.Is(err, netlink.ErrDumpInterrupted) && attempt < 5:
 			continue
 		case errors.Is(err, unix.ENOENT):
 			return nil, nil
 		case err != nil:
-			return nil, fmt.Errorf("list routes of table %d proto %d in %s: %w", t.id, t.protocol, n.path, err)
+			return nil, fmt.Errorf("list routes of table %d proto %d in %s: %w", t.id, t.protocol, n.Path, err)
 		}
 		return rs, nil
 	}
@@ -162,13 +143,13 @@ func (t *table) sync(ctx context.Context, want map[netip.Prefix]netlink.Route) e
 		w, wanted := want[dst]
 		switch {
 		case !wanted || seen[dst]:
-			if err := n.nl.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			if err := n.NL.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
 				errs = append(errs, fmt.Errorf("remove stale %s route %s from table %d: %w", t.what, dst, t.id, err))
 				continue
 			}
 			t.log.Info("removed stale route", "what", t.what, "dst", dst, "table", t.id)
 		case !sameRoute(r, w):
-			if err := n.nl.RouteReplace(&w); err != nil {
+			if err := n.NL.RouteReplace(&w); err != nil {
 				errs = append(errs, fmt.Errorf("replace %s route %s in table %d: %w", t.what, dst, t.id, err))
 				continue
 			}
@@ -182,7 +163,7 @@ func (t *table) sync(ctx context.Context, want map[netip.Prefix]netlink.Route) e
 		if seen[dst] {
 			continue
 		}
-		if err := n.nl.RouteAdd(&w); err != nil {
+		if err := n.NL.RouteAdd(&w); err != nil {
 			if errors.Is(err, unix.EEXIST) {
 				err = fmt.Errorf("a route of another protocol holds that destination: %w", err)
 			}

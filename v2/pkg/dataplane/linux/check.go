@@ -60,7 +60,7 @@ func (w *wiring) check() error {
 	if host.Attrs().Flags&net.FlagUp == 0 {
 		differs("%s is down", w.host)
 	}
-	hostAddrs, err := dump(func() ([]netlink.Addr, error) { return w.node.nl.AddrList(host, netlink.FAMILY_ALL) })
+	hostAddrs, err := dump(func() ([]netlink.Addr, error) { return w.node.NL.AddrList(host, netlink.FAMILY_ALL) })
 	if err != nil {
 		return fmt.Errorf("list addresses of %s: %w", w.host, err)
 	}
@@ -99,7 +99,7 @@ func (w *wiring) check() error {
 	if pa.Flags&net.FlagUp == 0 {
 		differs("%s in %s is down", w.pod.IfName, w.pod.Netns)
 	}
-	podAddrList, err := dump(func() ([]netlink.Addr, error) { return w.podNS.nl.AddrList(podLink, netlink.FAMILY_ALL) })
+	podAddrList, err := dump(func() ([]netlink.Addr, error) { return w.podNS.NL.AddrList(podLink, netlink.FAMILY_ALL) })
 	if err != nil {
 		return fmt.Errorf("list addresses of %s in %s: %w", w.pod.IfName, w.pod.Netns, err)
 	}

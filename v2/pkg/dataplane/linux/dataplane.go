@@ -63,13 +63,9 @@ func New(cfg Config, log logr.Logger) (dataplane.Dataplane, error) {
 func (d *linuxDataplane) Name() string { return "linux" }
 
 func (d *linuxDataplane) openNode() (*namespace, error) {
-	path := d.cfg.NodeNetns
-	if path == "" {
-		path = "/proc/self/ns/net"
-	}
-	n, err := openNamespace(path)
+	n, err := openNamespace(d.cfg.NodeNetns)
 	if err != nil {
-		return nil, fmt.Errorf("open node network namespace %s: %w", path, err)
+		return nil, fmt.Errorf("open node %w", err)
 	}
 	return n, nil
 }
@@ -114,7 +110,7 @@ func (d *linuxDataplane) Init(ctx context.Context) error {
 		if ok {
 			continue
 		}
-		if err := node.nl.RuleAdd(d.podRule(f.family)); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := node.NL.RuleAdd(d.podRule(f.family)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("add %s rule from all lookup %d priority %d: %w", f.name, d.cfg.PodTable, d.cfg.PodRulePriority, err)
 		}
 		d.log.Info("added pod table rule", "family", f.name, "table", d.cfg.PodTable, "priority", d.cfg.PodRulePriority)
@@ -123,7 +119,7 @@ func (d *linuxDataplane) Init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.log.Info("linux dataplane initialised", "node", node.path, "podTable", d.cfg.PodTable,
+	d.log.Info("linux dataplane initialised", "node", node.Path, "podTable", d.cfg.PodTable,
 		"rulePriority", d.cfg.PodRulePriority, "mtu", mtu, "mtuFrom", from)
 	return nil
 }
@@ -147,7 +143,7 @@ func (d *linuxDataplane) Healthy(ctx context.Context) error {
 		case err != nil:
 			errs = append(errs, err)
 		case !ok:
-			errs = append(errs, fmt.Errorf("%s rule from all lookup %d priority %d is missing in %s", f.name, d.cfg.PodTable, d.cfg.PodRulePriority, node.path))
+			errs = append(errs, fmt.Errorf("%s rule from all lookup %d priority %d is missing in %s", f.name, d.cfg.PodTable, d.cfg.PodRulePriority, node.Path))
 		}
 	}
 	for _, s := range nodeSysctls {
@@ -156,7 +152,7 @@ func (d *linuxDataplane) Healthy(ctx context.Context) error {
 		case err != nil:
 			errs = append(errs, err)
 		case v != s.value:
-			errs = append(errs, fmt.Errorf("sysctl %s is %s, want %s, in %s", s.key, v, s.value, node.path))
+			errs = append(errs, fmt.Errorf("sysctl %s is %s, want %s, in %s", s.key, v, s.value, node.Path))
 		}
 	}
 	if len(errs) > 0 {
@@ -177,10 +173,10 @@ func (d *linuxDataplane) podRule(family int) *netlink.Rule {
 // selector. A rule with a selector would leave some lookups out.
 func (d *linuxDataplane) hasPodRule(node *namespace, family int) (bool, error) {
 	rules, err := dump(func() ([]netlink.Rule, error) {
-		return node.nl.RuleListFiltered(family, &netlink.Rule{Table: d.cfg.PodTable}, netlink.RT_FILTER_TABLE)
+		return node.NL.RuleListFiltered(family, &netlink.Rule{Table: d.cfg.PodTable}, netlink.RT_FILTER_TABLE)
 	})
 	if err != nil {
-		return false, fmt.Errorf("list rules in %s: %w", node.path, err)
+		return false, fmt.Errorf("list rules in %s: %w", node.Path, err)
 	}
 	for _, r := range rules {
 		if r.Priority == d.cfg.PodRulePriority && r.Table == d.cfg.PodTable && r.Src == nil && r.Dst == nil &&
@@ -223,7 +219,7 @@ func uplinkMTU(node *namespace) (int, string, error) {
 	for _, f := range families {
 		routes, err := node.routes(f.family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 		if err != nil {
-			return 0, "", fmt.Errorf("list %s routes of the main table in %s: %w", f.name, node.path, err)
+			return 0, "", fmt.Errorf("list %s routes of the main table in %s: %w", f.name, node.Path, err)
 		}
 		for _, r := range routes {
 			if !isDefault(r.Dst) {
@@ -236,9 +232,9 @@ func uplinkMTU(node *namespace) (int, string, error) {
 			if index == 0 {
 				continue
 			}
-			link, err := node.nl.LinkByIndex(index)
+			link, err := node.NL.LinkByIndex(index)
 			if err != nil {
-				return 0, "", fmt.Errorf("link %d of the default route in %s: %w", index, node.path, err)
+				return 0, "", fmt.Errorf("link %d of the default route in %s: %w", index, node.Path, err)
 			}
 			return link.Attrs().MTU, link.Attrs().Name, nil
 		}

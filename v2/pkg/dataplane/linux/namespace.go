@@ -8,40 +8,24 @@ import (
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
-// namespace is an open network namespace and a netlink handle bound to it.
-// Netlink work goes through the handle, which needs no thread switching;
-// only sysctls, which /proc/sys resolves against the calling thread's
-// namespace, enter the namespace (pkg/ns locks and restores the thread).
-type namespace struct {
-	path string
-	ns   ns.NetNS
-	nl   *netlink.Handle
-}
+// namespace is an open network namespace with a netlink handle in it, and
+// the helpers the wiring needs. Netlink work goes through the handle; only
+// sysctls, which /proc/sys resolves against the calling thread's namespace,
+// enter the namespace (pkg/ns locks and restores the thread). TeardownPod
+// never opens the pod's namespace, so that it works without one.
+type namespace struct{ *kernelns.Namespace }
 
-// openNamespace opens the namespace at path; a missing path is pkg/ns's
-// NSPathNotExistErr. TeardownPod never opens the pod's namespace, so that
-// it works without one.
 func openNamespace(path string) (*namespace, error) {
-	n, err := ns.GetNS(path)
+	n, err := kernelns.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()), unix.NETLINK_ROUTE)
-	if err != nil {
-		_ = n.Close()
-		return nil, fmt.Errorf("netlink socket in %s: %w", path, err)
-	}
-	return &namespace{path: path, ns: n, nl: h}, nil
-}
-
-func (n *namespace) Close() {
-	n.nl.Close()
-	_ = n.ns.Close()
+	return &namespace{n}, nil
 }
 
 // sysctl is a setting under /proc/sys. key is a path
@@ -51,10 +35,10 @@ type sysctl struct{ key, value string }
 
 // setSysctls writes sysctls inside the namespace, in order.
 func (n *namespace) setSysctls(sysctls ...sysctl) error {
-	return n.ns.Do(func(ns.NetNS) error {
+	return n.NS.Do(func(ns.NetNS) error {
 		for _, s := range sysctls {
 			if err := os.WriteFile(filepath.Join("/proc/sys", s.key), []byte(s.value), 0o644); err != nil {
-				return fmt.Errorf("sysctl %s=%s in %s: %w", s.key, s.value, n.path, err)
+				return fmt.Errorf("sysctl %s=%s in %s: %w", s.key, s.value, n.Path, err)
 			}
 		}
 		return nil
@@ -63,26 +47,26 @@ func (n *namespace) setSysctls(sysctls ...sysctl) error {
 
 func (n *namespace) readSysctl(key string) (string, error) {
 	var value string
-	err := n.ns.Do(func(ns.NetNS) error {
+	err := n.NS.Do(func(ns.NetNS) error {
 		b, err := os.ReadFile(filepath.Join("/proc/sys", key))
 		value = strings.TrimSpace(string(b))
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("read sysctl %s in %s: %w", key, n.path, err)
+		return "", fmt.Errorf("read sysctl %s in %s: %w", key, n.Path, err)
 	}
 	return value, nil
 }
 
 // linkByName returns nil and no error when the link does not exist.
 func (n *namespace) linkByName(name string) (netlink.Link, error) {
-	link, err := n.nl.LinkByName(name)
+	link, err := n.NL.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	switch {
 	case errors.As(err, &notFound):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("look up link %s in %s: %w", name, n.path, err)
+		return nil, fmt.Errorf("look up link %s in %s: %w", name, n.Path, err)
 	}
 	return link, nil
 }
@@ -94,8 +78,8 @@ func (n *namespace) deleteLink(name string) error {
 	if err != nil || link == nil {
 		return err
 	}
-	if err := ignoreGone(n.nl.LinkDel(link)); err != nil {
-		return fmt.Errorf("delete link %s in %s: %w", name, n.path, err)
+	if err := ignoreGone(n.NL.LinkDel(link)); err != nil {
+		return fmt.Errorf("delete link %s in %s: %w", name, n.Path, err)
 	}
 	return nil
 }
@@ -123,16 +107,16 @@ func dump[T any](f func() ([]T, error)) ([]T, error) {
 // a routing daemon's full table) for the library to filter. Strict checking
 // is off otherwise: the library's rule dumps fail with it.
 func (n *namespace) routes(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
-	if err := n.nl.SetStrictCheck(true); err != nil {
-		return nil, fmt.Errorf("netlink strict checking in %s: %w", n.path, err)
+	if err := n.NL.SetStrictCheck(true); err != nil {
+		return nil, fmt.Errorf("netlink strict checking in %s: %w", n.Path, err)
 	}
-	defer func() { _ = n.nl.SetStrictCheck(false) }()
-	rs, err := dump(func() ([]netlink.Route, error) { return n.nl.RouteListFiltered(family, filter, mask) })
+	defer func() { _ = n.NL.SetStrictCheck(false) }()
+	rs, err := dump(func() ([]netlink.Route, error) { return n.NL.RouteListFiltered(family, filter, mask) })
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list routes in %s: %w", n.path, err)
+		return nil, fmt.Errorf("list routes in %s: %w", n.Path, err)
 	}
 	return rs, nil
 }

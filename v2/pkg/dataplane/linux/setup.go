@@ -59,7 +59,7 @@ func (d *linuxDataplane) open(pod dataplane.Pod) (*wiring, func(), error) {
 	podNS, err := openNamespace(pod.Netns)
 	if err != nil {
 		node.Close()
-		return nil, nil, fmt.Errorf("open pod network namespace %s: %w", pod.Netns, err)
+		return nil, nil, fmt.Errorf("open pod %w", err)
 	}
 	closeAll := func() {
 		podNS.Close()
@@ -99,7 +99,7 @@ func (w *wiring) setup() (dataplane.Interfaces, error) {
 			return w.interfaces()
 		}
 		w.log.Info("rewiring pod", "reason", diff.Error())
-		if err := ignoreGone(w.node.nl.LinkDel(host)); err != nil {
+		if err := ignoreGone(w.node.NL.LinkDel(host)); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("delete node-side veth %s to rewire: %w", w.host, err)
 		}
 	}
@@ -138,23 +138,23 @@ func (w *wiring) create() (dataplane.Interfaces, error) {
 		PeerName:      w.pod.IfName,
 		PeerMTU:       uint32(w.mtu),
 		PeerTxQLen:    -1,
-		PeerNamespace: netlink.NsFd(int(w.podNS.ns.Fd())),
+		PeerNamespace: netlink.NsFd(int(w.podNS.NS.Fd())),
 	}
-	if err := w.node.nl.LinkAdd(veth); err != nil {
+	if err := w.node.NL.LinkAdd(veth); err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("create veth %s with pod end %s in %s: %w", w.host, w.pod.IfName, w.pod.Netns, err)
 	}
-	host, err := w.node.nl.LinkByName(w.host)
+	host, err := w.node.NL.LinkByName(w.host)
 	if err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("look up new veth %s: %w", w.host, err)
 	}
 	if host.Attrs().Alias != la.Alias {
 		// Kernels that ignore IFLA_IFALIAS on creation (this one does) take
 		// it afterwards; see checkOwner for a crash in between.
-		if err := w.node.nl.LinkSetAlias(host, la.Alias); err != nil {
+		if err := w.node.NL.LinkSetAlias(host, la.Alias); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("set alias of veth %s: %w", w.host, err)
 		}
 	}
-	podLink, err := w.podNS.nl.LinkByName(w.pod.IfName)
+	podLink, err := w.podNS.NL.LinkByName(w.pod.IfName)
 	if err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("look up new interface %s in %s: %w", w.pod.IfName, w.pod.Netns, err)
 	}
@@ -165,25 +165,25 @@ func (w *wiring) create() (dataplane.Interfaces, error) {
 		return dataplane.Interfaces{}, err
 	}
 	for _, a := range gatewayAddrs(w.pod) {
-		if err := w.node.nl.AddrAdd(host, a); err != nil {
+		if err := w.node.NL.AddrAdd(host, a); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("add gateway address %s to %s: %w", a.IPNet, w.host, err)
 		}
 	}
-	if err := w.node.nl.LinkSetUp(host); err != nil {
+	if err := w.node.NL.LinkSetUp(host); err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("set %s up: %w", w.host, err)
 	}
 
 	// Pod side.
 	for _, a := range podAddrs(w.pod) {
-		if err := w.podNS.nl.AddrAdd(podLink, a); err != nil {
+		if err := w.podNS.NL.AddrAdd(podLink, a); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, w.pod.IfName, w.pod.Netns, err)
 		}
 	}
-	if err := w.podNS.nl.LinkSetUp(podLink); err != nil {
+	if err := w.podNS.NL.LinkSetUp(podLink); err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("set %s up in %s: %w", w.pod.IfName, w.pod.Netns, err)
 	}
 	for _, r := range podRoutes(w.pod, podLink.Attrs().Index) {
-		if err := w.podNS.nl.RouteAdd(&r); err != nil {
+		if err := w.podNS.NL.RouteAdd(&r); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("add route %s in %s: %w", routeString(r), w.pod.Netns, err)
 		}
 	}
@@ -191,7 +191,7 @@ func (w *wiring) create() (dataplane.Interfaces, error) {
 	// Node routes last: the pod becomes reachable when it is ready. Replace,
 	// so that a route to the same address left by another veth moves here.
 	for _, r := range w.nodeRoutes(host.Attrs().Index) {
-		if err := w.node.nl.RouteReplace(&r); err != nil {
+		if err := w.node.NL.RouteReplace(&r); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("add route %s table %d: %w", routeString(r), w.d.cfg.PodTable, err)
 		}
 	}
@@ -200,11 +200,11 @@ func (w *wiring) create() (dataplane.Interfaces, error) {
 
 // interfaces reads back what the CNI result reports.
 func (w *wiring) interfaces() (dataplane.Interfaces, error) {
-	host, err := w.node.nl.LinkByName(w.host)
+	host, err := w.node.NL.LinkByName(w.host)
 	if err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("look up veth %s: %w", w.host, err)
 	}
-	podLink, err := w.podNS.nl.LinkByName(w.pod.IfName)
+	podLink, err := w.podNS.NL.LinkByName(w.pod.IfName)
 	if err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("look up %s in %s: %w", w.pod.IfName, w.pod.Netns, err)
 	}
@@ -301,14 +301,14 @@ func (w *wiring) nodeRoutes(hostIndex int) []netlink.Route {
 // would put the pod's interface and addresses on the node itself.
 func notSameNamespace(node, pod *namespace) error {
 	var a, b unix.Stat_t
-	if err := unix.Fstat(int(node.ns.Fd()), &a); err != nil {
-		return fmt.Errorf("stat node network namespace %s: %w", node.path, err)
+	if err := unix.Fstat(int(node.NS.Fd()), &a); err != nil {
+		return fmt.Errorf("stat node network namespace %s: %w", node.Path, err)
 	}
-	if err := unix.Fstat(int(pod.ns.Fd()), &b); err != nil {
-		return fmt.Errorf("stat pod network namespace %s: %w", pod.path, err)
+	if err := unix.Fstat(int(pod.NS.Fd()), &b); err != nil {
+		return fmt.Errorf("stat pod network namespace %s: %w", pod.Path, err)
 	}
 	if a.Dev == b.Dev && a.Ino == b.Ino {
-		return fmt.Errorf("pod network namespace %s is the node's", pod.path)
+		return fmt.Errorf("pod network namespace %s is the node's", pod.Path)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func (d *linuxDataplane) TeardownPod(ctx context.Context, pod dataplane.Pod) err
 	if err := checkOwner(host, pod.PodKey); err != nil {
 		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
 	}
-	if err := ignoreGone(node.nl.LinkDel(host)); err != nil {
+	if err := ignoreGone(node.NL.LinkDel(host)); err != nil {
 		return fmt.Errorf("tear down pod %s: delete veth %s: %w", describe(pod.PodKey), name, err)
 	}
 	d.log.Info("pod torn down", "containerID", pod.ContainerID, "ifname", pod.IfName, "hostIf", name)
@@ -61,9 +61,9 @@ func (d *linuxDataplane) ListPods(ctx context.Context) ([]dataplane.Pod, error) 
 	}
 	defer node.Close()
 
-	links, err := dump(node.nl.LinkList)
+	links, err := dump(node.NL.LinkList)
 	if err != nil {
-		return nil, fmt.Errorf("list pods: list links in %s: %w", node.path, err)
+		return nil, fmt.Errorf("list pods: list links in %s: %w", node.Path, err)
 	}
 	byIndex := map[int]*dataplane.Pod{}
 	for _, l := range links {
@@ -80,7 +80,7 @@ func (d *linuxDataplane) ListPods(ctx context.Context) ([]dataplane.Pod, error) 
 	routes, err := node.routes(netlink.FAMILY_ALL,
 		&netlink.Route{Table: d.cfg.PodTable, Protocol: PodRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return nil, fmt.Errorf("list pods: list routes of table %d in %s: %w", d.cfg.PodTable, node.path, err)
+		return nil, fmt.Errorf("list pods: list routes of table %d in %s: %w", d.cfg.PodTable, node.Path, err)
 	}
 	for _, r := range routes {
 		pod := byIndex[r.LinkIndex]

@@ -12,10 +12,10 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
 // netlinkKernel works on the node's namespace (nodeNetns, or vcoild's own)
@@ -26,47 +26,29 @@ type netlinkKernel struct {
 }
 
 // namespace is an open network namespace with a netlink handle in it.
-type namespace struct {
-	path string
-	ns   ns.NetNS
-	nl   *netlink.Handle
-}
+type namespace struct{ *kernelns.Namespace }
 
 func openNamespace(path string) (*namespace, error) {
-	n, err := ns.GetNS(path)
+	n, err := kernelns.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open network namespace %s: %w", path, err)
+		return nil, fmt.Errorf("open %w", err)
 	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()), unix.NETLINK_ROUTE)
-	if err != nil {
-		_ = n.Close()
-		return nil, fmt.Errorf("netlink socket in %s: %w", path, err)
-	}
-	return &namespace{path: path, ns: n, nl: h}, nil
-}
-
-func (n *namespace) Close() {
-	n.nl.Close()
-	_ = n.ns.Close()
+	return &namespace{n}, nil
 }
 
 func (k *netlinkKernel) openNode() (*namespace, error) {
-	path := k.nodeNetns
-	if path == "" {
-		path = "/proc/self/ns/net"
-	}
-	return openNamespace(path)
+	return openNamespace(k.nodeNetns)
 }
 
 // linkByName returns nil and no error when the link does not exist.
 func (n *namespace) linkByName(name string) (netlink.Link, error) {
-	l, err := n.nl.LinkByName(name)
+	l, err := n.NL.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	switch {
 	case errors.As(err, &notFound):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("look up link %s in %s: %w", name, n.path, err)
+		return nil, fmt.Errorf("look up link %s in %s: %w", name, n.Path, err)
 	}
 	return l, nil
 }
@@ -74,10 +56,10 @@ func (n *namespace) linkByName(name string) (netlink.Link, error) {
 // sysctls writes key=value pairs under /proc/sys inside the namespace;
 // keys are paths, never dotted, since interface names may hold dots.
 func (n *namespace) sysctls(kv ...string) error {
-	return n.ns.Do(func(ns.NetNS) error {
+	return n.NS.Do(func(ns.NetNS) error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			if err := os.WriteFile(filepath.Join("/proc/sys", kv[i]), []byte(kv[i+1]), 0o644); err != nil {
-				return fmt.Errorf("sysctl %s=%s in %s: %w", kv[i], kv[i+1], n.path, err)
+				return fmt.Errorf("sysctl %s=%s in %s: %w", kv[i], kv[i+1], n.Path, err)
 			}
 		}
 		return nil
@@ -98,20 +80,20 @@ func (k *netlinkKernel) CreateHostVeth(_ context.Context, mtu int) error {
 		return nil
 	}
 	if host != nil {
-		return fmt.Errorf("%s in %s is a %s, want the veth of an af_packet host interconnect", HostInterconnectName, node.path, host.Type())
+		return fmt.Errorf("%s in %s is a %s, want the veth of an af_packet host interconnect", HostInterconnectName, node.Path, host.Type())
 	}
 	la := netlink.NewLinkAttrs()
 	la.Name = HostInterconnectName
 	la.MTU = mtu
-	if err := node.nl.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: HostInterconnectVPPName, PeerMTU: uint32(mtu)}); err != nil {
-		return fmt.Errorf("create veth %s/%s in %s: %w", HostInterconnectName, HostInterconnectVPPName, node.path, err)
+	if err := node.NL.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: HostInterconnectVPPName, PeerMTU: uint32(mtu)}); err != nil {
+		return fmt.Errorf("create veth %s/%s in %s: %w", HostInterconnectName, HostInterconnectVPPName, node.Path, err)
 	}
-	peer, err := node.nl.LinkByName(HostInterconnectVPPName)
+	peer, err := node.NL.LinkByName(HostInterconnectVPPName)
 	if err == nil {
-		err = node.nl.LinkSetUp(peer)
+		err = node.NL.LinkSetUp(peer)
 	}
 	if err != nil {
-		return fmt.Errorf("set %s up in %s: %w", HostInterconnectVPPName, node.path, err)
+		return fmt.Errorf("set %s up in %s: %w", HostInterconnectVPPName, node.Path, err)
 	}
 	return node.sysctls("net/ipv6/conf/"+HostInterconnectVPPName+"/disable_ipv6", "1")
 }
@@ -127,7 +109,7 @@ func (k *netlinkKernel) SetUpHost(context.Context) error {
 		return err
 	}
 	if host == nil {
-		return fmt.Errorf("host interconnect %s is missing in %s", HostInterconnectName, node.path)
+		return fmt.Errorf("host interconnect %s is missing in %s", HostInterconnectName, node.Path)
 	}
 	if err := node.sysctls(
 		"net/ipv4/ip_forward", "1",
@@ -136,9 +118,9 @@ func (k *netlinkKernel) SetUpHost(context.Context) error {
 	); err != nil {
 		return err
 	}
-	addrs, err := node.nl.AddrList(host, netlink.FAMILY_ALL)
+	addrs, err := node.NL.AddrList(host, netlink.FAMILY_ALL)
 	if err != nil {
-		return fmt.Errorf("list addresses of %s in %s: %w", HostInterconnectName, node.path, err)
+		return fmt.Errorf("list addresses of %s in %s: %w", HostInterconnectName, node.Path, err)
 	}
 	for _, a := range []*netlink.Addr{
 		{IPNet: ipNet(InterconnectHostIPv4)},
@@ -147,12 +129,12 @@ func (k *netlinkKernel) SetUpHost(context.Context) error {
 		if slices.ContainsFunc(addrs, func(b netlink.Addr) bool { return b.IPNet.String() == a.IPNet.String() }) {
 			continue
 		}
-		if err := node.nl.AddrAdd(host, a); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("add %s to %s in %s: %w", a.IPNet, HostInterconnectName, node.path, err)
+		if err := node.NL.AddrAdd(host, a); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add %s to %s in %s: %w", a.IPNet, HostInterconnectName, node.Path, err)
 		}
 	}
-	if err := node.nl.LinkSetUp(host); err != nil {
-		return fmt.Errorf("set %s up in %s: %w", HostInterconnectName, node.path, err)
+	if err := node.NL.LinkSetUp(host); err != nil {
+		return fmt.Errorf("set %s up in %s: %w", HostInterconnectName, node.Path, err)
 	}
 	return nil
 }
@@ -167,10 +149,10 @@ func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix
 	if err != nil {
 		return nil, err
 	}
-	existing, err := node.nl.RouteListFiltered(netlink.FAMILY_ALL,
+	existing, err := node.NL.RouteListFiltered(netlink.FAMILY_ALL,
 		&netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: BlockRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return nil, fmt.Errorf("list block routes in %s: %w", node.path, err)
+		return nil, fmt.Errorf("list block routes in %s: %w", node.Path, err)
 	}
 	var removed []netip.Prefix
 	for _, r := range existing {
@@ -178,8 +160,8 @@ func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix
 		if ok && slices.Contains(blocks, p) && host != nil && r.LinkIndex == host.Attrs().Index {
 			continue
 		}
-		if err := node.nl.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			return removed, fmt.Errorf("delete route %v in %s: %w", r.Dst, node.path, err)
+		if err := node.NL.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return removed, fmt.Errorf("delete route %v in %s: %w", r.Dst, node.Path, err)
 		}
 		if ok && !slices.Contains(blocks, p) {
 			removed = append(removed, p)
@@ -187,7 +169,7 @@ func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix
 	}
 	if host == nil {
 		if len(blocks) > 0 {
-			return removed, fmt.Errorf("route the node's blocks: host interconnect %s is missing in %s", HostInterconnectName, node.path)
+			return removed, fmt.Errorf("route the node's blocks: host interconnect %s is missing in %s", HostInterconnectName, node.Path)
 		}
 		return removed, nil
 	}
@@ -198,8 +180,8 @@ func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix
 		} else {
 			r.Gw = InterconnectVPPIPv6.AsSlice()
 		}
-		if err := node.nl.RouteReplace(&r); err != nil {
-			return removed, fmt.Errorf("add route %s via %s in %s: %w", b, HostInterconnectName, node.path, err)
+		if err := node.NL.RouteReplace(&r); err != nil {
+			return removed, fmt.Errorf("add route %s via %s in %s: %w", b, HostInterconnectName, node.Path, err)
 		}
 	}
 	return removed, nil
@@ -219,7 +201,7 @@ func (k *netlinkKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, node
 		if key, ok := parseVethAlias(existing.Attrs().Alias); ok && key == pod.PodKey {
 			return nil
 		}
-		return fmt.Errorf("link %s in %s has alias %q, not vcoil's for %s: leaving it alone", nodeEnd, node.path, existing.Attrs().Alias, describe(pod.PodKey))
+		return fmt.Errorf("link %s in %s has alias %q, not vcoil's for %s: leaving it alone", nodeEnd, node.Path, existing.Attrs().Alias, describe(pod.PodKey))
 	}
 	podNS, err := openNamespace(pod.Netns)
 	if err != nil {
@@ -236,34 +218,34 @@ func (k *netlinkKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, node
 	la.MTU = mtu
 	veth := &netlink.Veth{
 		LinkAttrs: la, PeerName: pod.IfName, PeerMTU: uint32(mtu), PeerTxQLen: -1,
-		PeerHardwareAddr: mac, PeerNamespace: netlink.NsFd(int(podNS.ns.Fd())),
+		PeerHardwareAddr: mac, PeerNamespace: netlink.NsFd(int(podNS.NS.Fd())),
 	}
-	if err := node.nl.LinkAdd(veth); err != nil {
+	if err := node.NL.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth %s with pod end %s in %s: %w", nodeEnd, pod.IfName, pod.Netns, err)
 	}
 	fail := func(err error) error {
-		if l, lerr := node.nl.LinkByName(nodeEnd); lerr == nil {
-			_ = node.nl.LinkDel(l)
+		if l, lerr := node.NL.LinkByName(nodeEnd); lerr == nil {
+			_ = node.NL.LinkDel(l)
 		}
 		return err
 	}
-	host, err := node.nl.LinkByName(nodeEnd)
+	host, err := node.NL.LinkByName(nodeEnd)
 	if err != nil {
 		return fail(fmt.Errorf("look up new veth %s: %w", nodeEnd, err))
 	}
-	if err := node.nl.LinkSetAlias(host, vethAlias(pod.PodKey)); err != nil {
+	if err := node.NL.LinkSetAlias(host, vethAlias(pod.PodKey)); err != nil {
 		return fail(fmt.Errorf("set alias of veth %s: %w", nodeEnd, err))
 	}
 	// The node end is a wire into VPP: it needs no addresses of its own.
 	if err := node.sysctls("net/ipv6/conf/"+nodeEnd+"/disable_ipv6", "1"); err != nil {
 		return fail(err)
 	}
-	if err := node.nl.LinkSetUp(host); err != nil {
+	if err := node.NL.LinkSetUp(host); err != nil {
 		return fail(fmt.Errorf("set %s up: %w", nodeEnd, err))
 	}
-	podLink, err := podNS.nl.LinkByName(pod.IfName)
+	podLink, err := podNS.NL.LinkByName(pod.IfName)
 	if err == nil {
-		err = podNS.nl.LinkSetARPOff(podLink)
+		err = podNS.NL.LinkSetARPOff(podLink)
 	}
 	if err != nil {
 		return fail(fmt.Errorf("turn ARP off on %s in %s: %w", pod.IfName, pod.Netns, err))
@@ -277,9 +259,9 @@ func (k *netlinkKernel) PodVeths(context.Context) (map[string]dataplane.PodKey, 
 		return nil, err
 	}
 	defer node.Close()
-	links, err := node.nl.LinkList()
+	links, err := node.NL.LinkList()
 	if err != nil {
-		return nil, fmt.Errorf("list links in %s: %w", node.path, err)
+		return nil, fmt.Errorf("list links in %s: %w", node.Path, err)
 	}
 	out := map[string]dataplane.PodKey{}
 	for _, l := range links {
@@ -300,8 +282,8 @@ func (k *netlinkKernel) DeleteNodeLink(_ context.Context, name string) error {
 	if err != nil || l == nil {
 		return err
 	}
-	if err := node.nl.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
-		return fmt.Errorf("delete link %s in %s: %w", name, node.path, err)
+	if err := node.NL.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete link %s in %s: %w", name, node.Path, err)
 	}
 	return nil
 }
@@ -317,18 +299,18 @@ func (k *netlinkKernel) MoveToPod(_ context.Context, from string, pod dataplane.
 		return err
 	}
 	defer podNS.Close()
-	l, err := node.nl.LinkByName(from)
+	l, err := node.NL.LinkByName(from)
 	if err != nil {
-		return fmt.Errorf("look up %s in %s: %w", from, node.path, err)
+		return fmt.Errorf("look up %s in %s: %w", from, node.Path, err)
 	}
-	if err := node.nl.LinkSetNsFd(l, int(podNS.ns.Fd())); err != nil {
-		return fmt.Errorf("move %s from %s to %s: %w", from, node.path, pod.Netns, err)
+	if err := node.NL.LinkSetNsFd(l, int(podNS.NS.Fd())); err != nil {
+		return fmt.Errorf("move %s from %s to %s: %w", from, node.Path, pod.Netns, err)
 	}
-	l, err = podNS.nl.LinkByName(from)
+	l, err = podNS.NL.LinkByName(from)
 	if err != nil {
 		return fmt.Errorf("look up %s in %s: %w", from, pod.Netns, err)
 	}
-	if err := podNS.nl.LinkSetName(l, pod.IfName); err != nil {
+	if err := podNS.NL.LinkSetName(l, pod.IfName); err != nil {
 		return fmt.Errorf("rename %s to %s in %s: %w", from, pod.IfName, pod.Netns, err)
 	}
 	return nil
@@ -340,7 +322,7 @@ func (k *netlinkKernel) ConfigurePod(_ context.Context, pod dataplane.Pod) error
 		return err
 	}
 	defer podNS.Close()
-	l, err := podNS.nl.LinkByName(pod.IfName)
+	l, err := podNS.NL.LinkByName(pod.IfName)
 	if err != nil {
 		return fmt.Errorf("look up %s in %s: %w", pod.IfName, pod.Netns, err)
 	}
@@ -351,15 +333,15 @@ func (k *netlinkKernel) ConfigurePod(_ context.Context, pod dataplane.Pod) error
 		}
 	}
 	for _, a := range podAddrs(pod) {
-		if err := podNS.nl.AddrReplace(l, a); err != nil {
+		if err := podNS.NL.AddrReplace(l, a); err != nil {
 			return fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, pod.IfName, pod.Netns, err)
 		}
 	}
-	if err := podNS.nl.LinkSetUp(l); err != nil {
+	if err := podNS.NL.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set %s up in %s: %w", pod.IfName, pod.Netns, err)
 	}
 	for _, r := range podRoutes(pod, l.Attrs().Index) {
-		if err := podNS.nl.RouteReplace(&r); err != nil {
+		if err := podNS.NL.RouteReplace(&r); err != nil {
 			return fmt.Errorf("add route default dev %s in %s: %w", pod.IfName, pod.Netns, err)
 		}
 	}
@@ -393,7 +375,7 @@ func (k *netlinkKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ Inter
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		errs = append(errs, fmt.Errorf("%s in %s is down", pod.IfName, pod.Netns))
 	}
-	addrs, err := podNS.nl.AddrList(l, netlink.FAMILY_ALL)
+	addrs, err := podNS.NL.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return fmt.Errorf("list addresses of %s in %s: %w", pod.IfName, pod.Netns, err)
 	}
@@ -402,7 +384,7 @@ func (k *netlinkKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ Inter
 			errs = append(errs, fmt.Errorf("address %s is missing on %s in %s", a.IPNet, pod.IfName, pod.Netns))
 		}
 	}
-	routes, err := podNS.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: l.Attrs().Index, Table: unix.RT_TABLE_MAIN},
+	routes, err := podNS.NL.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: l.Attrs().Index, Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return fmt.Errorf("list routes in %s: %w", pod.Netns, err)
