@@ -7,7 +7,9 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // ErrNotReady is wrapped by a dataplane's errors when it cannot act now (VPP
@@ -84,3 +86,29 @@ type Dataplane interface {
 	// unreachable, the node's table missing); readiness reflects it.
 	Healthy(ctx context.Context) error
 }
+
+// Validate checks a key as the CNI specification defines its parts, so that
+// names, tags and aliases built from it stay parseable and the interface name
+// is acceptable to the kernel: container IDs of letters, digits, '_', '.'
+// and '-'; interface names of 1 to 15 characters without '/', ':' or white
+// space, and not "." or "..".
+func (k PodKey) Validate() error {
+	if k.ContainerID == "" {
+		return fmt.Errorf("container ID is empty")
+	}
+	for _, r := range k.ContainerID {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return fmt.Errorf("container ID %q: character %q is not a letter, digit, '_', '.' or '-'", k.ContainerID, r)
+		}
+	}
+	if k.IfName == "" || len(k.IfName) > 15 || k.IfName == "." || k.IfName == ".." {
+		return fmt.Errorf("interface name %q: want 1 to 15 characters, not . or ..", k.IfName)
+	}
+	if strings.ContainsAny(k.IfName, "/: \t\n\r\v\f") {
+		return fmt.Errorf("interface name %q: '/', ':' and white space are not allowed", k.IfName)
+	}
+	return nil
+}
+
+// String is "containerID/ifname".
+func (k PodKey) String() string { return k.ContainerID + "/" + k.IfName }

@@ -45,23 +45,11 @@ func parseHostAlias(alias string) (dataplane.PodKey, bool) {
 	return key, true
 }
 
-// validateKey keeps the alias parseable and the interface name acceptable to
-// the kernel. Container IDs follow the CNI specification: letters, digits,
-// '_', '.' and '-'.
+// validateKey checks the key (dataplane.PodKey.Validate) and that it fits
+// the alias recording it.
 func validateKey(key dataplane.PodKey) error {
-	if key.ContainerID == "" {
-		return fmt.Errorf("container ID is empty")
-	}
-	for _, r := range key.ContainerID {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
-			return fmt.Errorf("container ID %q: character %q is not a letter, digit, '_', '.' or '-'", key.ContainerID, r)
-		}
-	}
-	if key.IfName == "" || len(key.IfName) > 15 || key.IfName == "." || key.IfName == ".." {
-		return fmt.Errorf("interface name %q: want 1 to 15 characters, not . or ..", key.IfName)
-	}
-	if strings.ContainsAny(key.IfName, "/: \t\n\r\v\f") {
-		return fmt.Errorf("interface name %q: '/', ':' and white space are not allowed", key.IfName)
+	if err := key.Validate(); err != nil {
+		return err
 	}
 	if n := len(hostAlias(key)); n > maxAlias {
 		return fmt.Errorf("container ID %q: too long to record (alias of %d bytes, limit %d)", key.ContainerID, n, maxAlias)
