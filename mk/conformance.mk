@@ -1,0 +1,173 @@
+# The upstream Kubernetes network e2e tests against the lab (docs/e2e.md,
+# "Upstream conformance"): e2e.test and agnhost of the lab's Kubernetes
+# release built from the Go module proxy (module hack/e2e), the images the
+# tests use made from a Debian root file system under the names the e2e
+# framework expects, imported into the lab's nodes (LAB_EXTRA_IMAGES), and
+# every [sig-network] spec that is not Serial, Disruptive, Flaky or
+# feature-gated run inside the lab. Not part of make test: it takes minutes.
+#
+# Everything from the registries is cached by version under
+# $(VCOIL_CACHE_DIR) and built only when missing.
+
+AGNHOST_VERSION := 2.66.1
+E2E_TOOLS_DIR := $(VCOIL_CACHE_DIR)/e2e/v$(K8S_VERSION)
+E2E_TEST := $(E2E_TOOLS_DIR)/e2e.test
+E2E_GINKGO := $(E2E_TOOLS_DIR)/ginkgo
+E2E_AGNHOST := $(E2E_TOOLS_DIR)/agnhost-$(AGNHOST_VERSION)
+E2E_REGRESSION := $(E2E_TOOLS_DIR)/regression-issue-74839
+
+# debootstrap makes the images' root file system.
+CONFORMANCE_HOST_PACKAGES := debootstrap=1.0.128+nmu2+deb12u2
+
+# The Debian root file system of agnhost, nginx, glibc-dns-testing,
+# distroless-iptables and (its busybox) busybox: minbase plus what the tests
+# run in their pods. Pinned: debian-rootfs.sh fails when the archive has
+# other versions. The cache directory is named after the pins.
+CONFORMANCE_DEBIAN_SUITE := bookworm
+CONFORMANCE_DEBIAN_PACKAGES := bash=5.2.15-2+b13 curl=7.88.1-10+deb12u15 netcat-openbsd=1.219-1 \
+	bind9-dnsutils=1:9.18.49-1~deb12u1 iproute2=6.1.0-3 socat=1.7.4.4-2 busybox-static=1:1.35.0-4+deb12u1+b1 \
+	nginx-light=1.22.1-9+deb12u9 procps=2:4.0.2-3 iputils-ping=3:20221126-1+deb12u1 ca-certificates=20230311+deb12u1 \
+	conntrack=1:1.4.7-1+b2
+CONFORMANCE_ROOTFS_KEY := $(shell printf '%s ' $(CONFORMANCE_DEBIAN_SUITE) $(CONFORMANCE_DEBIAN_PACKAGES) | sha256sum | cut -c1-12)
+CONFORMANCE_ROOTFS := $(VCOIL_CACHE_DIR)/debian-rootfs/$(CONFORMANCE_DEBIAN_SUITE)-$(CONFORMANCE_ROOTFS_KEY)
+
+# The image tarball, named after everything it is made of (the recipe in
+# v2/e2e/conformance and the CoreDNS version of mk/lab.mk included: this
+# file is read before lab.mk, whose variables are not set yet here).
+CONFORMANCE_IMAGES_KEY := $(shell { printf '%s ' $(K8S_VERSION) $(AGNHOST_VERSION) $(CONFORMANCE_ROOTFS_KEY); grep '^COREDNS_VERSION' mk/lab.mk; \
+	cat v2/e2e/conformance/images.go v2/e2e/conformance/imageset/*.go v2/e2e/images/pause/main.go; } 2>/dev/null | sha256sum | cut -c1-12)
+CONFORMANCE_IMAGES := $(VCOIL_CACHE_DIR)/conformance-images/$(CONFORMANCE_IMAGES_KEY)/images.tar
+
+# (Set with =: LAB_OUT and LAB_BIN come from mk/lab.mk, read after this file.)
+CONFORMANCE_OUT = $(LAB_OUT)/conformance
+CONFORMANCE_BIN = $(LAB_BIN)/conformance
+
+# Which specs run (ginkgo regular expressions on the spec's full text): every
+# [sig-network] spec, less the Serial, Disruptive and Flaky ones and those
+# gated by a feature ([Feature:X], [FeatureGate:X], [Alpha], [Beta]).
+CONFORMANCE_FOCUS := \[sig-network\]
+CONFORMANCE_SKIP := \[(Serial|Disruptive|Flaky|Alpha|Beta)\]|\[(Feature|FeatureGate):[^\]]*\]
+# Parallel ginkgo processes: the tests mostly wait for pods and packets, but
+# the whole cluster shares the machine's two cores.
+CONFORMANCE_PROCS ?= 3
+CONFORMANCE_TIMEOUT ?= 90m
+# CONFORMANCE_STRICT=1: fail when any spec in scope fails, not only a
+# Conformance one. CONFORMANCE_KEEP_LAB=1: leave the lab up afterwards.
+CONFORMANCE_STRICT ?=
+CONFORMANCE_KEEP_LAB ?=
+# More flags for e2e.test (after --) and for ginkgo.
+CONFORMANCE_E2E_FLAGS ?=
+CONFORMANCE_GINKGO_FLAGS ?=
+
+conf_say = @printf '\033[1m==> %s\033[0m\n' "$(1)" >&2
+# Runs a long build in the background of a progress line a minute.
+conf_ticking = ( m=0; while sleep 60; do m=$$((m+1)); echo "    ... $(1) ($$m min)" >&2; done ) & ticker=$$!; \
+	rc=0; $(2) || rc=$$?; kill $$ticker 2>/dev/null; exit $$rc
+
+.PHONY: conformance-deps
+conformance-deps: ## install debootstrap (pinned) when missing
+	@missing=""; for p in $(CONFORMANCE_HOST_PACKAGES); do \
+		name=$${p%%=*}; want=$${p#*=}; \
+		have=$$(dpkg-query -W -f='$${Version}' "$$name" 2>/dev/null || true); \
+		[ "$$have" = "$$want" ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "==> installing$$missing from Debian" >&2; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+
+# ---- the e2e binaries (module hack/e2e) ----
+
+.PHONY: conformance-tools
+conformance-tools: $(E2E_TEST) $(E2E_GINKGO) $(E2E_AGNHOST) $(E2E_REGRESSION) ## build e2e.test, ginkgo, agnhost and regression-issue-74839 of Kubernetes v$(K8S_VERSION)
+
+$(E2E_TEST):
+	$(call conf_say,building e2e.test v$(K8S_VERSION) from the Go module proxy (about 25 min on 2 cores the first time; cached in $(@D)))
+	@mkdir -p $(@D)
+	@$(call conf_ticking,still building e2e.test,cd hack/e2e && CGO_ENABLED=0 nice $(GO) test -c -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/test/e2e)
+	@mv $@.tmp $@
+
+$(E2E_GINKGO):
+	$(call conf_say,building the ginkgo runner (the version e2e.test uses))
+	@mkdir -p $(@D)
+	cd hack/e2e && CGO_ENABLED=0 nice $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/onsi/ginkgo/v2/ginkgo
+	@mv $@.tmp $@
+
+$(E2E_AGNHOST):
+	$(call conf_say,building agnhost $(AGNHOST_VERSION) (Kubernetes v$(K8S_VERSION)))
+	@mkdir -p $(@D)
+	@$(call conf_ticking,still building agnhost,cd hack/e2e && CGO_ENABLED=0 nice $(GO) build -trimpath -ldflags '-s -w -X main.Version=$(AGNHOST_VERSION)' -o $@.tmp k8s.io/kubernetes/test/images/agnhost)
+	@mv $@.tmp $@
+
+$(E2E_REGRESSION):
+	$(call conf_say,building regression-issue-74839 (Kubernetes v$(K8S_VERSION)))
+	@mkdir -p $(@D)
+	cd hack/e2e && CGO_ENABLED=0 nice $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp k8s.io/kubernetes/test/images/regression-issue-74839
+	@mv $@.tmp $@
+
+# ---- the images ----
+
+.PHONY: conformance-rootfs
+conformance-rootfs: $(CONFORMANCE_ROOTFS)/packages.txt ## make the Debian root file system of the e2e images (debootstrap, pinned packages)
+
+$(CONFORMANCE_ROOTFS)/packages.txt: | conformance-deps
+	$(call conf_say,making the Debian $(CONFORMANCE_DEBIAN_SUITE) root file system of the e2e images (about 2 min; cached in $(CONFORMANCE_ROOTFS)))
+	@nice bash v2/e2e/conformance/debian-rootfs.sh $(CONFORMANCE_ROOTFS) $(CONFORMANCE_DEBIAN_SUITE) $(CONFORMANCE_DEBIAN_PACKAGES)
+
+.PHONY: conformance-images
+conformance-images: $(CONFORMANCE_IMAGES) ## write the images of the e2e tests (agnhost, busybox, nginx, pause, ...) as one tarball for LAB_EXTRA_IMAGES
+
+$(CONFORMANCE_IMAGES): $(CONFORMANCE_ROOTFS)/packages.txt $(E2E_AGNHOST) $(E2E_REGRESSION) | lab-coredns
+	@$(MAKE) --no-print-directory conformance-bin
+	$(call conf_say,writing the e2e images into $(@D))
+	@mkdir -p $(@D)
+	@nice $(CONFORMANCE_BIN) images --out $@ --rootfs $(CONFORMANCE_ROOTFS)/rootfs \
+		--agnhost $(E2E_AGNHOST) --coredns $(COREDNS_BIN) --pause $(LAB_BIN)/pause \
+		--regression-issue-74839 $(E2E_REGRESSION) \
+		--porter-cert $$(cd hack/e2e && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter/localhost.crt \
+		--porter-key $$(cd hack/e2e && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter/localhost.key \
+		| sed 's/^/    /' >&2
+
+# The helper program (images, report) and the lab's pause, from the work tree.
+.PHONY: conformance-bin
+conformance-bin:
+	@mkdir -p $(LAB_BIN)
+	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(LAB_BIN)/ ./v2/e2e/conformance ./v2/e2e/images/pause
+
+.PHONY: conformance-assets
+conformance-assets: conformance-tools conformance-images ## build everything make e2e-conformance needs but the lab (cached)
+
+# ---- the run ----
+
+# conformance-run runs the tests against the lab that is up (brought up with
+# LAB_EXTRA_IMAGES=$(CONFORMANCE_IMAGES)) and writes the summary; make
+# e2e-conformance does it all.
+.PHONY: conformance-run
+conformance-run: conformance-assets conformance-bin ## run the network e2e tests against the running lab (it must have the images); summary in _out/lab/conformance
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) status >/dev/null || { echo "the lab is not up: make e2e-conformance brings it up with the images" >&2; exit 1; }
+	@rm -rf $(CONFORMANCE_OUT) && mkdir -p $(CONFORMANCE_OUT)
+	$(call conf_say,running the [sig-network] e2e specs in the lab ($(CONFORMANCE_PROCS) ginkgo processes; log in $(CONFORMANCE_OUT)/e2e.log))
+	@start=$$(date +%s); rc=0; \
+	$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(E2E_GINKGO) run --procs=$(CONFORMANCE_PROCS) --timeout=$(CONFORMANCE_TIMEOUT) \
+		--focus='$(CONFORMANCE_FOCUS)' --skip='$(CONFORMANCE_SKIP)' --silence-skips --no-color \
+		--json-report=ginkgo.json --output-dir=$(abspath $(CONFORMANCE_OUT)) $(CONFORMANCE_GINKGO_FLAGS) \
+		$(E2E_TEST) -- --provider=skeleton --kubeconfig=$(LAB_STATE_DIR)/admin.kubeconfig \
+		--report-dir=$(abspath $(CONFORMANCE_OUT)) $(CONFORMANCE_E2E_FLAGS) \
+		>$(CONFORMANCE_OUT)/e2e.log 2>&1 || rc=$$?; \
+	echo "    ginkgo exited $$rc after $$(( $$(date +%s) - start ))s" >&2; \
+	grep -E '^(Ran |FAIL|SUCCESS|\[FAIL\]|  \[FAIL\])' $(CONFORMANCE_OUT)/e2e.log | sed 's/^/    /' >&2 || true
+	@$(CONFORMANCE_BIN) report --json-report $(CONFORMANCE_OUT)/ginkgo.json --out-dir $(CONFORMANCE_OUT) \
+		--focus '$(CONFORMANCE_FOCUS)' --skip '$(CONFORMANCE_SKIP)' $(if $(CONFORMANCE_STRICT),--strict)
+
+# The lab comes up with the images, the tests run, the lab goes down (kept
+# with CONFORMANCE_KEEP_LAB=1). A lab already up is not used: it would lack
+# the images, and it may be someone else's run.
+.PHONY: e2e-conformance
+e2e-conformance: ## upstream [sig-network] e2e tests (Conformance and the rest, non-serial, not feature-gated) against the lab; summary in _out/lab/conformance
+	@start=$$(date +%s); \
+	if [ -e $(LAB_STATE_DIR) ]; then echo "a lab is up (or its remains are: $(LAB_STATE_DIR)); make e2e-conformance brings up its own." >&2; \
+		echo "    when it is yours: make lab-down; with its images already imported: make conformance-run" >&2; exit 1; fi; \
+	$(MAKE) --no-print-directory conformance-assets; \
+	rc=0; $(MAKE) --no-print-directory lab-up LAB_EXTRA_IMAGES=$(CONFORMANCE_IMAGES) || rc=$$?; \
+	if [ $$rc = 0 ]; then $(MAKE) --no-print-directory conformance-run || rc=$$?; fi; \
+	if [ -z "$(CONFORMANCE_KEEP_LAB)" ]; then $(MAKE) --no-print-directory lab-down || rc=1; \
+	else echo "==> the lab stays up (CONFORMANCE_KEEP_LAB); make lab-down removes it" >&2; fi; \
+	echo "==> make e2e-conformance took $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s" >&2; \
+	exit $$rc
