@@ -79,7 +79,11 @@ func buildImages(in imageInputs, progress func(string)) ([]imageset.Image, error
 	if err != nil {
 		return nil, err
 	}
-	agnhost, err := layer("agnhost", []imageset.Entry{
+	applets, err := missingApplets(in.RootFS)
+	if err != nil {
+		return nil, err
+	}
+	agnhost, err := layer("agnhost", append(applets, []imageset.Entry{
 		{Path: "/agnhost", Source: in.Agnhost},
 		// Entrypoint tests run the image with /agnhost-2 as command.
 		{Path: "/agnhost-2", Type: imageset.Symlink, Target: "agnhost"},
@@ -90,7 +94,7 @@ func buildImages(in imageInputs, progress func(string)) ([]imageset.Image, error
 		{Path: "/localhost.key", Source: in.PorterKey, Mode: 0o644},
 		{Path: "/etc/passwd", Data: passwd, Mode: 0o644},
 		{Path: "/etc/group", Data: group, Mode: 0o644},
-	})
+	}...))
 	if err != nil {
 		return nil, err
 	}
@@ -148,12 +152,55 @@ func withNewline(b []byte) []byte {
 	return b
 }
 
-// busyboxEntries are a busybox image's files: the static busybox with a link
-// in /bin for each of its applets, minimal passwd and group files, /tmp.
-func busyboxEntries(busybox string) ([]imageset.Entry, error) {
+// missingApplets are links in /usr/local/bin to the root file system's
+// /bin/busybox for each busybox applet that no Debian package of the root
+// file system provides (wget, for one). The real agnhost image is Alpine,
+// whose busybox provides them, and tests run them in agnhost's pods.
+func missingApplets(rootfs string) ([]imageset.Entry, error) {
+	names, err := appletNames(filepath.Join(rootfs, "bin/busybox"))
+	if err != nil {
+		return nil, err
+	}
+	var entries []imageset.Entry
+	for _, name := range names {
+		found := false
+		for _, dir := range []string{"usr/local/bin", "usr/local/sbin", "usr/bin", "usr/sbin", "bin", "sbin"} {
+			if _, err := os.Lstat(filepath.Join(rootfs, dir, name)); err == nil {
+				found = true
+				break
+			}
+		}
+		if !found {
+			entries = append(entries, imageset.Entry{Path: "/usr/local/bin/" + name, Type: imageset.Symlink, Target: "/bin/busybox"})
+		}
+	}
+	return entries, nil
+}
+
+// appletNames lists the applets of a busybox binary, busybox itself left
+// out.
+func appletNames(busybox string) ([]string, error) {
 	out, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
 		return nil, fmt.Errorf("list the applets of %s: %w", busybox, err)
+	}
+	var names []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		if name != "" && name != "busybox" && !strings.Contains(name, "/") {
+			names = append(names, name)
+		}
+	}
+	return names, sc.Err()
+}
+
+// busyboxEntries are a busybox image's files: the static busybox with a link
+// in /bin for each of its applets, minimal passwd and group files, /tmp.
+func busyboxEntries(busybox string) ([]imageset.Entry, error) {
+	names, err := appletNames(busybox)
+	if err != nil {
+		return nil, err
 	}
 	entries := []imageset.Entry{
 		{Path: "/bin/busybox", Source: busybox},
@@ -163,13 +210,8 @@ func busyboxEntries(busybox string) ([]imageset.Entry, error) {
 		{Path: "/root", Type: imageset.Dir, Mode: 0o700},
 		{Path: "/var", Type: imageset.Dir},
 	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		applet := strings.TrimSpace(sc.Text())
-		if applet == "" || applet == "busybox" || strings.Contains(applet, "/") {
-			continue
-		}
-		entries = append(entries, imageset.Entry{Path: "/bin/" + applet, Type: imageset.Symlink, Target: "busybox"})
+	for _, name := range names {
+		entries = append(entries, imageset.Entry{Path: "/bin/" + name, Type: imageset.Symlink, Target: "busybox"})
 	}
-	return entries, sc.Err()
+	return entries, nil
 }
