@@ -49,7 +49,7 @@ CONFORMANCE_FOCUS := \[sig-network\]
 CONFORMANCE_SKIP := \[(Serial|Disruptive|Flaky|Alpha|Beta)\]|\[(Feature|FeatureGate):[^\]]*\]
 # Parallel ginkgo processes: the tests mostly wait for pods and packets, but
 # the whole cluster shares the machine's two cores.
-CONFORMANCE_PROCS ?= 3
+CONFORMANCE_PROCS ?= 4
 CONFORMANCE_TIMEOUT ?= 90m
 # CONFORMANCE_STRICT=1: fail when any spec in scope fails, not only a
 # Conformance one. CONFORMANCE_KEEP_LAB=1: leave the lab up afterwards.
@@ -117,7 +117,8 @@ conformance-images: $(CONFORMANCE_IMAGES) ## write the images of the e2e tests (
 $(CONFORMANCE_IMAGES): $(CONFORMANCE_ROOTFS)/packages.txt $(E2E_AGNHOST) $(E2E_REGRESSION) | lab-coredns
 	@$(MAKE) --no-print-directory conformance-bin
 	$(call conf_say,writing the e2e images into $(@D))
-	@mkdir -p $(@D)
+	@# Tarballs of earlier recipes or versions go: each is a quarter GB.
+	@mkdir -p $(@D) && find $(dir $(@D)) -mindepth 1 -maxdepth 1 ! -name $(notdir $(@D)) -exec rm -rf {} +
 	@nice $(CONFORMANCE_BIN) images --out $@ --rootfs $(CONFORMANCE_ROOTFS)/rootfs \
 		--agnhost $(E2E_AGNHOST) --coredns $(COREDNS_BIN) --pause $(LAB_BIN)/pause \
 		--regression-issue-74839 $(E2E_REGRESSION) \
@@ -131,6 +132,10 @@ conformance-bin:
 	@mkdir -p $(LAB_BIN)
 	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(LAB_BIN)/ ./v2/e2e/conformance ./v2/e2e/images/pause
 
+.PHONY: conformance-images-path
+conformance-images-path: ## print the path of the images tarball (for LAB_EXTRA_IMAGES)
+	@echo $(CONFORMANCE_IMAGES)
+
 .PHONY: conformance-assets
 conformance-assets: conformance-tools conformance-images ## build everything make e2e-conformance needs but the lab (cached)
 
@@ -143,12 +148,16 @@ conformance-assets: conformance-tools conformance-images ## build everything mak
 conformance-run: conformance-assets conformance-bin ## run the network e2e tests against the running lab (it must have the images); summary in _out/lab/conformance
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) status >/dev/null || { echo "the lab is not up: make e2e-conformance brings it up with the images" >&2; exit 1; }
 	@rm -rf $(CONFORMANCE_OUT) && mkdir -p $(CONFORMANCE_OUT)
+	@# Each node its own zone, so that the specs of topology-aware routing
+	@# run (they skip without zones); the cluster is otherwise unchanged.
+	@i=0; for n in $$($(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) kubectl get nodes -o name); do i=$$((i+1)); \
+		$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) kubectl label --overwrite $$n topology.kubernetes.io/zone=lab-zone-$$i >/dev/null; done
 	$(call conf_say,running the [sig-network] e2e specs in the lab ($(CONFORMANCE_PROCS) ginkgo processes; log in $(CONFORMANCE_OUT)/e2e.log))
 	@start=$$(date +%s); rc=0; \
 	$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(E2E_GINKGO) run --procs=$(CONFORMANCE_PROCS) --timeout=$(CONFORMANCE_TIMEOUT) \
 		--focus='$(CONFORMANCE_FOCUS)' --skip='$(CONFORMANCE_SKIP)' --silence-skips --no-color \
 		--json-report=ginkgo.json --output-dir=$(abspath $(CONFORMANCE_OUT)) $(CONFORMANCE_GINKGO_FLAGS) \
-		$(E2E_TEST) -- --provider=skeleton --kubeconfig=$(LAB_STATE_DIR)/admin.kubeconfig \
+		$(E2E_TEST) -- --provider=skeleton --kubeconfig=$(LAB_STATE_DIR)/admin.kubeconfig --num-nodes=$(LAB_NODES) \
 		--report-dir=$(abspath $(CONFORMANCE_OUT)) $(CONFORMANCE_E2E_FLAGS) \
 		>$(CONFORMANCE_OUT)/e2e.log 2>&1 || rc=$$?; \
 	echo "    ginkgo exited $$rc after $$(( $$(date +%s) - start ))s" >&2; \
