@@ -21,13 +21,13 @@ CONFORMANCE_HOST_PACKAGES := debootstrap=1.0.128+nmu2+deb12u2
 
 # The Debian root file system of agnhost, nginx, glibc-dns-testing,
 # distroless-iptables and (its busybox) busybox: minbase plus what the tests
-# run in their pods. Pinned: debian-rootfs.sh fails when the archive has
+# run in their pods. GNU wget, since busybox-static's wget crashes on -T. Pinned: debian-rootfs.sh fails when the archive has
 # other versions. The cache directory is named after the pins.
 CONFORMANCE_DEBIAN_SUITE := bookworm
 CONFORMANCE_DEBIAN_PACKAGES := bash=5.2.15-2+b13 curl=7.88.1-10+deb12u15 netcat-openbsd=1.219-1 \
 	bind9-dnsutils=1:9.18.49-1~deb12u1 iproute2=6.1.0-3 socat=1.7.4.4-2 busybox-static=1:1.35.0-4+deb12u1+b1 \
 	nginx-light=1.22.1-9+deb12u9 procps=2:4.0.2-3 iputils-ping=3:20221126-1+deb12u1 ca-certificates=20230311+deb12u1 \
-	conntrack=1:1.4.7-1+b2
+	conntrack=1:1.4.7-1+b2 wget=1.21.3-1+deb12u1
 CONFORMANCE_ROOTFS_KEY := $(shell printf '%s ' $(CONFORMANCE_DEBIAN_SUITE) $(CONFORMANCE_DEBIAN_PACKAGES) | sha256sum | cut -c1-12)
 CONFORMANCE_ROOTFS := $(VCOIL_CACHE_DIR)/debian-rootfs/$(CONFORMANCE_DEBIAN_SUITE)-$(CONFORMANCE_ROOTFS_KEY)
 
@@ -110,6 +110,8 @@ conformance-rootfs: $(CONFORMANCE_ROOTFS)/packages.txt ## make the Debian root f
 $(CONFORMANCE_ROOTFS)/packages.txt: | conformance-deps
 	$(call conf_say,making the Debian $(CONFORMANCE_DEBIAN_SUITE) root file system of the e2e images (about 2 min; cached in $(CONFORMANCE_ROOTFS)))
 	@nice bash v2/e2e/conformance/debian-rootfs.sh $(CONFORMANCE_ROOTFS) $(CONFORMANCE_DEBIAN_SUITE) $(CONFORMANCE_DEBIAN_PACKAGES)
+	@# Root file systems of earlier pins go.
+	@find $(dir $(CONFORMANCE_ROOTFS)) -mindepth 1 -maxdepth 1 ! -name $(notdir $(CONFORMANCE_ROOTFS)) -exec rm -rf {} +
 
 .PHONY: conformance-images
 conformance-images: $(CONFORMANCE_IMAGES) ## write the images of the e2e tests (agnhost, busybox, nginx, pause, ...) as one tarball for LAB_EXTRA_IMAGES

@@ -79,6 +79,10 @@ func buildImages(in imageInputs, progress func(string)) ([]imageset.Image, error
 	if err != nil {
 		return nil, err
 	}
+	wgetrc, err := singleTryWgetrc(in.RootFS)
+	if err != nil {
+		return nil, err
+	}
 	applets, err := missingApplets(in.RootFS)
 	if err != nil {
 		return nil, err
@@ -94,6 +98,7 @@ func buildImages(in imageInputs, progress func(string)) ([]imageset.Image, error
 		{Path: "/localhost.key", Source: in.PorterKey, Mode: 0o644},
 		{Path: "/etc/passwd", Data: passwd, Mode: 0o644},
 		{Path: "/etc/group", Data: group, Mode: 0o644},
+		{Path: "/etc/wgetrc", Data: wgetrc, Mode: 0o644},
 	}...))
 	if err != nil {
 		return nil, err
@@ -145,6 +150,19 @@ func agnhostUsers(rootfs string) (passwd, group []byte, err error) {
 	return passwd, group, nil
 }
 
+// singleTryWgetrc is the root file system's /etc/wgetrc set to try once.
+// The tests run `wget -q -T 1 -O - URL` as Alpine's busybox wget understands
+// it: one attempt. Debian's static busybox crashes on -T, so the images have
+// GNU wget, which would try 20 times and so turn a test's 150 probes of a
+// service that is down into hours.
+func singleTryWgetrc(rootfs string) ([]byte, error) {
+	rc, err := os.ReadFile(filepath.Join(rootfs, "etc/wgetrc"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	return append(withNewline(rc), "tries = 1\n"...), nil
+}
+
 func withNewline(b []byte) []byte {
 	if len(b) > 0 && b[len(b)-1] != '\n' {
 		b = append(b, '\n')
@@ -154,8 +172,8 @@ func withNewline(b []byte) []byte {
 
 // missingApplets are links in /usr/local/bin to the root file system's
 // /bin/busybox for each busybox applet that no Debian package of the root
-// file system provides (wget, for one). The real agnhost image is Alpine,
-// whose busybox provides them, and tests run them in agnhost's pods.
+// file system provides (unzip, vi, ...). The real agnhost image is Alpine,
+// whose busybox provides them, and tests may run them in agnhost's pods.
 func missingApplets(rootfs string) ([]imageset.Entry, error) {
 	names, err := appletNames(filepath.Join(rootfs, "bin/busybox"))
 	if err != nil {

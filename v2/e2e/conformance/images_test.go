@@ -13,7 +13,7 @@ import (
 )
 
 // fakeRootFS is a merged-/usr root file system whose /bin/busybox is a
-// script listing three applets, one of which (wget) no package provides.
+// script listing four applets, one of which (unzip) no package provides.
 func fakeRootFS(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -28,7 +28,9 @@ func fakeRootFS(t *testing.T) string {
 		}
 	}
 	files := map[string]string{
-		"usr/bin/busybox":           "#!/bin/sh\nprintf 'busybox\\nsh\\nnslookup\\nwget\\n'\n",
+		"usr/bin/busybox":           "#!/bin/sh\nprintf 'busybox\\nsh\\nnslookup\\nwget\\nunzip\\n'\n",
+		"usr/bin/wget":              "GNU wget",
+		"etc/wgetrc":                "# Debian's",
 		"usr/bin/sh":                "dash",
 		"usr/bin/nslookup":          "bind9",
 		"etc/passwd":                "root:x:0:0:root:/root:/bin/bash\n",
@@ -45,22 +47,31 @@ func fakeRootFS(t *testing.T) string {
 
 func layerNames(t *testing.T, l imageset.Layer) map[string]*tar.Header {
 	t.Helper()
+	hdrs, _ := layerContents(t, l)
+	return hdrs
+}
+
+func layerContents(t *testing.T, l imageset.Layer) (map[string]*tar.Header, map[string][]byte) {
+	t.Helper()
 	f, err := os.Open(l.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	hdrs := map[string]*tar.Header{}
+	hdrs, data := map[string]*tar.Header{}, map[string][]byte{}
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return hdrs
+			return hdrs, data
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		hdrs[h.Name] = h
+		if data[h.Name], err = io.ReadAll(tr); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -112,16 +123,19 @@ func TestBuildImagesNamesEveryImageAsTheE2EFrameworkDoes(t *testing.T) {
 	if h := rootfs["bin"]; h == nil || h.Typeflag != tar.TypeSymlink {
 		t.Errorf("the root file system's /bin: %+v, want the merged-/usr link", h)
 	}
-	top := layerNames(t, agnhost.Layers[1])
-	for _, name := range []string{"agnhost", "agnhost-2", "coredns", "uploads/", "etc/passwd", "etc/group"} {
+	top, topData := layerContents(t, agnhost.Layers[1])
+	for _, name := range []string{"agnhost", "agnhost-2", "coredns", "uploads/", "etc/passwd", "etc/group", "etc/wgetrc"} {
 		if _, ok := top[name]; !ok {
 			t.Errorf("agnhost's layer has no %s", name)
 		}
 	}
-	if h := top["usr/local/bin/wget"]; h == nil || h.Linkname != "/bin/busybox" {
-		t.Errorf("wget in agnhost: %+v, want a link to busybox (no package provides it)", h)
+	if h := top["usr/local/bin/unzip"]; h == nil || h.Linkname != "/bin/busybox" {
+		t.Errorf("unzip in agnhost: %+v, want a link to busybox (no package provides it)", h)
 	}
-	for _, name := range []string{"usr/local/bin/nslookup", "usr/local/bin/sh"} {
+	if string(topData["etc/wgetrc"]) != "# Debian's\ntries = 1\n" {
+		t.Errorf("agnhost's /etc/wgetrc %q, want the root file system's set to one try", topData["etc/wgetrc"])
+	}
+	for _, name := range []string{"usr/local/bin/nslookup", "usr/local/bin/sh", "usr/local/bin/wget"} {
 		if _, ok := top[name]; ok {
 			t.Errorf("%s links to busybox though the root file system has it", name)
 		}
