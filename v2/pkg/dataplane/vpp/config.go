@@ -146,9 +146,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.VhostNet == "" {
 		c.VhostNet = DefaultVhostNet
 	}
-	for name, t := range map[string]InterfaceType{"PodInterface": c.PodInterface, "HostInterconnect": c.HostInterconnect} {
-		if t != TAP && t != AFPacket {
-			return c, fmt.Errorf("%s %q: want %q or %q", name, t, TAP, AFPacket)
+	// PodInterface first: HostInterconnect defaults to it, so a bad pod
+	// interface type is the one to name.
+	for _, f := range []struct {
+		name string
+		t    InterfaceType
+	}{{"PodInterface", c.PodInterface}, {"HostInterconnect", c.HostInterconnect}} {
+		if f.t != TAP && f.t != AFPacket {
+			return c, fmt.Errorf("%s %q: want %q or %q", f.name, f.t, TAP, AFPacket)
 		}
 	}
 	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 9000) {
