@@ -76,7 +76,7 @@ conformance-deps: ## install debootstrap (pinned) when missing
 # ---- the e2e binaries (module hack/e2e) ----
 
 .PHONY: conformance-tools
-conformance-tools: $(E2E_TEST) $(E2E_GINKGO) $(E2E_AGNHOST) $(E2E_REGRESSION) ## build e2e.test, ginkgo, agnhost and regression-issue-74839 of Kubernetes v$(K8S_VERSION)
+conformance-tools: $(E2E_TEST) $(E2E_GINKGO) $(E2E_AGNHOST) $(E2E_REGRESSION) ## build e2e.test, ginkgo, agnhost and regression-issue-74839 of the lab's Kubernetes release
 
 $(E2E_TEST):
 	$(call conf_say,building e2e.test v$(K8S_VERSION) from the Go module proxy (about 25 min on 2 cores the first time; cached in $(@D)))

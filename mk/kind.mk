@@ -25,7 +25,7 @@ KIND_KEEP ?=
 kind_say = @printf '\033[1m==> %s\033[0m\n' "$(1)" >&2
 
 .PHONY: kind-install
-kind-install: $(KIND_CACHED) ## build kind $(KIND_VERSION) from the Go module proxy (cached)
+kind-install: $(KIND_CACHED) ## build the pinned kind (KIND_VERSION) from the Go module proxy (cached)
 
 $(KIND_CACHED):
 	$(call kind_say,building kind $(KIND_VERSION) from the Go module proxy)
