@@ -112,3 +112,32 @@ func (k PodKey) Validate() error {
 
 // String is "containerID/ifname".
 func (k PodKey) String() string { return k.ContainerID + "/" + k.IfName }
+
+// Validate rejects what no dataplane could wire, naming the field: a bad
+// key, an empty netns path, no address, an address of the wrong family or
+// one that cannot be a pod's. Dataplanes add their own limits (names that
+// must fit, the MTUs they support).
+func (p Pod) Validate() error {
+	if err := p.PodKey.Validate(); err != nil {
+		return err
+	}
+	if p.Netns == "" {
+		return errors.New("netns path is empty")
+	}
+	if !p.IPv4.IsValid() && !p.IPv6.IsValid() {
+		return errors.New("pod has neither an IPv4 nor an IPv6 address")
+	}
+	if p.IPv4.IsValid() && !p.IPv4.Is4() {
+		return fmt.Errorf("IPv4 address %s is not IPv4", p.IPv4)
+	}
+	if p.IPv6.IsValid() && (!p.IPv6.Is6() || p.IPv6.Is4In6()) {
+		return fmt.Errorf("IPv6 address %s is not IPv6", p.IPv6)
+	}
+	for _, a := range []netip.Addr{p.IPv4, p.IPv6} {
+		if a.IsValid() && (a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.Zone() != "" ||
+			a == netip.AddrFrom4([4]byte{255, 255, 255, 255})) {
+			return fmt.Errorf("address %s cannot be a pod's: want a unicast address outside link-local, loopback and multicast", a)
+		}
+	}
+	return nil
+}

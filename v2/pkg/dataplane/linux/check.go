@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
 // CheckPod compares the kernel with what SetupPod would make of pod and
@@ -37,7 +38,7 @@ func (d *linuxDataplane) CheckPod(ctx context.Context, pod dataplane.Pod) error 
 // check returns the differences between the kernel and the wiring of
 // w.pod, joined; nil when there are none.
 func (w *wiring) check() error {
-	host, err := w.node.linkByName(w.host)
+	host, err := w.node.FindLink(w.host)
 	if err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func (w *wiring) check() error {
 	compareRoutes(fmt.Sprintf("table %d via %s", w.d.cfg.PodTable, w.host), nodeRoutes, w.nodeRoutes(host.Attrs().Index), differs)
 
 	// Pod side.
-	podLink, err := w.podNS.linkByName(w.pod.IfName)
+	podLink, err := w.podNS.FindLink(w.pod.IfName)
 	if err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func (w *wiring) check() error {
 			got = append(got, a.IPNet.String())
 		}
 	}
-	for _, a := range podAddrs(w.pod) {
+	for _, a := range kernelns.HostAddrs(w.pod.IPv4, w.pod.IPv6) {
 		want = append(want, a.IPNet.String())
 	}
 	compareSets(fmt.Sprintf("address on %s in %s", w.pod.IfName, w.pod.Netns), got, want, differs)

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
 // linuxDataplane keeps no record of pods: every call opens the namespaces it
@@ -81,9 +82,9 @@ var families = []struct {
 
 // nodeSysctls make the node namespace a router between its uplink and the
 // pod veths. Per-veth settings are in hostSysctls.
-var nodeSysctls = []sysctl{
-	{"net/ipv4/ip_forward", "1"},
-	{"net/ipv6/conf/all/forwarding", "1"},
+var nodeSysctls = []kernelns.Sysctl{
+	{Key: "net/ipv4/ip_forward", Value: "1"},
+	{Key: "net/ipv6/conf/all/forwarding", Value: "1"},
 }
 
 // Init enables forwarding in the node namespace and installs, for IPv4 and
@@ -99,7 +100,7 @@ func (d *linuxDataplane) Init(ctx context.Context) error {
 	}
 	defer node.Close()
 
-	if err := node.setSysctls(nodeSysctls...); err != nil {
+	if err := node.SetSysctls(nodeSysctls...); err != nil {
 		return err
 	}
 	for _, f := range families {
@@ -147,12 +148,12 @@ func (d *linuxDataplane) Healthy(ctx context.Context) error {
 		}
 	}
 	for _, s := range nodeSysctls {
-		v, err := node.readSysctl(s.key)
+		v, err := node.ReadSysctl(s.Key)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
-		case v != s.value:
-			errs = append(errs, fmt.Errorf("sysctl %s is %s, want %s, in %s", s.key, v, s.value, node.Path))
+		case v != s.Value:
+			errs = append(errs, fmt.Errorf("sysctl %s is %s, want %s, in %s", s.Key, v, s.Value, node.Path))
 		}
 	}
 	if len(errs) > 0 {

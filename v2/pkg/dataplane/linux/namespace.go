@@ -3,11 +3,7 @@ package linux
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -28,53 +24,10 @@ func openNamespace(path string) (*namespace, error) {
 	return &namespace{n}, nil
 }
 
-// sysctl is a setting under /proc/sys. key is a path
-// ("net/ipv4/conf/vcoil0123456789/forwarding"), never dotted, because
-// interface names may contain dots.
-type sysctl struct{ key, value string }
-
-// setSysctls writes sysctls inside the namespace, in order.
-func (n *namespace) setSysctls(sysctls ...sysctl) error {
-	return n.NS.Do(func(ns.NetNS) error {
-		for _, s := range sysctls {
-			if err := os.WriteFile(filepath.Join("/proc/sys", s.key), []byte(s.value), 0o644); err != nil {
-				return fmt.Errorf("sysctl %s=%s in %s: %w", s.key, s.value, n.Path, err)
-			}
-		}
-		return nil
-	})
-}
-
-func (n *namespace) readSysctl(key string) (string, error) {
-	var value string
-	err := n.NS.Do(func(ns.NetNS) error {
-		b, err := os.ReadFile(filepath.Join("/proc/sys", key))
-		value = strings.TrimSpace(string(b))
-		return err
-	})
-	if err != nil {
-		return "", fmt.Errorf("read sysctl %s in %s: %w", key, n.Path, err)
-	}
-	return value, nil
-}
-
-// linkByName returns nil and no error when the link does not exist.
-func (n *namespace) linkByName(name string) (netlink.Link, error) {
-	link, err := n.NL.LinkByName(name)
-	var notFound netlink.LinkNotFoundError
-	switch {
-	case errors.As(err, &notFound):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("look up link %s in %s: %w", name, n.Path, err)
-	}
-	return link, nil
-}
-
 // deleteLink deletes the link called name, if there is one. Deleting a veth
 // deletes its peer, the addresses on both and every route through them.
 func (n *namespace) deleteLink(name string) error {
-	link, err := n.linkByName(name)
+	link, err := n.FindLink(name)
 	if err != nil || link == nil {
 		return err
 	}

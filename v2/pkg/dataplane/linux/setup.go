@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 
 	"github.com/go-logr/logr"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
 // wiring is one pod interface being set up or checked: the pod, both
@@ -86,7 +86,7 @@ func (d *linuxDataplane) open(pod dataplane.Pod) (*wiring, func(), error) {
 }
 
 func (w *wiring) setup() (dataplane.Interfaces, error) {
-	host, err := w.node.linkByName(w.host)
+	host, err := w.node.FindLink(w.host)
 	if err != nil {
 		return dataplane.Interfaces{}, err
 	}
@@ -105,7 +105,7 @@ func (w *wiring) setup() (dataplane.Interfaces, error) {
 	}
 	// Deleting our veth deleted its pod end too, so an interface with the
 	// pod's name now belongs to someone else: leave it alone.
-	other, err := w.podNS.linkByName(w.pod.IfName)
+	other, err := w.podNS.FindLink(w.pod.IfName)
 	if err != nil {
 		return dataplane.Interfaces{}, err
 	}
@@ -161,7 +161,7 @@ func (w *wiring) create() (dataplane.Interfaces, error) {
 
 	// Node side: sysctls first, since they decide whether IPv6 addresses
 	// are accepted and how the veth treats what the pod sends.
-	if err := w.node.setSysctls(hostSysctls(w.host, w.pod)...); err != nil {
+	if err := w.node.SetSysctls(hostSysctls(w.host, w.pod)...); err != nil {
 		return dataplane.Interfaces{}, err
 	}
 	for _, a := range gatewayAddrs(w.pod) {
@@ -174,7 +174,7 @@ func (w *wiring) create() (dataplane.Interfaces, error) {
 	}
 
 	// Pod side.
-	for _, a := range podAddrs(w.pod) {
+	for _, a := range kernelns.HostAddrs(w.pod.IPv4, w.pod.IPv6) {
 		if err := w.podNS.NL.AddrAdd(podLink, a); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, w.pod.IfName, w.pod.Netns, err)
 		}
@@ -220,15 +220,15 @@ func (w *wiring) interfaces() (dataplane.Interfaces, error) {
 // the node already (Init); it is set per veth too so that a node whose
 // defaults differ still routes for its pods. accept_ra=0 keeps a pod from
 // installing routes on the node with router advertisements.
-func hostSysctls(host string, pod dataplane.Pod) []sysctl {
-	var s []sysctl
+func hostSysctls(host string, pod dataplane.Pod) []kernelns.Sysctl {
+	var s []kernelns.Sysctl
 	if pod.IPv4.IsValid() {
-		s = append(s, sysctl{"net/ipv4/conf/" + host + "/forwarding", "1"})
+		s = append(s, kernelns.Sysctl{Key: "net/ipv4/conf/" + host + "/forwarding", Value: "1"})
 	}
 	if pod.IPv6.IsValid() {
 		s = append(s,
-			sysctl{"net/ipv6/conf/" + host + "/forwarding", "1"},
-			sysctl{"net/ipv6/conf/" + host + "/accept_ra", "0"},
+			kernelns.Sysctl{Key: "net/ipv6/conf/" + host + "/forwarding", Value: "1"},
+			kernelns.Sysctl{Key: "net/ipv6/conf/" + host + "/accept_ra", Value: "0"},
 		)
 	}
 	return s
@@ -242,24 +242,10 @@ func hostSysctls(host string, pod dataplane.Pod) []sysctl {
 func gatewayAddrs(pod dataplane.Pod) []*netlink.Addr {
 	var a []*netlink.Addr
 	if pod.IPv4.IsValid() {
-		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(gatewayIPv4, 32)), Scope: unix.RT_SCOPE_HOST})
+		a = append(a, &netlink.Addr{IPNet: kernelns.IPNet(netip.PrefixFrom(gatewayIPv4, 32)), Scope: unix.RT_SCOPE_HOST})
 	}
 	if pod.IPv6.IsValid() {
-		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(gatewayIPv6, 64)), Flags: unix.IFA_F_NODAD})
-	}
-	return a
-}
-
-// podAddrs are the pod's /32 and /128. The /128 has no prefix route, so the
-// pod's only on-link routes are the ones podRoutes adds (and the kernel's
-// fe80::/64 of every IPv6 link).
-func podAddrs(pod dataplane.Pod) []*netlink.Addr {
-	var a []*netlink.Addr
-	if pod.IPv4.IsValid() {
-		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(pod.IPv4, 32))})
-	}
-	if pod.IPv6.IsValid() {
-		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(pod.IPv6, 128)), Flags: unix.IFA_F_NODAD | unix.IFA_F_NOPREFIXROUTE})
+		a = append(a, &netlink.Addr{IPNet: kernelns.IPNet(netip.PrefixFrom(gatewayIPv6, 64)), Flags: unix.IFA_F_NODAD})
 	}
 	return a
 }
@@ -269,7 +255,7 @@ func podRoutes(pod dataplane.Pod, index int) []netlink.Route {
 	var r []netlink.Route
 	if pod.IPv4.IsValid() {
 		r = append(r,
-			netlink.Route{LinkIndex: index, Family: netlink.FAMILY_V4, Dst: ipNet(netip.PrefixFrom(gatewayIPv4, 32)), Scope: netlink.SCOPE_LINK},
+			netlink.Route{LinkIndex: index, Family: netlink.FAMILY_V4, Dst: kernelns.IPNet(netip.PrefixFrom(gatewayIPv4, 32)), Scope: netlink.SCOPE_LINK},
 			netlink.Route{LinkIndex: index, Family: netlink.FAMILY_V4, Gw: gatewayIPv4.AsSlice()},
 		)
 	}
@@ -284,13 +270,13 @@ func (w *wiring) nodeRoutes(hostIndex int) []netlink.Route {
 	var r []netlink.Route
 	if w.pod.IPv4.IsValid() {
 		r = append(r, netlink.Route{
-			LinkIndex: hostIndex, Family: netlink.FAMILY_V4, Dst: ipNet(netip.PrefixFrom(w.pod.IPv4, 32)),
+			LinkIndex: hostIndex, Family: netlink.FAMILY_V4, Dst: kernelns.IPNet(netip.PrefixFrom(w.pod.IPv4, 32)),
 			Scope: netlink.SCOPE_LINK, Table: w.d.cfg.PodTable, Protocol: PodRouteProtocol,
 		})
 	}
 	if w.pod.IPv6.IsValid() {
 		r = append(r, netlink.Route{
-			LinkIndex: hostIndex, Family: netlink.FAMILY_V6, Dst: ipNet(netip.PrefixFrom(w.pod.IPv6, 128)),
+			LinkIndex: hostIndex, Family: netlink.FAMILY_V6, Dst: kernelns.IPNet(netip.PrefixFrom(w.pod.IPv6, 128)),
 			Table: w.d.cfg.PodTable, Protocol: PodRouteProtocol,
 		})
 	}
@@ -333,45 +319,11 @@ func validatePod(pod dataplane.Pod) error {
 	if err := validateKey(pod.PodKey); err != nil {
 		return err
 	}
-	if pod.Netns == "" {
-		return errors.New("netns path is empty")
-	}
-	if !pod.IPv4.IsValid() && !pod.IPv6.IsValid() {
-		return errors.New("pod has neither an IPv4 nor an IPv6 address")
-	}
-	if pod.IPv4.IsValid() {
-		if !pod.IPv4.Is4() {
-			return fmt.Errorf("IPv4 address %s is not IPv4", pod.IPv4)
-		}
-		if err := checkUnicast(pod.IPv4); err != nil {
-			return err
-		}
-	}
-	if pod.IPv6.IsValid() {
-		if !pod.IPv6.Is6() || pod.IPv6.Is4In6() {
-			return fmt.Errorf("IPv6 address %s is not IPv6", pod.IPv6)
-		}
-		if err := checkUnicast(pod.IPv6); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func checkUnicast(a netip.Addr) error {
-	if a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.Zone() != "" ||
-		(a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255})) {
-		return fmt.Errorf("address %s cannot be a pod's: want a unicast address outside link-local, loopback and multicast", a)
-	}
-	return nil
+	return pod.Validate()
 }
 
 func describe(key dataplane.PodKey) string {
 	return key.ContainerID + "/" + key.IfName
-}
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // routeString formats a route as `ip route` would, for errors.

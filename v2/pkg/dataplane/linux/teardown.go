@@ -31,7 +31,7 @@ func (d *linuxDataplane) TeardownPod(ctx context.Context, pod dataplane.Pod) err
 	defer node.Close()
 
 	name := HostIfName(pod.PodKey)
-	host, err := node.linkByName(name)
+	host, err := node.FindLink(name)
 	if err != nil {
 		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
 	}

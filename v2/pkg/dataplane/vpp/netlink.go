@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -40,39 +37,13 @@ func (k *netlinkKernel) openNode() (*namespace, error) {
 	return openNamespace(k.nodeNetns)
 }
 
-// linkByName returns nil and no error when the link does not exist.
-func (n *namespace) linkByName(name string) (netlink.Link, error) {
-	l, err := n.NL.LinkByName(name)
-	var notFound netlink.LinkNotFoundError
-	switch {
-	case errors.As(err, &notFound):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("look up link %s in %s: %w", name, n.Path, err)
-	}
-	return l, nil
-}
-
-// sysctls writes key=value pairs under /proc/sys inside the namespace;
-// keys are paths, never dotted, since interface names may hold dots.
-func (n *namespace) sysctls(kv ...string) error {
-	return n.NS.Do(func(ns.NetNS) error {
-		for i := 0; i+1 < len(kv); i += 2 {
-			if err := os.WriteFile(filepath.Join("/proc/sys", kv[i]), []byte(kv[i+1]), 0o644); err != nil {
-				return fmt.Errorf("sysctl %s=%s in %s: %w", kv[i], kv[i+1], n.Path, err)
-			}
-		}
-		return nil
-	})
-}
-
 func (k *netlinkKernel) CreateHostVeth(_ context.Context, mtu int) error {
 	node, err := k.openNode()
 	if err != nil {
 		return err
 	}
 	defer node.Close()
-	host, err := node.linkByName(HostInterconnectName)
+	host, err := node.FindLink(HostInterconnectName)
 	if err != nil {
 		return err
 	}
@@ -95,7 +66,7 @@ func (k *netlinkKernel) CreateHostVeth(_ context.Context, mtu int) error {
 	if err != nil {
 		return fmt.Errorf("set %s up in %s: %w", HostInterconnectVPPName, node.Path, err)
 	}
-	return node.sysctls("net/ipv6/conf/"+HostInterconnectVPPName+"/disable_ipv6", "1")
+	return node.SetSysctls(kernelns.Sysctl{Key: "net/ipv6/conf/" + HostInterconnectVPPName + "/disable_ipv6", Value: "1"})
 }
 
 func (k *netlinkKernel) SetUpHost(context.Context) error {
@@ -104,17 +75,17 @@ func (k *netlinkKernel) SetUpHost(context.Context) error {
 		return err
 	}
 	defer node.Close()
-	host, err := node.linkByName(HostInterconnectName)
+	host, err := node.FindLink(HostInterconnectName)
 	if err != nil {
 		return err
 	}
 	if host == nil {
 		return fmt.Errorf("host interconnect %s is missing in %s", HostInterconnectName, node.Path)
 	}
-	if err := node.sysctls(
-		"net/ipv4/ip_forward", "1",
-		"net/ipv6/conf/all/forwarding", "1",
-		"net/ipv6/conf/"+HostInterconnectName+"/accept_ra", "0",
+	if err := node.SetSysctls(
+		kernelns.Sysctl{Key: "net/ipv4/ip_forward", Value: "1"},
+		kernelns.Sysctl{Key: "net/ipv6/conf/all/forwarding", Value: "1"},
+		kernelns.Sysctl{Key: "net/ipv6/conf/" + HostInterconnectName + "/accept_ra", Value: "0"},
 	); err != nil {
 		return err
 	}
@@ -123,8 +94,8 @@ func (k *netlinkKernel) SetUpHost(context.Context) error {
 		return fmt.Errorf("list addresses of %s in %s: %w", HostInterconnectName, node.Path, err)
 	}
 	for _, a := range []*netlink.Addr{
-		{IPNet: ipNet(InterconnectHostIPv4)},
-		{IPNet: ipNet(InterconnectHostIPv6), Flags: unix.IFA_F_NODAD},
+		{IPNet: kernelns.IPNet(InterconnectHostIPv4)},
+		{IPNet: kernelns.IPNet(InterconnectHostIPv6), Flags: unix.IFA_F_NODAD},
 	} {
 		if slices.ContainsFunc(addrs, func(b netlink.Addr) bool { return b.IPNet.String() == a.IPNet.String() }) {
 			continue
@@ -145,7 +116,7 @@ func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix
 		return nil, err
 	}
 	defer node.Close()
-	host, err := node.linkByName(HostInterconnectName)
+	host, err := node.FindLink(HostInterconnectName)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +145,7 @@ func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix
 		return removed, nil
 	}
 	for _, b := range blocks {
-		r := netlink.Route{LinkIndex: host.Attrs().Index, Dst: ipNet(b), Table: unix.RT_TABLE_MAIN, Protocol: BlockRouteProtocol}
+		r := netlink.Route{LinkIndex: host.Attrs().Index, Dst: kernelns.IPNet(b), Table: unix.RT_TABLE_MAIN, Protocol: BlockRouteProtocol}
 		if b.Addr().Is4() {
 			r.Gw = InterconnectVPPIPv4.Addr().AsSlice()
 		} else {
@@ -193,7 +164,7 @@ func (k *netlinkKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, node
 		return err
 	}
 	defer node.Close()
-	existing, err := node.linkByName(nodeEnd)
+	existing, err := node.FindLink(nodeEnd)
 	if err != nil {
 		return err
 	}
@@ -208,7 +179,7 @@ func (k *netlinkKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, node
 		return err
 	}
 	defer podNS.Close()
-	if other, err := podNS.linkByName(pod.IfName); err != nil {
+	if other, err := podNS.FindLink(pod.IfName); err != nil {
 		return err
 	} else if other != nil {
 		return fmt.Errorf("pod network namespace %s already has an interface %s (type %s) that vcoil did not create", pod.Netns, pod.IfName, other.Type())
@@ -237,7 +208,7 @@ func (k *netlinkKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, node
 		return fail(fmt.Errorf("set alias of veth %s: %w", nodeEnd, err))
 	}
 	// The node end is a wire into VPP: it needs no addresses of its own.
-	if err := node.sysctls("net/ipv6/conf/"+nodeEnd+"/disable_ipv6", "1"); err != nil {
+	if err := node.SetSysctls(kernelns.Sysctl{Key: "net/ipv6/conf/" + nodeEnd + "/disable_ipv6", Value: "1"}); err != nil {
 		return fail(err)
 	}
 	if err := node.NL.LinkSetUp(host); err != nil {
@@ -278,7 +249,7 @@ func (k *netlinkKernel) DeleteNodeLink(_ context.Context, name string) error {
 		return err
 	}
 	defer node.Close()
-	l, err := node.linkByName(name)
+	l, err := node.FindLink(name)
 	if err != nil || l == nil {
 		return err
 	}
@@ -328,11 +299,11 @@ func (k *netlinkKernel) ConfigurePod(_ context.Context, pod dataplane.Pod) error
 	}
 	if pod.IPv6.IsValid() {
 		// VPP may send router advertisements; the pod's routes are ours.
-		if err := podNS.sysctls("net/ipv6/conf/"+pod.IfName+"/accept_ra", "0"); err != nil {
+		if err := podNS.SetSysctls(kernelns.Sysctl{Key: "net/ipv6/conf/" + pod.IfName + "/accept_ra", Value: "0"}); err != nil {
 			return err
 		}
 	}
-	for _, a := range podAddrs(pod) {
+	for _, a := range kernelns.HostAddrs(pod.IPv4, pod.IPv6) {
 		if err := podNS.NL.AddrReplace(l, a); err != nil {
 			return fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, pod.IfName, pod.Netns, err)
 		}
@@ -354,7 +325,7 @@ func (k *netlinkKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ Inter
 		return err
 	}
 	defer podNS.Close()
-	l, err := podNS.linkByName(pod.IfName)
+	l, err := podNS.FindLink(pod.IfName)
 	if err != nil {
 		return err
 	}
@@ -379,7 +350,7 @@ func (k *netlinkKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ Inter
 	if err != nil {
 		return fmt.Errorf("list addresses of %s in %s: %w", pod.IfName, pod.Netns, err)
 	}
-	for _, a := range podAddrs(pod) {
+	for _, a := range kernelns.HostAddrs(pod.IPv4, pod.IPv6) {
 		if !slices.ContainsFunc(addrs, func(b netlink.Addr) bool { return b.IPNet.String() == a.IPNet.String() }) {
 			errs = append(errs, fmt.Errorf("address %s is missing on %s in %s", a.IPNet, pod.IfName, pod.Netns))
 		}
@@ -397,18 +368,6 @@ func (k *netlinkKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ Inter
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// podAddrs are the pod's /32 and /128, without a prefix route.
-func podAddrs(pod dataplane.Pod) []*netlink.Addr {
-	var a []*netlink.Addr
-	if pod.IPv4.IsValid() {
-		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(pod.IPv4, 32))})
-	}
-	if pod.IPv6.IsValid() {
-		a = append(a, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(pod.IPv6, 128)), Flags: unix.IFA_F_NODAD | unix.IFA_F_NOPREFIXROUTE})
-	}
-	return a
 }
 
 // podRoutes are "default dev <ifname>" for each of the pod's families:
@@ -429,10 +388,6 @@ func podRoutes(pod dataplane.Pod, index int) []netlink.Route {
 func isDefault(dst *net.IPNet) bool {
 	ones, _ := dst.Mask.Size()
 	return ones == 0
-}
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 func prefixOf(n *net.IPNet) (netip.Prefix, bool) {

@@ -422,22 +422,8 @@ func validatePod(pod dataplane.Pod) error {
 	if err := validateKey(pod.PodKey); err != nil {
 		return err
 	}
-	if pod.Netns == "" {
-		return errors.New("netns path is empty")
-	}
-	if !pod.IPv4.IsValid() && !pod.IPv6.IsValid() {
-		return errors.New("pod has neither an IPv4 nor an IPv6 address")
-	}
-	if pod.IPv4.IsValid() && !pod.IPv4.Is4() {
-		return fmt.Errorf("IPv4 address %s is not IPv4", pod.IPv4)
-	}
-	if pod.IPv6.IsValid() && (!pod.IPv6.Is6() || pod.IPv6.Is4In6()) {
-		return fmt.Errorf("IPv6 address %s is not IPv6", pod.IPv6)
-	}
-	for _, a := range addrsOf(pod.IPv4, pod.IPv6) {
-		if a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.Zone() != "" {
-			return fmt.Errorf("address %s cannot be a pod's: want a unicast address outside link-local, loopback and multicast", a)
-		}
+	if err := pod.Validate(); err != nil {
+		return err
 	}
 	if pod.MTU != 0 && (pod.MTU < 576 || pod.MTU > 9000) {
 		return fmt.Errorf("MTU %d: want 576..9000", pod.MTU)
