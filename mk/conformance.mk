@@ -35,7 +35,7 @@ CONFORMANCE_ROOTFS := $(VCOIL_CACHE_DIR)/debian-rootfs/$(CONFORMANCE_DEBIAN_SUIT
 # v2/e2e/conformance and the CoreDNS version of mk/lab.mk included: this
 # file is read before lab.mk, whose variables are not set yet here).
 CONFORMANCE_IMAGES_KEY := $(shell { printf '%s ' $(K8S_VERSION) $(AGNHOST_VERSION) $(CONFORMANCE_ROOTFS_KEY); grep '^COREDNS_VERSION' mk/lab.mk; \
-	cat v2/e2e/conformance/images.go v2/e2e/conformance/imageset/*.go v2/e2e/images/pause/main.go; } 2>/dev/null | sha256sum | cut -c1-12)
+	cat v2/e2e/conformance/images.go v2/e2e/images/imageset/*.go v2/e2e/images/pause/main.go; } 2>/dev/null | sha256sum | cut -c1-12)
 CONFORMANCE_IMAGES := $(VCOIL_CACHE_DIR)/conformance-images/$(CONFORMANCE_IMAGES_KEY)/images.tar
 
 # (Set with =: LAB_OUT and LAB_BIN come from mk/lab.mk, read after this file.)

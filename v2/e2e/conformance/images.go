@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vcoil/vcoil/v2/e2e/conformance/imageset"
+	"github.com/vcoil/vcoil/v2/e2e/images/imageset"
 )
 
 // The images of the upstream network e2e tests, under the names of

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/vcoil/vcoil/v2/e2e/conformance/imageset"
+	"github.com/vcoil/vcoil/v2/e2e/images/imageset"
 )
 
 // fakeRootFS is a merged-/usr root file system whose /bin/busybox is a

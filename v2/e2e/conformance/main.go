@@ -20,7 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vcoil/vcoil/v2/e2e/conformance/imageset"
+	"github.com/vcoil/vcoil/v2/e2e/images/imageset"
 	"github.com/vcoil/vcoil/v2/e2e/conformance/report"
 )
 

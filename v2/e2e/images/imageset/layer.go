@@ -1,13 +1,13 @@
-// Package imageset writes the images the upstream Kubernetes e2e tests use
-// as one docker-archive tarball (the format of `docker save`, which `ctr
-// images import` reads), for a cluster without a registry: several images,
-// each of one or more uncompressed layers, layers shared between images
-// stored once. A layer is made from a directory tree (a Debian root file
-// system) or from a list of entries (programs, links, small files).
-//
-// Unlike v2/e2e/images/imagetar, which writes one image of static programs,
-// it keeps what a root file system needs: symbolic and hard links, owners,
-// set-uid bits. It does not pull, push or compress.
+// Package imageset writes container images as one docker-archive tarball
+// (the format of `docker save`, which `ctr images import` and `docker load`
+// read), for clusters without a registry: the lab's own images (one layer of
+// static programs, through mkimage) and the images of the upstream
+// Kubernetes e2e tests (Debian root file systems). An archive holds several
+// images, each of one or more uncompressed layers; a layer shared between
+// images is stored once. A layer is made from a list of entries (programs,
+// links, small files) or from a directory tree, which keeps what a root file
+// system needs: symbolic and hard links, owners, set-uid bits. The same
+// inputs give the same bytes. It does not pull, push or compress.
 package imageset
 
 import (
