@@ -20,8 +20,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vcoil/vcoil/v2/e2e/images/imageset"
 	"github.com/vcoil/vcoil/v2/e2e/conformance/report"
+	"github.com/vcoil/vcoil/v2/e2e/images/imageset"
 )
 
 func main() {
