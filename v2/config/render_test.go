@@ -1,5 +1,5 @@
-// Package config holds vcoil's kustomize manifests; its test renders them.
-package config
+// The tests render every kustomization of the package.
+package config_test
 
 import (
 	"slices"

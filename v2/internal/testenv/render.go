@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/vcoil/vcoil/v2/config"
 )
 
 // Render builds the kustomization at dir (relative to v2/config) as
@@ -20,20 +20,7 @@ func Render(dir string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(root, "v2", "config", dir)
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), path)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", path, err)
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		obj, err := r.Map()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &unstructured.Unstructured{Object: obj})
-	}
-	return out, nil
+	return config.Build(filepath.Join(root, "v2", "config", dir))
 }
 
 // Find returns the rendered object of kind and name, decoded into out.

@@ -19,10 +19,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/config"
 	"github.com/vcoil/vcoil/v2/e2e/lab/netnsdial"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
 )
@@ -105,23 +104,6 @@ func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
 	})
 }
 
-// renderOverlay builds vcoil's kustomize overlay.
-func renderOverlay(dir string) ([]*unstructured.Unstructured, error) {
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		obj, err := r.Map()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &unstructured.Unstructured{Object: obj})
-	}
-	return out, nil
-}
-
 // decodeYAML splits a multi-document YAML into objects.
 func decodeYAML(doc string) ([]*unstructured.Unstructured, error) {
 	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096)
@@ -152,7 +134,7 @@ func apply(ctx context.Context, cl client.Client, objs []*unstructured.Unstructu
 // installVcoil applies vcoil's overlay: CRDs first, established before the
 // rest.
 func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
-	objs, err := renderOverlay(c.Overlay)
+	objs, err := config.Build(c.Overlay)
 	if err != nil {
 		return err
 	}

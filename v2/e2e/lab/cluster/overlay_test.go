@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vcoil/vcoil/v2/config"
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,7 +16,7 @@ import (
 )
 
 func TestLabOverlayRunsImportedImagesWithDirectRouting(t *testing.T) {
-	objs, err := renderOverlay("../../../config/overlays/lab")
+	objs, err := config.Build("../../../config/overlays/lab")
 	if err != nil {
 		t.Fatal(err)
 	}
