@@ -22,18 +22,15 @@ type netlinkKernel struct {
 	nodeNetns string
 }
 
-// namespace is an open network namespace with a netlink handle in it.
-type namespace struct{ *kernelns.Namespace }
-
-func openNamespace(path string) (*namespace, error) {
+func openNamespace(path string) (*kernelns.Namespace, error) {
 	n, err := kernelns.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %w", err)
 	}
-	return &namespace{n}, nil
+	return n, nil
 }
 
-func (k *netlinkKernel) openNode() (*namespace, error) {
+func (k *netlinkKernel) openNode() (*kernelns.Namespace, error) {
 	return openNamespace(k.nodeNetns)
 }
 
