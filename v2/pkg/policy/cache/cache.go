@@ -15,10 +15,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -186,23 +188,11 @@ func (c *Cache) PodsInNamespace(namespace string, sel labels.Selector) []*corev1
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
-	return out
+	return sortByName(out)
 }
 
 // Pods returns every pod, ordered by namespace and name.
-func (c *Cache) Pods() []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, inner := range c.pods {
-		for _, p := range inner {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b *corev1.Pod) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
-	return out
-}
+func (c *Cache) Pods() []*corev1.Pod { return flatten(c.pods) }
 
 // Namespaces returns the namespaces whose labels match sel, ordered by name.
 func (c *Cache) Namespaces(sel labels.Selector) []*corev1.Namespace {
@@ -212,33 +202,37 @@ func (c *Cache) Namespaces(sel labels.Selector) []*corev1.Namespace {
 			out = append(out, n)
 		}
 	}
-	slices.SortFunc(out, func(a, b *corev1.Namespace) int { return cmp.Compare(a.Name, b.Name) })
-	return out
+	return sortByName(out)
 }
 
 // PoliciesInNamespace returns the NetworkPolicies of a namespace, ordered by
 // name.
 func (c *Cache) PoliciesInNamespace(namespace string) []*networkingv1.NetworkPolicy {
-	var out []*networkingv1.NetworkPolicy
-	for _, p := range c.policies[namespace] {
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(a, b *networkingv1.NetworkPolicy) int { return cmp.Compare(a.Name, b.Name) })
-	return out
+	return sortByName(slices.Collect(maps.Values(c.policies[namespace])))
 }
 
 // Policies returns every NetworkPolicy, ordered by namespace and name.
-func (c *Cache) Policies() []*networkingv1.NetworkPolicy {
-	var out []*networkingv1.NetworkPolicy
-	for _, inner := range c.policies {
-		for _, p := range inner {
-			out = append(out, p)
+func (c *Cache) Policies() []*networkingv1.NetworkPolicy { return flatten(c.policies) }
+
+// flatten lists the objects of every namespace, ordered by namespace and
+// name.
+func flatten[T metav1.Object](byNamespace map[string]map[string]T) []T {
+	var out []T
+	for _, inner := range byNamespace {
+		for _, o := range inner {
+			out = append(out, o)
 		}
 	}
-	slices.SortFunc(out, func(a, b *networkingv1.NetworkPolicy) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	return sortByName(out)
+}
+
+// sortByName orders objects by namespace and name, so that callers see the
+// same order whatever the maps' order: renders are deterministic.
+func sortByName[T metav1.Object](objs []T) []T {
+	slices.SortFunc(objs, func(a, b T) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
-	return out
+	return objs
 }
 
 // String describes the cache's size, for logs.
