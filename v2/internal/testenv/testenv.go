@@ -19,14 +19,13 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 )
 
 // Env is a running apiserver with vcoil's CRDs.
@@ -123,11 +122,8 @@ func Assets() (string, error) {
 
 // NewScheme knows the core Kubernetes types and vcoil's.
 func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := vcoilv2.AddToScheme(s); err != nil {
+	s, err := kubescheme.New()
+	if err != nil {
 		panic(err)
 	}
 	return s

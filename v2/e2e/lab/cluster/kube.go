@@ -13,9 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +22,7 @@ import (
 	"github.com/vcoil/vcoil/v2/config"
 	"github.com/vcoil/vcoil/v2/e2e/lab/netnsdial"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 )
 
 // poll calls cond every half second until it returns nil or timeout passes;
@@ -44,14 +43,6 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func(con
 	}
 }
 
-func scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = apiextensionsv1.AddToScheme(s)
-	_ = vcoilv2.AddToScheme(s)
-	return s
-}
-
 // Client is a Kubernetes client of the lab's admin, usable from the root
 // network namespace.
 func (c Config) Client() (client.Client, *rest.Config, error) {
@@ -60,7 +51,11 @@ func (c Config) Client() (client.Client, *rest.Config, error) {
 		return nil, nil, err
 	}
 	cfg.Timeout = 20 * time.Second
-	cl, err := client.New(cfg, client.Options{Scheme: scheme()})
+	scheme, err := kubescheme.New(apiextensionsv1.AddToScheme)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	return cl, cfg, err
 }
 

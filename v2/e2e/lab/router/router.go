@@ -16,14 +16,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 )
 
 // Protocol marks the router's routes (RTPROT numbers above 200 are free).
@@ -88,9 +87,10 @@ func Run(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
 func runOnce(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = vcoilv2.AddToScheme(scheme)
+	scheme, err := kubescheme.New()
+	if err != nil {
+		return err
+	}
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
 	if err != nil {
 		return err
