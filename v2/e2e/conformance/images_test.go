@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vcoil/vcoil/v2/e2e/images/imageset"
+	"github.com/vcoil/vcoil/v2/e2e/images/imageset/imagesettest"
 )
 
 // fakeRootFS is a merged-/usr root file system whose /bin/busybox is a
@@ -47,32 +48,8 @@ func fakeRootFS(t *testing.T) string {
 
 func layerNames(t *testing.T, l imageset.Layer) map[string]*tar.Header {
 	t.Helper()
-	hdrs, _ := layerContents(t, l)
+	hdrs, _ := imagesettest.FileEntries(t, l.Path)
 	return hdrs
-}
-
-func layerContents(t *testing.T, l imageset.Layer) (map[string]*tar.Header, map[string][]byte) {
-	t.Helper()
-	f, err := os.Open(l.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	hdrs, data := map[string]*tar.Header{}, map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return hdrs, data
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		hdrs[h.Name] = h
-		if data[h.Name], err = io.ReadAll(tr); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func TestBuildImagesNamesEveryImageAsTheE2EFrameworkDoes(t *testing.T) {
@@ -123,7 +100,7 @@ func TestBuildImagesNamesEveryImageAsTheE2EFrameworkDoes(t *testing.T) {
 	if h := rootfs["bin"]; h == nil || h.Typeflag != tar.TypeSymlink {
 		t.Errorf("the root file system's /bin: %+v, want the merged-/usr link", h)
 	}
-	top, topData := layerContents(t, agnhost.Layers[1])
+	top, topData := imagesettest.FileEntries(t, agnhost.Layers[1].Path)
 	for _, name := range []string{"agnhost", "agnhost-2", "coredns", "uploads/", "etc/passwd", "etc/group", "etc/wgetrc"} {
 		if _, ok := top[name]; !ok {
 			t.Errorf("agnhost's layer has no %s", name)

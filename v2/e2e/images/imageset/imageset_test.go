@@ -9,42 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vcoil/vcoil/v2/e2e/images/imageset/imagesettest"
 )
-
-// tarEntries reads a tarball's entries: name -> header, and file contents.
-func tarEntries(t *testing.T, r io.Reader) (map[string]*tar.Header, map[string][]byte) {
-	t.Helper()
-	hdrs, data := map[string]*tar.Header{}, map[string][]byte{}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return hdrs, data
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, dup := hdrs[h.Name]; dup {
-			t.Errorf("entry %s written twice", h.Name)
-		}
-		hdrs[h.Name] = h
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data[h.Name] = b
-	}
-}
-
-func layerEntries(t *testing.T, l Layer) (map[string]*tar.Header, map[string][]byte) {
-	t.Helper()
-	f, err := os.Open(l.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	return tarEntries(t, f)
-}
 
 func TestWriteLayerHoldsEntriesAndTheirParentDirectories(t *testing.T) {
 	dir := t.TempDir()
@@ -64,7 +31,7 @@ func TestWriteLayerHoldsEntriesAndTheirParentDirectories(t *testing.T) {
 	if !strings.HasPrefix(l.DiffID, "sha256:") || l.Size == 0 {
 		t.Errorf("layer %+v: want a digest and a size", l)
 	}
-	hdrs, data := layerEntries(t, l)
+	hdrs, data := imagesettest.FileEntries(t, l.Path)
 	for name, want := range map[string]struct {
 		typ  byte
 		mode int64
@@ -133,7 +100,7 @@ func TestWriteDirLayerKeepsLinksAndLeavesOutSkippedPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdrs, data := layerEntries(t, l)
+	hdrs, data := imagesettest.FileEntries(t, l.Path)
 	if h := hdrs["bin"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "usr/bin" {
 		t.Errorf("bin: %+v, want a symbolic link to usr/bin", h)
 	}
@@ -177,7 +144,7 @@ func TestWriteArchiveStoresSharedLayersOnceAndNamesEveryTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdrs, data := tarEntries(t, &buf)
+	hdrs, data := imagesettest.Entries(t, &buf)
 	var manifest []manifestEntry
 	if err := json.Unmarshal(data["manifest.json"], &manifest); err != nil {
 		t.Fatal(err)

@@ -1,40 +1,15 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// readTar returns the regular files of a tarball by name, and the mode of
-// every entry.
-func readTar(t *testing.T, data []byte) (map[string][]byte, map[string]int64) {
-	t.Helper()
-	files, modes := map[string][]byte{}, map[string]int64{}
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files, modes
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		modes[h.Name] = h.Mode
-		if h.Typeflag == tar.TypeReg {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files[h.Name] = b
-		}
-	}
-}
+	"github.com/vcoil/vcoil/v2/e2e/images/imageset/imagesettest"
+)
 
 // The lab's images as make lab-images writes them: one layer with the
 // programs, the directories leading to them, a sticky /tmp; a manifest
@@ -70,7 +45,7 @@ func TestWriteMakesTheLabsImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outer, _ := readTar(t, data)
+	_, outer := imagesettest.BytesEntries(t, data)
 	var manifest []struct {
 		Config   string
 		RepoTags []string
@@ -92,7 +67,7 @@ func TestWriteMakesTheLabsImage(t *testing.T) {
 	if strings.Join(cfg.Config.Entrypoint, " ") != "/vcoild" || strings.Join(cfg.Config.Cmd, " ") != "--help" {
 		t.Errorf("config %+v", cfg)
 	}
-	files, modes := readTar(t, outer[manifest[0].Layers[0]])
+	hdrs, files := imagesettest.BytesEntries(t, outer[manifest[0].Layers[0]])
 	if string(files["vcoild"]) != "#!binary" || string(files["opt/vcoil/cni/bin/vcoil"]) != "#!binary" {
 		t.Errorf("layer files %v", files)
 	}
@@ -100,8 +75,8 @@ func TestWriteMakesTheLabsImage(t *testing.T) {
 		"vcoild": 0o755, "tmp/": 0o1777, "var/lib/vcoil/": 0o755,
 		"opt/": 0o755, "opt/vcoil/": 0o755, "opt/vcoil/cni/": 0o755, "opt/vcoil/cni/bin/": 0o755,
 	} {
-		if got, ok := modes[name]; !ok || got != want {
-			t.Errorf("layer entry %s: mode %o (present %v), want %o", name, got, ok, want)
+		if h, ok := hdrs[name]; !ok || h.Mode != want {
+			t.Errorf("layer entry %s: %+v (present %v), want mode %o", name, h, ok, want)
 		}
 	}
 
