@@ -18,6 +18,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -105,6 +106,16 @@ func applyRendered(t *testing.T) {
 		if err := env.Client.Create(ctx, o); err != nil {
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
+		t.Cleanup(func() { deleteObject(t, o) })
+	}
+}
+
+// deleteObject removes what a test created in the shared apiserver, so that
+// the next test (or a run with -count) starts from the same state.
+func deleteObject(t *testing.T, o client.Object) {
+	t.Helper()
+	if err := env.Client.Delete(context.Background(), o); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete %T %s: %v", o, o.GetName(), err)
 	}
 }
 
@@ -137,6 +148,13 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// What the replicas leave behind: the leader's Lease and the shared
+	// webhook certificate. Registered first, so that it runs after the
+	// replicas are killed.
+	t.Cleanup(func() {
+		deleteObject(t, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: constants.ControllerLeaderElectionID}})
+		deleteObject(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: constants.WebhookCertSecret}})
+	})
 	a := start(t, bin, kubeconfig, "a")
 	b := start(t, bin, kubeconfig, "b")
 	for _, in := range []*instance{a, b} {
@@ -193,6 +211,20 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	})
 
 	env.CreateNode(t, "node-1", "")
+	// Registered after the replicas started, so it runs while the standby
+	// still leads: the node's deletion releases its blocks and requests,
+	// then the pool's finalizer lets it go.
+	t.Cleanup(func() {
+		deleteObject(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
+		deleteObject(t, &vcoilv2.AddressPool{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+		testenv.Eventually(t, 30*time.Second, func() error {
+			err := env.Client.Get(ctx, client.ObjectKey{Name: "default"}, &vcoilv2.AddressPool{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("pool default is still there (%v)", err)
+			}
+			return nil
+		})
+	})
 	pool := &vcoilv2.AddressPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec:       vcoilv2.AddressPoolSpec{BlockSizeBits: 5, Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To("10.100.0.0/24")}}},

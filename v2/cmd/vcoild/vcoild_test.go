@@ -366,13 +366,15 @@ func TestBadInputGivesClearErrorsAndLeavesNothing(t *testing.T) {
 	f := newFabric(t)
 	n := newNode(t, f, 6)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "typo", Annotations: map[string]string{vcoilv2.AnnotationPool: "defualt"}}}
+	// A name of its own per run: envtest has no namespace controller, so a
+	// deleted namespace would stay Terminating and block the next -count.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "typo-", Annotations: map[string]string{vcoilv2.AnnotationPool: "defualt"}}}
 	if err := env.Client.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 
 	p := newPod(t, "bad")
-	p.namespace = "typo"
+	p.namespace = ns.Name
 	wantCNIError(t, n.add(p), 102, `address pool "defualt"`)
 
 	p = newPod(t, "gone")
