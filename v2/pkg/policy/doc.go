@@ -1,5 +1,5 @@
 // Package policy is the root of vcoil's NetworkPolicy stack, which follows the
-// Contiv/VPP policy design (../shared/seeds/policies-contiv-vpp.md). Data flows
+// Contiv/VPP policy design (docs/background.md#contiv-vpp-network-policies). Data flows
 // one way through its layers, each a plain Go type in its own package:
 //
 //	informers -> cache.Feed -> cache.Cache         Pods, Namespaces, NetworkPolicies
