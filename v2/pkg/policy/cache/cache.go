@@ -1,7 +1,7 @@
 // Package cache holds the Kubernetes state that NetworkPolicies depend on:
 // the current Pods, Namespaces and NetworkPolicies (networking.k8s.io/v1) of
-// the cluster. It is the top layer of the policy stack (seed
-// policies-contiv-vpp.md, "Cache"): it stores what it is given, answers
+// the cluster. It is the top layer of the policy stack
+// (docs/background.md#policy-layers): it stores what it is given, answers
 // lookups by label selector, and tells its watchers (the processor) about
 // every change, one object at a time, with the object before and after.
 //
