@@ -1,5 +1,5 @@
-// Package processor is the policy processor of the seed
-// (policies-contiv-vpp.md, "Processor"). It watches the policy cache, decides
+// Package processor is the policy processor of the Contiv/VPP design
+// (docs/background.md#policy-layers). It watches the policy cache, decides
 // for each change which local pods may have an outdated configuration,
 // postpones pods that have no address yet, and turns the policies of each such
 // pod into vcoil's policy model (package configurator): label selectors
