@@ -1,6 +1,6 @@
 // Package configurator turns the policies of local pods into the 6-tuple rules
 // of package renderer and hands them to the registered renderers, one
-// transaction per change (seed policies-contiv-vpp.md, "Configurator").
+// transaction per change (docs/background.md#policy-layers).
 //
 // It knows neither Kubernetes objects nor any network stack: its input is the
 // processor's model (Pod, Policy, Match) and its output is renderer.Txn. It
@@ -20,10 +20,10 @@ import (
 // Config is what the configurator needs to know about its node.
 type Config struct {
 	// NATLoopback holds the node's NAT loopback addresses (at most one IPv4
-	// and one IPv6; see ARCHITECTURE.md, "Node subnet"). Traffic from them to
-	// a pod is a pod reaching itself through a service and is always
-	// permitted (seed services-contiv-vpp.md, "Integration of services with
-	// policies").
+	// and one IPv6; see docs/background.md#the-node-subnet-and-its-nat-loopback).
+	// Traffic from them to a pod is a pod reaching itself through a service
+	// and is always permitted
+	// (docs/background.md#how-services-and-policies-fit-together).
 	NATLoopback []netip.Addr
 	// NodeAddresses are the addresses of the node itself as its pods see them
 	// (the host side). Kubernetes always permits traffic between a pod and
