@@ -7,7 +7,7 @@ import (
 // SubtractSubnets returns disjoint prefixes, sorted by address, that together
 // hold exactly the addresses of network that are in none of except.
 //
-// The seed's GenerateRules uses subtraction instead of overlapping Permit and
+// GenerateRules (docs/background.md#generaterules) uses subtraction instead of overlapping Permit and
 // Deny rules so that a rule list stays "Permit rules, then one Deny", whose
 // meaning does not depend on order. Prefixes of the other family, or that do
 // not overlap network, are ignored. The result has at most
