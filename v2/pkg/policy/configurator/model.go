@@ -27,7 +27,8 @@ type Pod struct {
 	Policies []*Policy
 }
 
-// Policy is a NetworkPolicy in vcoil's model (the seed's "ContivPolicy"):
+// Policy is a NetworkPolicy in vcoil's model (the Contiv/VPP design's
+// "ContivPolicy", docs/background.md#policy-layers):
 // label selectors are resolved to pods and their addresses, namespaces are
 // expanded into their pods, and named ports are resolved to numbers for the
 // pods they refer to. A Policy may be shared by all the pods it selects and
