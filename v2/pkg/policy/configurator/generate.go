@@ -25,7 +25,8 @@ func (t PolicyType) String() string {
 	return "Ingress"
 }
 
-// GenerateRules implements the seed's GenerateRules: it turns the policies of
+// GenerateRules implements GenerateRules of the Contiv/VPP design
+// (docs/background.md#generaterules): it turns the policies of
 // one pod for one direction (the pod's point of view) into the rule list of
 // the opposite direction from the vswitch point of view. Policies for
 // PolicyIngress give the renderer's Egress list (the peer is the source,
