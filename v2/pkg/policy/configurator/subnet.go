@@ -7,8 +7,9 @@ import (
 // SubtractSubnets returns disjoint prefixes, sorted by address, that together
 // hold exactly the addresses of network that are in none of except.
 //
-// GenerateRules (docs/background.md#generaterules) uses subtraction instead of overlapping Permit and
-// Deny rules so that a rule list stays "Permit rules, then one Deny", whose
+// GenerateRules (docs/background.md#generaterules) uses subtraction instead
+// of overlapping Permit and Deny rules so that a rule list stays "Permit
+// rules, then one Deny", whose
 // meaning does not depend on order. Prefixes of the other family, or that do
 // not overlap network, are ignored. The result has at most
 // len(except) × (prefix length difference) prefixes: each except is peeled
