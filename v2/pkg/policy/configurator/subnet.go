@@ -11,9 +11,8 @@ import (
 // of overlapping Permit and Deny rules so that a rule list stays "Permit
 // rules, then one Deny", whose meaning does not depend on order. Prefixes of
 // the other family, or that do not overlap network, are ignored. The result
-// has at most
-// len(except) × (prefix length difference) prefixes: each except is peeled
-// off by halving the prefix around it.
+// has at most len(except) × (prefix length difference) prefixes: each except
+// is peeled off by halving the prefix around it.
 func SubtractSubnets(network netip.Prefix, except []netip.Prefix) []netip.Prefix {
 	network = network.Masked()
 	var relevant []netip.Prefix
