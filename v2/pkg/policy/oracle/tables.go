@@ -8,7 +8,7 @@ import (
 )
 
 // Tables evaluates connections the way a network stack applies the renderer
-// cache's output on one node (seed policies-contiv-vpp.md, "ACL Renderer"):
+// cache's output on one node (docs/background.md#the-renderer-cache):
 //
 // For SideEgress, a pod's local table sits on the egress side of the pod's
 // interface (traffic towards the pod) and the global table on the egress
