@@ -1,7 +1,7 @@
 // Package renderer is the contract between vcoil's policy configurator and the
 // network stacks that enforce NetworkPolicies (the VPP ACL renderer, the Linux
 // nftables renderer). It defines the 6-tuple Rule of the Contiv/VPP policy
-// design (seed policies-contiv-vpp.md, "ContivRule semantics") with its total
+// design (docs/background.md#the-6-tuple-rule-and-its-order) with its total
 // order, the per-pod rule lists a renderer receives in one transaction, and the
 // rule tables that the renderer cache (package renderer/cache) builds from them.
 //
@@ -9,7 +9,7 @@
 // addresses, never Kubernetes objects. The package holds types and pure
 // functions only; it does no I/O.
 //
-// Direction words follow the seed and mean the vswitch point of view:
+// Direction words follow that design and mean the vswitch point of view:
 //
 //   - Ingress rules filter traffic that enters the vswitch from the pod, so they
 //     come from the pod's Egress policies; their source network is always "any"
