@@ -82,7 +82,8 @@ func (r PortRange) String() string {
 	return strconv.Itoa(int(r.First)) + "-" + strconv.Itoa(int(r.Last))
 }
 
-// Rule is the 6-tuple of the seed ("ContivRule"): source network, source
+// Rule is the 6-tuple of the Contiv/VPP design ("ContivRule",
+// docs/background.md#the-6-tuple-rule-and-its-order): source network, source
 // ports, destination network, destination ports, protocol and action.
 //
 // A network that is not valid (the zero netip.Prefix) means "any address of
@@ -174,8 +175,8 @@ func networkString(n netip.Prefix) string {
 }
 
 // Compare is a total order on rules in which a rule that matches a strict
-// subset of another rule's traffic comes first (seed, "ContivRule
-// semantics", ordering option 3). A renderer that applies the rules of a
+// subset of another rule's traffic comes first (the third ordering of
+// docs/background.md#the-6-tuple-rule-and-its-order). A renderer that applies the rules of a
 // table in this order with first-match semantics, or with a longest-prefix
 // match, gets the table's meaning.
 //
