@@ -67,7 +67,8 @@ type Txn struct {
 
 // Renderer installs rules into one network stack. Render must leave the
 // stack enforcing, for every pod, the last rules it received for that pod
-// (seed, "Renderers"). It is called from one goroutine at a time.
+// (docs/background.md#policy-layers). It is called from one goroutine at a
+// time.
 type Renderer interface {
 	Render(ctx context.Context, txn Txn) error
 }
@@ -81,7 +82,8 @@ type TableID string
 const GlobalTableID TableID = "global"
 
 // Table is an ordered list of rules applied together with first-match
-// semantics, as the renderer cache returns it (seed, "Renderer cache"). A
+// semantics, as the renderer cache returns it
+// (docs/background.md#the-renderer-cache). A
 // table that is not empty ends with a rule matching all traffic.
 type Table struct {
 	ID    TableID
