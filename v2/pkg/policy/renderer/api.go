@@ -83,8 +83,8 @@ const GlobalTableID TableID = "global"
 
 // Table is an ordered list of rules applied together with first-match
 // semantics, as the renderer cache returns it
-// (docs/background.md#the-renderer-cache). A
-// table that is not empty ends with a rule matching all traffic.
+// (docs/background.md#the-renderer-cache). A table that is not empty ends
+// with a rule matching all traffic.
 type Table struct {
 	ID    TableID
 	Rules []Rule
