@@ -176,9 +176,9 @@ func networkString(n netip.Prefix) string {
 
 // Compare is a total order on rules in which a rule that matches a strict
 // subset of another rule's traffic comes first (the third ordering of
-// docs/background.md#the-6-tuple-rule-and-its-order). A renderer that applies the rules of a
-// table in this order with first-match semantics, or with a longest-prefix
-// match, gets the table's meaning.
+// docs/background.md#the-6-tuple-rule-and-its-order). A renderer that
+// applies the rules of a table in this order with first-match semantics, or
+// with a longest-prefix match, gets the table's meaning.
 //
 // The order is lexicographic over source network, destination network,
 // protocol, destination ports, source ports and action, where each component
