@@ -111,7 +111,8 @@ func (d *driver) nodeInterface(iface NodeInterface) (uint32, error) {
 
 // applyRole adds the features of add and removes those of remove on sw.
 // NAT44-ED wants one call per feature: only NAT_IS_INSIDE counts, and
-// "outside" is flags 0 (VPP-NOTES.md).
+// "outside" is flags 0 (seen on VPP 25.10; an interface that is both inside
+// and outside needs two calls).
 func (d *driver) applyRole(sw uint32, add, remove NATRole) error {
 	if add == 0 && remove == 0 {
 		return nil
