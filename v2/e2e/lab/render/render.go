@@ -2,7 +2,8 @@
 // local cluster's components: containerd, kubelet, kube-proxy, the control
 // plane, kubeconfigs, and the cluster DNS manifests. It holds the settings
 // that make Kubernetes run in network namespaces on the project's machines
-// (see shared/design/LOCAL-CLUSTER-NOTES.md) and does no I/O.
+// (see docs/background.md#kubernetes-inside-network-namespaces) and does no
+// I/O.
 package render
 
 import (
