@@ -40,8 +40,8 @@ func runAll(cmds ...[]string) error {
 }
 
 // inNetns prefixes a command so that it runs in a lab network namespace
-// (only: the mount namespace stays the caller's, since a private one would
-// hide the kubelet's volume mounts from runc; see
+// (only: the mount namespace stays the caller's, where `ip netns exec` would
+// make a private one; see
 // docs/background.md#kubernetes-inside-network-namespaces).
 func inNetns(ns string, args ...string) []string {
 	return append([]string{"nsenter", "--net=" + netnsPath(ns), "--"}, args...)
