@@ -36,7 +36,7 @@ const (
 	// through (reflected) on every interface.
 	SideEgress Side = iota
 	// SideIngress is the mirror, for stacks that filter where traffic enters
-	// (VPPTCP session rules in the seed): a pod's local table filters the
+	// (session rules of VPP's TCP stack in the Contiv/VPP design): a pod's local table filters the
 	// traffic entering the vswitch from the pod, and the global table filters
 	// the traffic entering the node from its uplinks. A connection is decided
 	// by the source's local table if the source is a local pod, else by the
@@ -161,8 +161,8 @@ func (c *Cache) Side() Side { return c.side }
 
 // orient turns a rule list between the renderer's orientation and the
 // egress-side orientation in which the algorithms are written. For
-// SideIngress it swaps source and destination networks (the seed: "only
-// source and destination IPs are swapped"); ports stay, since the
+// SideIngress it swaps source and destination networks, as the Contiv/VPP
+// design does (docs/background.md#where-acls-sit-relative-to-nat); ports stay, since the
 // destination port is the port of the connection's server either way.
 func (c *Cache) orient(rules []renderer.Rule) []renderer.Rule {
 	if c.side == SideEgress || len(rules) == 0 {
@@ -616,7 +616,8 @@ func (c *Cache) combineCandidates(p *podState, visit func(netip.Addr)) {
 	}
 }
 
-// combine is the body of the seed's CombineRules for one target pod p (pod1)
+// combine is the body of CombineRules (docs/background.md#combinerules-and-local-tables)
+// for one target pod p (pod1)
 // and one address x of another known pod (pod2): if what p permits from x is
 // not all permitted by x's own rules towards p, it returns the rules that
 // replace p's rules for source x: Permit the intersection, then deny the rest
@@ -652,7 +653,7 @@ func addrOfFamily(ips []netip.Addr, v4 bool) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// localTable is the seed's buildLocalTable: p's own rules, where the rules
+// localTable is the Contiv/VPP design's buildLocalTable: p's own rules, where the rules
 // for each combined peer address are replaced by its insertions, in output
 // orientation. An open pod with no insertions has no table.
 func (c *Cache) localTable(p *podState) []renderer.Rule {
@@ -751,7 +752,8 @@ func (c *Cache) setGlobalBlocks(p *podState) {
 	}
 }
 
-// buildGlobalTable is the seed's BuildGlobalTable: the rules of every local
+// buildGlobalTable is BuildGlobalTable (docs/background.md#buildglobaltable):
+// the rules of every local
 // pod on traffic from it, with its address as source, and PermitAll for the
 // rest. In the egress-side orientation the blocks are already in Compare
 // order when concatenated by address (the source network is the first key).
