@@ -36,9 +36,9 @@ const (
 	// through (reflected) on every interface.
 	SideEgress Side = iota
 	// SideIngress is the mirror, for stacks that filter where traffic enters
-	// (session rules of VPP's TCP stack in the Contiv/VPP design): a pod's local table filters the
-	// traffic entering the vswitch from the pod, and the global table filters
-	// the traffic entering the node from its uplinks. A connection is decided
+	// (session rules of VPP's TCP stack in the Contiv/VPP design): a pod's
+	// local table filters the traffic entering the vswitch from the pod, and
+	// the global table filters the traffic entering the node from its uplinks. A connection is decided
 	// by the source's local table if the source is a local pod, else by the
 	// global table.
 	SideIngress
@@ -162,8 +162,9 @@ func (c *Cache) Side() Side { return c.side }
 // orient turns a rule list between the renderer's orientation and the
 // egress-side orientation in which the algorithms are written. For
 // SideIngress it swaps source and destination networks, as the Contiv/VPP
-// design does (docs/background.md#where-acls-sit-relative-to-nat); ports stay, since the
-// destination port is the port of the connection's server either way.
+// design does (docs/background.md#where-acls-sit-relative-to-nat); ports
+// stay, since the destination port is the port of the connection's server
+// either way.
 func (c *Cache) orient(rules []renderer.Rule) []renderer.Rule {
 	if c.side == SideEgress || len(rules) == 0 {
 		return rules
@@ -616,9 +617,9 @@ func (c *Cache) combineCandidates(p *podState, visit func(netip.Addr)) {
 	}
 }
 
-// combine is the body of CombineRules (docs/background.md#combinerules-and-local-tables)
-// for one target pod p (pod1)
-// and one address x of another known pod (pod2): if what p permits from x is
+// combine is the body of CombineRules
+// (docs/background.md#combinerules-and-local-tables) for one target pod p
+// (pod1) and one address x of another known pod (pod2): if what p permits from x is
 // not all permitted by x's own rules towards p, it returns the rules that
 // replace p's rules for source x: Permit the intersection, then deny the rest
 // from x. Otherwise it returns nil and p's rules stand.
@@ -653,9 +654,9 @@ func addrOfFamily(ips []netip.Addr, v4 bool) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// localTable is the Contiv/VPP design's buildLocalTable: p's own rules, where the rules
-// for each combined peer address are replaced by its insertions, in output
-// orientation. An open pod with no insertions has no table.
+// localTable is the Contiv/VPP design's buildLocalTable: p's own rules,
+// where the rules for each combined peer address are replaced by its
+// insertions, in output orientation. An open pod with no insertions has no table.
 func (c *Cache) localTable(p *podState) []renderer.Rule {
 	if p.blocks.len() == 0 {
 		if p.ownIx.open {
@@ -753,9 +754,8 @@ func (c *Cache) setGlobalBlocks(p *podState) {
 }
 
 // buildGlobalTable is BuildGlobalTable (docs/background.md#buildglobaltable):
-// the rules of every local
-// pod on traffic from it, with its address as source, and PermitAll for the
-// rest. In the egress-side orientation the blocks are already in Compare
+// the rules of every local pod on traffic from it, with its address as
+// source, and PermitAll for the rest. In the egress-side orientation the blocks are already in Compare
 // order when concatenated by address (the source network is the first key).
 func (c *Cache) buildGlobalTable() []renderer.Rule {
 	if len(c.globalBlocks) == 0 {
