@@ -619,10 +619,10 @@ func (c *Cache) combineCandidates(p *podState, visit func(netip.Addr)) {
 
 // combine is the body of CombineRules
 // (docs/background.md#combinerules-and-local-tables) for one target pod p
-// (pod1) and one address x of another known pod (pod2): if what p permits from x is
-// not all permitted by x's own rules towards p, it returns the rules that
-// replace p's rules for source x: Permit the intersection, then deny the rest
-// from x. Otherwise it returns nil and p's rules stand.
+// (pod1) and one address x of another known pod (pod2): if what p permits
+// from x is not all permitted by x's own rules towards p, it returns the
+// rules that replace p's rules for source x: Permit the intersection, then
+// deny the rest from x. Otherwise it returns nil and p's rules stand.
 func (c *Cache) combine(p *podState, x netip.Addr) []renderer.Rule {
 	other := c.byIP[x]
 	if other == nil || other == p || other.outIx.open {
