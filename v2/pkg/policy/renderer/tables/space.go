@@ -9,7 +9,8 @@ import (
 
 // space is a set of connections between two fixed addresses, described by
 // protocol and destination port: what a rule list permits for one pair of
-// peers. The seed's CombineRules works on sets of TCP and UDP ports; vcoil
+// peers. CombineRules of the Contiv/VPP design works on sets of TCP and UDP
+// ports (docs/background.md#combinerules-and-local-tables); vcoil
 // adds SCTP and "every protocol", which is the only way a rule list permits
 // protocols without ports.
 type space struct {
