@@ -90,7 +90,7 @@ func wantTable(t *testing.T, c *cache.Cache, name string, want []renderer.Rule) 
 	}
 }
 
-// The scenario of the seed's CombineRules: web admits the client on TCP 80
+// A CombineRules scenario: web admits the client on TCP 80
 // and 8080, the client may only send to web on TCP 80.
 func webAndClient(t *testing.T) renderer.Txn {
 	web := pod("web", "10.0.0.1")
