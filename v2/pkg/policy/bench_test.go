@@ -17,7 +17,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
-	rcache "github.com/vcoil/vcoil/v2/pkg/policy/renderer/cache"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 
 	"github.com/go-logr/logr"
 )
@@ -125,7 +125,7 @@ func benchPipeline(b *testing.B, c *oracle.Cluster) (*pcache.Cache, *cacheOnly) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &cacheOnly{cache: rcache.New(rcache.SideEgress)}
+	r := &cacheOnly{cache: tables.New(tables.SideEgress)}
 	conf.Register("acl", r)
 	pc := pcache.New()
 	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))
@@ -137,8 +137,8 @@ func benchPipeline(b *testing.B, c *oracle.Cluster) (*pcache.Cache, *cacheOnly) 
 
 // cacheOnly is a renderer that only keeps the renderer cache up to date.
 type cacheOnly struct {
-	cache *rcache.Cache
-	last  rcache.Changes
+	cache *tables.Cache
+	last  tables.Changes
 	pods  int
 }
 

@@ -6,7 +6,7 @@
 //	          -> processor.Processor               which local pods changed; policies in vcoil's model
 //	          -> configurator.Configurator         GenerateRules: 6-tuple rules per pod and direction
 //	          -> renderer.Renderer (one per stack) receives renderer.Txn
-//	             using renderer/cache.Cache        CombineRules, BuildGlobalTable, shared tables, changes
+//	             using renderer/tables.Cache       CombineRules, BuildGlobalTable, shared tables, changes
 //
 // This package holds no code of its own, only the tests that run the layers
 // together: the property test against the Kubernetes semantics (package

@@ -15,7 +15,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	rcache "github.com/vcoil/vcoil/v2/pkg/policy/renderer/cache"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
 // pipeline is the whole stack of one node, with a renderer cache per side
@@ -30,7 +30,7 @@ type pipeline struct {
 // Changes to a simulated network stack, checking that they are consistent
 // and minimal and that the stack ends up as the cache says.
 type cacheRenderer struct {
-	cache *rcache.Cache
+	cache *tables.Cache
 	txns  int
 	stack stack
 }
@@ -55,7 +55,7 @@ func (r *cacheRenderer) Render(_ context.Context, txn renderer.Txn) error {
 	return r.stack.matches(r.cache)
 }
 
-func (s *stack) apply(ch rcache.Changes) error {
+func (s *stack) apply(ch tables.Changes) error {
 	if s.tables == nil {
 		s.tables = make(map[renderer.TableID][]renderer.Rule)
 		s.pods = make(map[renderer.PodID]renderer.TableID)
@@ -110,15 +110,15 @@ func (s *stack) apply(ch rcache.Changes) error {
 }
 
 // matches checks the stack against the cache's own view.
-func (s *stack) matches(rc *rcache.Cache) error {
+func (s *stack) matches(rc *tables.Cache) error {
 	if !slices.Equal(s.global, rc.GlobalTable().Rules) {
 		return fmt.Errorf("the stack's global table differs from the cache's")
 	}
-	tables := rc.LocalTables()
-	if len(tables) != len(s.tables) {
-		return fmt.Errorf("the stack has %d tables, the cache %d", len(s.tables), len(tables))
+	local := rc.LocalTables()
+	if len(local) != len(s.tables) {
+		return fmt.Errorf("the stack has %d tables, the cache %d", len(s.tables), len(local))
 	}
-	for _, t := range tables {
+	for _, t := range local {
 		if !slices.Equal(s.tables[t.ID], t.Rules) {
 			return fmt.Errorf("table %s differs between the stack and the cache", t.ID)
 		}
@@ -145,8 +145,8 @@ func newPipeline(c *oracle.Cluster) (*pipeline, error) {
 	}
 	p := &pipeline{
 		cache:   pcache.New(),
-		egress:  &cacheRenderer{cache: rcache.New(rcache.SideEgress)},
-		ingress: &cacheRenderer{cache: rcache.New(rcache.SideIngress)},
+		egress:  &cacheRenderer{cache: tables.New(tables.SideEgress)},
+		ingress: &cacheRenderer{cache: tables.New(tables.SideIngress)},
 	}
 	conf.Register("egress", p.egress)
 	conf.Register("ingress", p.ingress)
@@ -201,9 +201,9 @@ func (p *pipeline) disagreement(c *oracle.Cluster, pick func(int) int) string {
 }
 
 // describe prints the tables that decide conn, for failure messages.
-func (p *pipeline) describe(side rcache.Side, conn oracle.Connection) string {
+func (p *pipeline) describe(side tables.Side, conn oracle.Connection) string {
 	rc := p.egress.cache
-	if side == rcache.SideIngress {
+	if side == tables.SideIngress {
 		rc = p.ingress.cache
 	}
 	var b strings.Builder
@@ -227,7 +227,7 @@ func rulesString(rules []renderer.Rule) string {
 
 // stateOf summarizes a renderer cache independently of table IDs: each
 // pod's local table rules and the global table.
-func stateOf(rc *rcache.Cache) map[string][]renderer.Rule {
+func stateOf(rc *tables.Cache) map[string][]renderer.Rule {
 	out := map[string][]renderer.Rule{"global": rc.GlobalTable().Rules}
 	for _, pr := range rc.Pods() {
 		t, _ := rc.LocalTable(pr.Pod)
@@ -236,7 +236,7 @@ func stateOf(rc *rcache.Cache) map[string][]renderer.Rule {
 	return out
 }
 
-func sameState(a, b *rcache.Cache) string {
+func sameState(a, b *tables.Cache) string {
 	sa, sb := stateOf(a), stateOf(b)
 	for k, ra := range sa {
 		rb, ok := sb[k]
@@ -258,13 +258,13 @@ func sameState(a, b *rcache.Cache) string {
 // checkTables checks the invariants of a renderer cache's tables: sorted by
 // Compare, valid rules, ending with a rule matching all, and shared tables
 // really equal.
-func checkTables(t *testing.T, rc *rcache.Cache) {
+func checkTables(t *testing.T, rc *tables.Cache) {
 	t.Helper()
-	tables := rc.LocalTables()
+	all := rc.LocalTables()
 	if g := rc.GlobalTable(); len(g.Rules) > 0 {
-		tables = append(tables, g)
+		all = append(all, g)
 	}
-	for _, tbl := range tables {
+	for _, tbl := range all {
 		for i, r := range tbl.Rules {
 			if err := r.Validate(); err != nil {
 				t.Fatalf("table %s: %v", tbl.ID, err)

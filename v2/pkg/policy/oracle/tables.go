@@ -4,7 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	rcache "github.com/vcoil/vcoil/v2/pkg/policy/renderer/cache"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
 // Tables evaluates connections the way a network stack applies the renderer
@@ -25,7 +25,7 @@ import (
 //
 // Tables are applied in order with first-match semantics.
 type Tables struct {
-	Side rcache.Side
+	Side tables.Side
 	// Local maps the address of each local pod to its local table; a local
 	// pod without a table has a nil entry.
 	Local map[netip.Addr][]renderer.Rule
@@ -38,7 +38,7 @@ type Tables struct {
 func (t *Tables) Allowed(c Connection) (allowed, decided bool) {
 	_, srcLocal := t.Local[c.Src]
 	_, dstLocal := t.Local[c.Dst]
-	if t.Side == rcache.SideEgress {
+	if t.Side == tables.SideEgress {
 		switch {
 		case dstLocal:
 			return firstMatch(t.Local[c.Dst], c), true
@@ -97,7 +97,7 @@ func ruleMatches(r *renderer.Rule, c Connection) bool {
 }
 
 // TablesOf reads a renderer cache's state into a Tables.
-func TablesOf(c *rcache.Cache) *Tables {
+func TablesOf(c *tables.Cache) *Tables {
 	t := &Tables{Side: c.Side(), Local: make(map[netip.Addr][]renderer.Rule), Global: c.GlobalTable().Rules}
 	for _, p := range c.Pods() {
 		tbl, _ := c.LocalTable(p.Pod)

@@ -1,4 +1,4 @@
-package cache
+package tables
 
 import (
 	"net/netip"

@@ -1,5 +1,6 @@
-// Package cache is the renderer cache of the seed (policies-contiv-vpp.md,
-// "Renderer cache" and "Rule transformations"): it keeps the rules of every
+// Package tables is the renderer cache (see docs/background.md, Policies:
+// "Renderer cache" and "Rule transformations"): it combines the per-pod rule
+// lists of the configurator into rule tables. It keeps the rules of every
 // local pod as the configurator sent them, combines the two directions into
 // one side (CombineRules), builds the node's global table
 // (BuildGlobalTable), shares one local table between pods whose tables are
@@ -10,7 +11,7 @@
 // state (LocalTables, Assignments, GlobalTable) on its next resync.
 //
 // A Cache is pure logic, not safe for concurrent use; a renderer owns one.
-package cache
+package tables
 
 import (
 	"encoding/binary"

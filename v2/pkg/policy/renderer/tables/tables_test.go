@@ -1,4 +1,4 @@
-package cache_test
+package tables_test
 
 import (
 	"net/netip"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/cache"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
 // rule builds a rule from "permit|deny proto src -> dst [port]" where proto
@@ -70,7 +70,7 @@ func pod(name string, ips ...string) renderer.PodRules {
 
 func id(name string) renderer.PodID { return renderer.PodID{Namespace: "ns", Name: name} }
 
-func apply(t *testing.T, c *cache.Cache, txn renderer.Txn) cache.Changes {
+func apply(t *testing.T, c *tables.Cache, txn renderer.Txn) tables.Changes {
 	t.Helper()
 	ch, err := c.Apply(txn)
 	if err != nil {
@@ -79,7 +79,7 @@ func apply(t *testing.T, c *cache.Cache, txn renderer.Txn) cache.Changes {
 	return ch
 }
 
-func wantTable(t *testing.T, c *cache.Cache, name string, want []renderer.Rule) {
+func wantTable(t *testing.T, c *tables.Cache, name string, want []renderer.Rule) {
 	t.Helper()
 	got, ok := c.LocalTable(id(name))
 	if !ok && want != nil {
@@ -106,7 +106,7 @@ func webAndClient(t *testing.T) renderer.Txn {
 }
 
 func TestCombineRulesKeepsOnlyWhatBothEndsPermit(t *testing.T) {
-	c := cache.New(cache.SideEgress)
+	c := tables.New(tables.SideEgress)
 	ch := apply(t, c, webAndClient(t))
 	wantTable(t, c, "web", rules(t,
 		"permit tcp 10.0.0.2/32 -> any 80",
@@ -126,7 +126,7 @@ func TestCombineRulesKeepsOnlyWhatBothEndsPermit(t *testing.T) {
 }
 
 func TestCombineRulesLeavesRulesAloneWhenThePeerMaySendMore(t *testing.T) {
-	c := cache.New(cache.SideEgress)
+	c := tables.New(tables.SideEgress)
 	txn := webAndClient(t)
 	txn.Pods[1].Ingress = rules(t, "permit any any -> 10.0.0.0/24", "deny any any -> any")
 	apply(t, c, txn)
@@ -134,7 +134,7 @@ func TestCombineRulesLeavesRulesAloneWhenThePeerMaySendMore(t *testing.T) {
 }
 
 func TestAnOpenPodGetsATableWhenARestrictedLocalPeerTalksToIt(t *testing.T) {
-	c := cache.New(cache.SideEgress)
+	c := tables.New(tables.SideEgress)
 	txn := webAndClient(t)
 	txn.Pods[0].Egress = nil
 	apply(t, c, txn)
@@ -145,7 +145,7 @@ func TestAnOpenPodGetsATableWhenARestrictedLocalPeerTalksToIt(t *testing.T) {
 }
 
 func TestTheIngressSideMirrorsTheTables(t *testing.T) {
-	c := cache.New(cache.SideIngress)
+	c := tables.New(tables.SideIngress)
 	apply(t, c, webAndClient(t))
 	// The client may send only what web admits; web admits more, so the
 	// client's table is its own rules.
@@ -172,7 +172,7 @@ func TestTheIngressSideMirrorsTheTables(t *testing.T) {
 }
 
 func TestTheGlobalTableKeepsEachFamilyWithItsAddress(t *testing.T) {
-	c := cache.New(cache.SideEgress)
+	c := tables.New(tables.SideEgress)
 	p := pod("dual", "10.0.0.5", "fd00::5")
 	p.Ingress = rules(t,
 		"permit tcp any -> 10.0.0.3/32 80",
@@ -191,7 +191,7 @@ func TestTheGlobalTableKeepsEachFamilyWithItsAddress(t *testing.T) {
 }
 
 func TestPodsWithEqualTablesShareOneAndChangesAreMinimal(t *testing.T) {
-	c := cache.New(cache.SideEgress)
+	c := tables.New(tables.SideEgress)
 	a := rules(t, "permit tcp 10.0.0.9/32 -> any 80", "deny any any -> any")
 	b := rules(t, "permit tcp 10.0.0.9/32 -> any 443", "deny any any -> any")
 	d := rules(t, "permit udp 10.0.0.9/32 -> any 53", "deny any any -> any")
@@ -205,21 +205,21 @@ func TestPodsWithEqualTablesShareOneAndChangesAreMinimal(t *testing.T) {
 		added       int
 		changed     []renderer.TableID
 		removed     []renderer.TableID
-		assignments []cache.Assignment
+		assignments []tables.Assignment
 	}
 	steps := []step{
 		{"two pods with equal rules share one new table",
 			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, a), withEgress(two, a)}},
-			1, nil, nil, []cache.Assignment{{Pod: id("one"), Table: "local-1"}, {Pod: id("two"), Table: "local-1"}}},
+			1, nil, nil, []tables.Assignment{{Pod: id("one"), Table: "local-1"}, {Pod: id("two"), Table: "local-1"}}},
 		{"a pod that leaves a shared table gets a new one",
 			renderer.Txn{Pods: []renderer.PodRules{withEgress(two, b)}},
-			1, nil, nil, []cache.Assignment{{Pod: id("two"), Table: "local-2"}}},
+			1, nil, nil, []tables.Assignment{{Pod: id("two"), Table: "local-2"}}},
 		{"a pod joining an equal table frees its own",
 			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, b)}},
-			0, nil, []renderer.TableID{"local-1"}, []cache.Assignment{{Pod: id("one"), Table: "local-2"}}},
+			0, nil, []renderer.TableID{"local-1"}, []tables.Assignment{{Pod: id("one"), Table: "local-2"}}},
 		{"a pod leaving again gets a new table",
 			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, d)}},
-			1, nil, nil, []cache.Assignment{{Pod: id("one"), Table: "local-3"}}},
+			1, nil, nil, []tables.Assignment{{Pod: id("one"), Table: "local-3"}}},
 		{"a table of one pod is changed in place",
 			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, e)}},
 			0, []renderer.TableID{"local-3"}, nil, nil},
@@ -228,10 +228,10 @@ func TestPodsWithEqualTablesShareOneAndChangesAreMinimal(t *testing.T) {
 			0, nil, nil, nil},
 		{"a resync forgets the pods it does not list",
 			renderer.Txn{Resync: true, Pods: []renderer.PodRules{withEgress(two, b)}},
-			0, nil, []renderer.TableID{"local-3"}, []cache.Assignment{{Pod: id("one")}}},
+			0, nil, []renderer.TableID{"local-3"}, []tables.Assignment{{Pod: id("one")}}},
 		{"a pod that becomes open loses its table",
 			renderer.Txn{Pods: []renderer.PodRules{two}},
-			0, nil, []renderer.TableID{"local-2"}, []cache.Assignment{{Pod: id("two")}}},
+			0, nil, []renderer.TableID{"local-2"}, []tables.Assignment{{Pod: id("two")}}},
 	}
 	for _, s := range steps {
 		ch := apply(t, c, s.txn)
@@ -286,7 +286,7 @@ func TestApplyRejectsAnInvalidTransactionWithoutChangingAnything(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := cache.New(cache.SideEgress)
+			c := tables.New(tables.SideEgress)
 			apply(t, c, valid)
 			before := c.LocalTables()
 			_, err := c.Apply(tc.txn())
