@@ -1,5 +1,5 @@
-// Package tables is the renderer cache (see docs/background.md, Policies:
-// "Renderer cache" and "Rule transformations"): it combines the per-pod rule
+// Package tables is the renderer cache (docs/background.md#the-renderer-cache
+// and #where-acls-sit-relative-to-nat): it combines the per-pod rule
 // lists of the configurator into rule tables. It keeps the rules of every
 // local pod as the configurator sent them, combines the two directions into
 // one side (CombineRules), builds the node's global table
