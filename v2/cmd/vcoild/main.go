@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -211,8 +210,7 @@ func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
 	case "vpp":
 		cfg := vpp.Config{
 			APISocket: f.vpp.apiSocket, NodeNetns: f.netns, MTU: f.mtu, GSO: f.vpp.gso,
-			// The daemon keeps its checkpoint under the state dir's "pods".
-			CheckpointDir: filepath.Join(f.stateDir, "pods"),
+			CheckpointDir: daemon.CheckpointDir(f.stateDir),
 			PodInterface:  vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
 			Uplink: f.vpp.uplink,
 		}

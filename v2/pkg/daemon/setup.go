@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,6 +38,10 @@ type Options struct {
 	Registry prometheus.Registerer
 }
 
+// CheckpointDir is where vcoild keeps its checkpoint under its state
+// directory (Options.StateDir, --state-dir).
+func CheckpointDir(stateDir string) string { return filepath.Join(stateDir, "pods") }
+
 // Daemon is a wired vcoild.
 type Daemon struct {
 	IPAM     *nodeipam.NodeIPAM
@@ -57,7 +62,7 @@ type Daemon struct {
 // and route controllers. vcoild's main and the tests use the same wiring.
 func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 	log := ctrl.Log.WithName("vcoild")
-	store, err := checkpoint.Open(opts.StateDir + "/pods")
+	store, err := checkpoint.Open(CheckpointDir(opts.StateDir))
 	if err != nil {
 		return nil, err
 	}
