@@ -31,10 +31,25 @@ import (
 )
 
 func main() {
-	cfg := cluster.Config{Out: os.Stdout}
-	var nodes int
 	self, _ := os.Executable()
-	cfg.Self = self
+	cfg := &cluster.Config{Out: os.Stdout, Self: self}
+	root := rootCommand(cfg)
+	root.AddCommand(lifecycleCommands(cfg)...)
+	root.AddCommand(inspectCommands(cfg)...)
+	root.AddCommand(accessCommands(cfg, root)...)
+	root.AddCommand(routerCommand())
+	root.AddCommand(demoCommands(cfg)...)
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+// rootCommand holds the flags every subcommand shares; the topology is
+// built from --nodes once they are parsed. The subcommands read cfg when
+// they run, after the flags have filled it.
+func rootCommand(cfg *cluster.Config) *cobra.Command {
+	var nodes int
 	root := &cobra.Command{
 		Use:           "lab",
 		Short:         "vcoil's local cluster of network namespaces",
@@ -52,8 +67,12 @@ func main() {
 	pf.IntVar(&nodes, "nodes", 2, "number of worker nodes")
 	pf.StringVar(&cfg.KubernetesDir, "kubernetes-dir", "", "directory of kube-apiserver, kubelet, kubectl, ... (make kubernetes)")
 	pf.StringVar(&cfg.Etcd, "etcd", "", "etcd binary")
-	pf.StringVar(&cfg.Agent, "agent", filepath.Join(filepath.Dir(self), "agent"), "the network test agent binary (run on the external host)")
+	pf.StringVar(&cfg.Agent, "agent", filepath.Join(filepath.Dir(cfg.Self), "agent"), "the network test agent binary (run on the external host)")
+	return root
+}
 
+// lifecycleCommands bring the lab up, reload its images and take it down.
+func lifecycleCommands(cfg *cluster.Config) []*cobra.Command {
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "bring the lab up (a lab already up is left alone)",
@@ -78,13 +97,18 @@ func main() {
 	}
 	up.Flags().StringVar(&cfg.Overlay, "overlay", "v2/config/overlays/lab", "vcoil's kustomize overlay")
 	up.Flags().IntVar(&cfg.CoreDNSReplicas, "coredns-replicas", 1, "replicas of CoreDNS")
-
 	down := &cobra.Command{
 		Use:   "down",
 		Short: "remove the lab and everything it made; fails loudly if anything is left",
 		Args:  cobra.NoArgs,
 		RunE:  func(*cobra.Command, []string) error { return cfg.Down() },
 	}
+	return []*cobra.Command{up, reload, down}
+}
+
+// inspectCommands tell what a lab left on the machine and how a running
+// one is.
+func inspectCommands(cfg *cluster.Config) []*cobra.Command {
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "list what a lab left on the machine (nothing after a clean down)",
@@ -117,13 +141,19 @@ func main() {
 			return nil
 		},
 	}
+	return []*cobra.Command{check, status}
+}
+
+// accessCommands run programs in the lab: any command in one of its
+// network namespaces, or kubectl.
+func accessCommands(cfg *cluster.Config, root *cobra.Command) []*cobra.Command {
 	var netns string
 	execCmd := &cobra.Command{
 		Use:   "exec [--netns cp|ext|fabric|NODE] -- COMMAND [ARG...]",
 		Short: "run a command in a lab network namespace (mount namespace unchanged) with KUBECONFIG and lab.env set",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return execIn(cfg, netns, args)
+			return execIn(*cfg, netns, args)
 		},
 	}
 	execCmd.Flags().StringVar(&netns, "netns", "cp", "namespace: cp (control plane), ext (external host), fabric, or a node's name")
@@ -134,6 +164,7 @@ func main() {
 		RunE: func(_ *cobra.Command, args []string) error {
 			// Flag parsing is off for kubectl's sake: take the lab's own
 			// flags from the front.
+			pf := root.PersistentFlags()
 			for len(args) > 0 && strings.HasPrefix(args[0], "--") {
 				name, value, hasValue := strings.Cut(strings.TrimPrefix(args[0], "--"), "=")
 				if pf.Lookup(name) == nil {
@@ -154,22 +185,33 @@ func main() {
 			return syscall.Exec(wrapper, append([]string{wrapper}, args...), os.Environ())
 		},
 	}
-	var routerKubeconfig string
-	routerCmd := &cobra.Command{
+	return []*cobra.Command{execCmd, kubectl}
+}
+
+// routerCommand is the fabric's router, which lab up starts in the fabric
+// namespace; it is hidden from users.
+func routerCommand() *cobra.Command {
+	var kubeconfig string
+	cmd := &cobra.Command{
 		Use:    "router --kubeconfig FILE",
 		Short:  "keep the fabric's routes to pod blocks (run by up inside the fabric namespace)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctrl.SetLogger(zap.New())
-			rc, err := clientcmd.BuildConfigFromFlags("", routerKubeconfig)
+			rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 			if err != nil {
 				return err
 			}
 			return router.Run(ctrl.SetupSignalHandler(), rc, ctrl.Log.WithName("router"))
 		},
 	}
-	routerCmd.Flags().StringVar(&routerKubeconfig, "kubeconfig", "", "kubeconfig of the router")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the router")
+	return cmd
+}
+
+// demoCommands deploy the sample application and show its connectivity.
+func demoCommands(cfg *cluster.Config) []*cobra.Command {
 	demo := &cobra.Command{
 		Use:   "demo",
 		Short: "deploy the sample application and print the connectivity matrix (the lab must be up)",
@@ -186,11 +228,7 @@ func main() {
 			return cfg.Matrix(cmd.Context())
 		},
 	}
-	root.AddCommand(up, reload, down, check, status, execCmd, kubectl, routerCmd, demo, matrix)
-	if err := root.ExecuteContext(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "lab:", err)
-		os.Exit(1)
-	}
+	return []*cobra.Command{demo, matrix}
 }
 
 // execIn replaces this process by nsenter into the namespace, so that the
