@@ -37,6 +37,41 @@ func (d *driver) resync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	routes, err := podRoutesByInterface(ch)
+	if err != nil {
+		return err
+	}
+	// Only the first sync adopts pods, and a TAP names an adopted pod's
+	// namespace.
+	var taps map[uint32]*tapv2.SwInterfaceTapV2Details
+	if d.initial {
+		if taps, err = tapDump(ch); err != nil {
+			return err
+		}
+	}
+	found, err := d.podInterfaces(ifs, veths)
+	if err != nil {
+		return err
+	}
+	if err := d.syncPodInterfaces(ctx, found, routes, taps); err != nil {
+		return err
+	}
+	d.wireMissingPods(ctx)
+	if err := d.removeUnwantedVeths(ctx, veths); err != nil {
+		return err
+	}
+	if err := d.syncBlocks(ctx); err != nil {
+		return err
+	}
+	return d.applyNodeRoles()
+}
+
+// podInterfaces returns VPP's pod interfaces by key, from their tags. A
+// hashed tag is matched against the keys the driver knows (the desired
+// pods', the af_packet veths' aliases). An interface whose hashed tag
+// matches none belongs to no pod anyone can name, and a pod has one
+// interface: such interfaces, and second ones, are deleted.
+func (d *driver) podInterfaces(ifs []vppInterface, veths map[string]dataplane.PodKey) (map[dataplane.PodKey]vppInterface, error) {
 	hashed := map[string]dataplane.PodKey{}
 	for key := range d.pods {
 		hashed[hashedTag(key)] = key
@@ -44,17 +79,6 @@ func (d *driver) resync(ctx context.Context) error {
 	for _, key := range veths {
 		hashed[hashedTag(key)] = key
 	}
-	routes, err := podRoutesByInterface(ch)
-	if err != nil {
-		return err
-	}
-	var taps map[uint32]*tapv2.SwInterfaceTapV2Details
-	if d.initial {
-		if taps, err = tapDump(ch); err != nil {
-			return err
-		}
-	}
-
 	found := map[dataplane.PodKey]vppInterface{}
 	for _, i := range ifs {
 		t, ok := parsePodTag(i.tag)
@@ -66,7 +90,7 @@ func (d *driver) resync(ctx context.Context) error {
 			if key, ok = hashed[t.tag]; !ok {
 				d.log.Info("removing a pod interface whose hashed tag no known key matches", "vppInterface", i.name, "tag", i.tag)
 				if err := d.deleteInterface(i); err != nil {
-					return err
+					return nil, err
 				}
 				continue
 			}
@@ -74,13 +98,22 @@ func (d *driver) resync(ctx context.Context) error {
 		if _, dup := found[key]; dup {
 			d.log.Info("removing a second interface of one pod", "vppInterface", i.name, "containerID", key.ContainerID, "ifname", key.IfName)
 			if err := d.deleteInterface(i); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		found[key] = i
 	}
+	return found, nil
+}
 
+// syncPodInterfaces decides, in key order, on each pod interface VPP holds:
+// keep it when it is a desired pod wired as wanted, adopt it on the first
+// sync when vcoild does not know it, and remove it otherwise (a desired pod
+// is then wired again by wireMissingPods). routes are the pod routes
+// through each interface; taps, on the first sync, VPP's TAPs.
+func (d *driver) syncPodInterfaces(ctx context.Context, found map[dataplane.PodKey]vppInterface,
+	routes map[uint32][]netip.Addr, taps map[uint32]*tapv2.SwInterfaceTapV2Details) error {
 	keys := make([]dataplane.PodKey, 0, len(found))
 	for k := range found {
 		keys = append(keys, k)
@@ -107,9 +140,13 @@ func (d *driver) resync(ctx context.Context) error {
 			}
 		}
 	}
+	return nil
+}
 
-	// What VPP lacks: a pod that fails stays desired and unwired, for its
-	// DEL or the next sync.
+// wireMissingPods wires, in key order, the desired pods VPP lacks. A pod
+// that fails stays desired and unwired, for its DEL or the next sync: one
+// pod whose namespace is gone must not keep the node from being synced.
+func (d *driver) wireMissingPods(ctx context.Context) {
 	pending := make([]*podState, 0, len(d.pods))
 	for _, st := range d.pods {
 		if !st.wired {
@@ -125,6 +162,11 @@ func (d *driver) resync(ctx context.Context) error {
 		}
 		d.log.Info("pod wired again", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName, "vppInterface", st.vppName)
 	}
+}
+
+// removeUnwantedVeths deletes the af_packet veths of pods that are not
+// desired: they outlive VPP, and nothing else would remove them.
+func (d *driver) removeUnwantedVeths(ctx context.Context, veths map[string]dataplane.PodKey) error {
 	for name, key := range veths {
 		if _, ok := d.pods[key]; !ok {
 			if err := d.kernel.DeleteNodeLink(ctx, name); err != nil {
@@ -132,9 +174,12 @@ func (d *driver) resync(ctx context.Context) error {
 			}
 		}
 	}
-	if err := d.syncBlocks(ctx); err != nil {
-		return err
-	}
+	return nil
+}
+
+// applyNodeRoles gives the node's interfaces their NAT roles, which a
+// restarted VPP has forgotten.
+func (d *driver) applyNodeRoles() error {
 	for iface, role := range d.nodeRoles {
 		sw, err := d.nodeInterface(iface)
 		if err == nil {
