@@ -118,14 +118,14 @@ func benchCluster() *oracle.Cluster {
 	return c
 }
 
-// benchPipeline is the stack of one node with one renderer cache (the
-// egress side, as the VPP ACL renderer will use).
+// benchPipeline is the stack of one node with one renderer cache (tables
+// on the pods' Ingress, as the VPP ACL renderer will use).
 func benchPipeline(b *testing.B, c *oracle.Cluster) (*pcache.Cache, *cacheOnly) {
 	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &cacheOnly{cache: tables.New(tables.SideEgress)}
+	r := &cacheOnly{cache: tables.New(renderer.Ingress)}
 	conf.Register("acl", r)
 	pc := pcache.New()
 	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))

@@ -356,7 +356,7 @@ func TestExamplesOfTheKubernetesDocumentation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sides := []*oracle.Tables{oracle.TablesOf(p.egress.cache), oracle.TablesOf(p.ingress.cache)}
+			both := []*oracle.Tables{oracle.TablesOf(p.ingress.cache), oracle.TablesOf(p.egress.cache)}
 			for _, v := range tc.verdicts {
 				conn, want := v.parse(t, tc.cluster)
 				if got := k.Allowed(conn); got != want {
@@ -366,9 +366,9 @@ func TestExamplesOfTheKubernetesDocumentation(t *testing.T) {
 				if !responsible {
 					t.Fatalf("%s: no end is a local pod; the example is not about this node", v)
 				}
-				for _, s := range sides {
+				for _, s := range both {
 					if got, seen := s.Allowed(conn); !seen || got != wantNode {
-						t.Errorf("%s: the %s-side tables say allowed=%v (seen=%v), want %v\n%s", v, s.Side, got, seen, wantNode, p.describe(s.Side, conn))
+						t.Errorf("%s: the tables on %s say allowed=%v (seen=%v), want %v\n%s", v, s.Direction, got, seen, wantNode, p.describe(s.Direction, conn))
 					}
 				}
 			}

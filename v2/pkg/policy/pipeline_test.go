@@ -18,12 +18,13 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
-// pipeline is the whole stack of one node, with a renderer cache per side
-// behind a renderer that only records.
+// pipeline is the whole stack of one node, with two renderer caches, one
+// per direction of the pods their local tables are attached to, each behind
+// a renderer that only records.
 type pipeline struct {
 	cache   *pcache.Cache
-	egress  *cacheRenderer
-	ingress *cacheRenderer
+	ingress *cacheRenderer // tables on the pods' Ingress, as for VPP ACLs
+	egress  *cacheRenderer // tables on the pods' Egress, the mirror
 }
 
 // cacheRenderer is a renderer that keeps a renderer cache and applies its
@@ -145,11 +146,11 @@ func newPipeline(c *oracle.Cluster) (*pipeline, error) {
 	}
 	p := &pipeline{
 		cache:   pcache.New(),
-		egress:  &cacheRenderer{cache: tables.New(tables.SideEgress)},
-		ingress: &cacheRenderer{cache: tables.New(tables.SideIngress)},
+		ingress: &cacheRenderer{cache: tables.New(renderer.Ingress)},
+		egress:  &cacheRenderer{cache: tables.New(renderer.Egress)},
 	}
-	conf.Register("egress", p.egress)
-	conf.Register("ingress", p.ingress)
+	conf.Register("tables on ingress", p.ingress)
+	conf.Register("tables on egress", p.egress)
 	p.cache.Watch(processor.New(c.Node, p.cache, conf, logr.Discard()))
 	if err := p.cache.Replace(context.Background(), c.Pods, c.Namespaces, c.Policies); err != nil {
 		return nil, err
@@ -184,27 +185,28 @@ func connections(c *oracle.Cluster, k *oracle.Kubernetes, pick func(int) int) []
 // output on every connection and describes the first disagreement.
 func (p *pipeline) disagreement(c *oracle.Cluster, pick func(int) int) string {
 	k := oracle.NewKubernetes(c)
-	sides := []*oracle.Tables{oracle.TablesOf(p.egress.cache), oracle.TablesOf(p.ingress.cache)}
+	both := []*oracle.Tables{oracle.TablesOf(p.ingress.cache), oracle.TablesOf(p.egress.cache)}
 	for _, conn := range connections(c, k, pick) {
 		want, responsible := k.NodeVerdict(conn)
-		for _, t := range sides {
+		for _, t := range both {
 			got, decided := t.Allowed(conn)
 			if got == want && decided == responsible {
 				continue
 			}
-			return fmt.Sprintf("side %s, connection %s:%d -> %s %s/%d: Kubernetes says allowed=%v (node responsible=%v), tables say allowed=%v (seen=%v)\n%s",
-				t.Side, conn.Src, conn.SrcPort, conn.Dst, conn.Protocol, conn.DstPort, want, responsible, got, decided,
-				p.describe(t.Side, conn))
+			return fmt.Sprintf("tables on %s, connection %s:%d -> %s %s/%d: Kubernetes says allowed=%v (node responsible=%v), tables say allowed=%v (seen=%v)\n%s",
+				t.Direction, conn.Src, conn.SrcPort, conn.Dst, conn.Protocol, conn.DstPort, want, responsible, got, decided,
+				p.describe(t.Direction, conn))
 		}
 	}
 	return ""
 }
 
-// describe prints the tables that decide conn, for failure messages.
-func (p *pipeline) describe(side tables.Side, conn oracle.Connection) string {
-	rc := p.egress.cache
-	if side == tables.SideIngress {
-		rc = p.ingress.cache
+// describe prints the tables attached to direction d that decide conn, for
+// failure messages.
+func (p *pipeline) describe(d renderer.Direction, conn oracle.Connection) string {
+	rc := p.ingress.cache
+	if d == renderer.Egress {
+		rc = p.egress.cache
 	}
 	var b strings.Builder
 	for _, pr := range rc.Pods() {

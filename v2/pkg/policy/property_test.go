@@ -49,7 +49,7 @@ func propertySettings(t *testing.T) (uint64, int) {
 }
 
 // TestRandomClustersAgreeWithKubernetesSemantics is the property test of the
-// stack: for random clusters, the tables the renderer caches (both sides)
+// stack: for random clusters, the tables the renderer caches (both directions)
 // build through the cache, the processor and the configurator admit exactly
 // the connections that the Kubernetes semantics allow and this node is
 // responsible for; and after random changes, applied incrementally, they
@@ -86,8 +86,8 @@ func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
 	if msg := p.disagreement(c, rng.IntN); msg != "" {
 		return "after the initial resync: " + msg + "\ncluster:\n" + c.String()
 	}
-	checkTables(t, p.egress.cache)
 	checkTables(t, p.ingress.cache)
+	checkTables(t, p.egress.cache)
 
 	// Change the cluster step by step; after each step the incremental state
 	// must equal a resync from scratch, and at the end it must still agree
@@ -104,17 +104,17 @@ func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
 		if err != nil {
 			return "building the pipeline again: " + err.Error()
 		}
-		for _, pair := range [][2]*cacheRenderer{{p.egress, fresh.egress}, {p.ingress, fresh.ingress}} {
+		for _, pair := range [][2]*cacheRenderer{{p.ingress, fresh.ingress}, {p.egress, fresh.egress}} {
 			if msg := sameState(pair[0].cache, pair[1].cache); msg != "" {
-				return "after the changes:\n" + changes + "incremental state differs from a resync (side " +
-					pair[0].cache.Side().String() + "): " + msg + "\ncluster before:\n" + before + "cluster after:\n" + c.String()
+				return "after the changes:\n" + changes + "incremental state differs from a resync (tables on " +
+					pair[0].cache.Direction().String() + "): " + msg + "\ncluster before:\n" + before + "cluster after:\n" + c.String()
 			}
 		}
 	}
 	if msg := p.disagreement(c, rng.IntN); msg != "" {
 		return "after the changes:\n" + changes + msg + "\ncluster before:\n" + before + "cluster after:\n" + c.String()
 	}
-	checkTables(t, p.egress.cache)
 	checkTables(t, p.ingress.cache)
+	checkTables(t, p.egress.cache)
 	return ""
 }

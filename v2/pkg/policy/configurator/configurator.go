@@ -95,8 +95,8 @@ func (c *Configurator) Rules(p *Pod) renderer.PodRules {
 	if p.Removed {
 		return pr
 	}
-	pr.Egress = GenerateRules(PolicyIngress, p.Policies, c.ingressPeers)
-	pr.Ingress = GenerateRules(PolicyEgress, p.Policies, c.egressPeers)
+	pr.Ingress = GenerateRules(renderer.Ingress, p.Policies, c.ingressPeers)
+	pr.Egress = GenerateRules(renderer.Egress, p.Policies, c.egressPeers)
 	return pr
 }
 
@@ -109,8 +109,8 @@ func (c *Configurator) rules(p *Pod) renderer.PodRules {
 	}
 	prev := c.last[p.ID]
 	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs}
-	pr.Egress = generateRules(PolicyIngress, p.Policies, c.ingressPeers, prev.Egress)
-	pr.Ingress = generateRules(PolicyEgress, p.Policies, c.egressPeers, prev.Ingress)
+	pr.Ingress = generateRules(renderer.Ingress, p.Policies, c.ingressPeers, prev.Ingress)
+	pr.Egress = generateRules(renderer.Egress, p.Policies, c.egressPeers, prev.Egress)
 	c.last[p.ID] = pr
 	return pr
 }

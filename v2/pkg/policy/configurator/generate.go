@@ -7,58 +7,38 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
-// PolicyType is a direction from the pod's point of view, as in a
-// NetworkPolicy's policyTypes.
-type PolicyType uint8
-
-const (
-	// PolicyIngress is traffic into the pod.
-	PolicyIngress PolicyType = iota
-	// PolicyEgress is traffic out of the pod.
-	PolicyEgress
-)
-
-func (t PolicyType) String() string {
-	if t == PolicyEgress {
-		return "Egress"
-	}
-	return "Ingress"
-}
-
 // GenerateRules implements GenerateRules of the Contiv/VPP design
-// (docs/background.md#generaterules): it turns the policies of
-// one pod for one direction (the pod's point of view) into the rule list of
-// the opposite direction from the vswitch point of view. Policies for
-// PolicyIngress give the renderer's Egress list (the peer is the source,
-// the destination is "any", i.e. the pod); policies for PolicyEgress give its
-// Ingress list (the peer is the destination).
+// (docs/background.md#generaterules): it turns the policies of one pod for
+// direction d into the pod's rule list for d. The renderer.Ingress list names
+// the peer as source (the destination is "any", i.e. the pod); the
+// renderer.Egress list names the peer as destination.
 //
 // If no policy isolates the pod in that direction the list is empty: the pod
 // is open. Otherwise it is the Permit rules of every match, sorted by
 // Rule.Compare without duplicates, ended by DenyAll; or just PermitAll when
 // some match permits everything. alwaysPermitted are peers that no policy can
-// block (the node's own addresses, and for PolicyIngress its NAT loopback);
+// block (the node's own addresses, and for Ingress its NAT loopback);
 // they are permitted in an isolated list, every protocol and port.
 //
 // ipBlock excepts are subtracted (SubtractSubnets) rather than denied, and
 // port ranges (endPort) stay ranges, one rule each.
-func GenerateRules(t PolicyType, policies []*Policy, alwaysPermitted []netip.Addr) []renderer.Rule {
-	return generateRules(t, policies, alwaysPermitted, nil)
+func GenerateRules(d renderer.Direction, policies []*Policy, alwaysPermitted []netip.Addr) []renderer.Rule {
+	return generateRules(d, policies, alwaysPermitted, nil)
 }
 
 // generateRules is GenerateRules that returns previous itself when the
 // rules equal it, so that a pod whose rules did not change costs no
 // allocation and renderers can tell by identity.
-func generateRules(t PolicyType, policies []*Policy, alwaysPermitted []netip.Addr, previous []renderer.Rule) []renderer.Rule {
+func generateRules(d renderer.Direction, policies []*Policy, alwaysPermitted []netip.Addr, previous []renderer.Rule) []renderer.Rule {
 	isolated := false
 	var runs []*generated
 	n := 1 + len(alwaysPermitted)
 	for _, p := range policies {
-		if !p.isolates(t) {
+		if !p.isolates(d) {
 			continue
 		}
 		isolated = true
-		g := p.rules(t)
+		g := p.rules(d)
 		if g.all {
 			if len(previous) == 1 && previous[0] == renderer.PermitAll {
 				return previous
@@ -74,15 +54,15 @@ func generateRules(t PolicyType, policies []*Policy, alwaysPermitted []netip.Add
 	if len(alwaysPermitted) > 0 {
 		extra := make([]renderer.Rule, 0, len(alwaysPermitted))
 		for _, a := range alwaysPermitted {
-			extra = append(extra, peerRule(t, renderer.HostNetwork(a), nil))
+			extra = append(extra, peerRule(d, renderer.HostNetwork(a), nil))
 		}
 		runs = append(runs, newGenerated(extra))
 	}
 	return mergeRuns(runs, n, previous)
 }
 
-func (p *Policy) isolates(t PolicyType) bool {
-	if t == PolicyIngress {
+func (p *Policy) isolates(d renderer.Direction) bool {
+	if d == renderer.Ingress {
 		return p.IsolatesIngress
 	}
 	return p.IsolatesEgress
@@ -109,30 +89,30 @@ func newGenerated(rules []renderer.Rule) *generated {
 	return g
 }
 
-// rules returns the policy's Permit rules for direction t.
-func (p *Policy) rules(t PolicyType) *generated {
+// rules returns the policy's Permit rules for direction d.
+func (p *Policy) rules(d renderer.Direction) *generated {
 	matches := p.Ingress
-	if t == PolicyEgress {
+	if d == renderer.Egress {
 		matches = p.Egress
 	}
 	var from *Match
 	if len(matches) > 0 {
 		from = &matches[0]
 	}
-	if g := p.generated[t]; g != nil && g.from == from && g.n == len(matches) {
+	if g := p.generated[d]; g != nil && g.from == from && g.n == len(matches) {
 		return g
 	}
 	rules := make([]renderer.Rule, 0, countRules(matches))
 	all := false
 	for i := range matches {
-		if rules, all = appendMatchRules(rules, t, &matches[i]); all {
+		if rules, all = appendMatchRules(rules, d, &matches[i]); all {
 			rules = nil
 			break
 		}
 	}
 	g := newGenerated(rules)
 	g.from, g.n, g.all = from, len(matches), all
-	p.generated[t] = g
+	p.generated[d] = g
 	return g
 }
 
@@ -202,35 +182,35 @@ func mergeRuns(runs []*generated, capacity int, previous []renderer.Rule) []rend
 
 // appendMatchRules appends the Permit rules of one match and reports whether
 // the match permits all traffic.
-func appendMatchRules(rules []renderer.Rule, t PolicyType, m *Match) ([]renderer.Rule, bool) {
+func appendMatchRules(rules []renderer.Rule, d renderer.Direction, m *Match) ([]renderer.Rule, bool) {
 	if m.AllPeers {
 		if len(m.Ports) == 0 {
 			return rules, true
 		}
 		for _, port := range m.Ports {
-			rules = append(rules, peerRule(t, renderer.AnyNetwork, &port))
+			rules = append(rules, peerRule(d, renderer.AnyNetwork, &port))
 		}
 		return rules, false
 	}
 	for _, pod := range m.Pods {
 		for _, ip := range pod.IPs {
-			rules = appendPeerRules(rules, t, renderer.HostNetwork(ip), m.Ports)
+			rules = appendPeerRules(rules, d, renderer.HostNetwork(ip), m.Ports)
 		}
 	}
 	for _, b := range m.Blocks {
 		for _, n := range SubtractSubnets(b.Network, b.Except) {
-			rules = appendPeerRules(rules, t, n, m.Ports)
+			rules = appendPeerRules(rules, d, n, m.Ports)
 		}
 	}
 	return rules, false
 }
 
-func appendPeerRules(rules []renderer.Rule, t PolicyType, peer netip.Prefix, ports []Port) []renderer.Rule {
+func appendPeerRules(rules []renderer.Rule, d renderer.Direction, peer netip.Prefix, ports []Port) []renderer.Rule {
 	if len(ports) == 0 {
-		return append(rules, peerRule(t, peer, nil))
+		return append(rules, peerRule(d, peer, nil))
 	}
 	for i := range ports {
-		rules = append(rules, peerRule(t, peer, &ports[i]))
+		rules = append(rules, peerRule(d, peer, &ports[i]))
 	}
 	return rules
 }
@@ -238,13 +218,13 @@ func appendPeerRules(rules []renderer.Rule, t PolicyType, peer netip.Prefix, por
 // peerRule is the Permit rule for traffic with peer on port (nil: every
 // protocol and port): the peer is the source of traffic into the pod and the
 // destination of traffic out of it.
-func peerRule(t PolicyType, peer netip.Prefix, port *Port) renderer.Rule {
+func peerRule(d renderer.Direction, peer netip.Prefix, port *Port) renderer.Rule {
 	r := renderer.Rule{Action: renderer.ActionPermit, SrcPort: renderer.AnyPort, DstPort: renderer.AnyPort}
 	if port != nil {
 		r.Protocol = port.Protocol
 		r.DstPort = port.Ports
 	}
-	if t == PolicyIngress {
+	if d == renderer.Ingress {
 		r.SrcNetwork = peer
 	} else {
 		r.DstNetwork = peer

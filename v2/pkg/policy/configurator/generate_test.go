@@ -50,45 +50,45 @@ func TestGenerateRules(t *testing.T) {
 	loopback := []netip.Addr{netip.MustParseAddr("10.0.0.254")}
 	cases := []struct {
 		name     string
-		typ      PolicyType
+		dir      renderer.Direction
 		policies []*Policy
 		always   []netip.Addr
 		want     []renderer.Rule
 	}{
 		{
 			name: "a pod without policies is open",
-			typ:  PolicyIngress,
+			dir:  renderer.Ingress,
 			want: nil,
 		},
 		{
 			name:     "a policy of the other direction leaves the pod open",
-			typ:      PolicyIngress,
+			dir:      renderer.Ingress,
 			policies: []*Policy{{IsolatesEgress: true}},
 			want:     nil,
 		},
 		{
 			name:     "a policy that isolates and permits nothing denies all but the always permitted peers",
-			typ:      PolicyIngress,
+			dir:      renderer.Ingress,
 			policies: []*Policy{{IsolatesIngress: true}},
 			always:   loopback,
 			want:     []renderer.Rule{from("10.0.0.254/32", renderer.ProtocolAny, anyPort), renderer.DenyAll},
 		},
 		{
 			name:     "a match of all peers and all ports permits all",
-			typ:      PolicyIngress,
+			dir:      renderer.Ingress,
 			policies: []*Policy{{IsolatesIngress: true, Ingress: []Match{{AllPeers: true}}}},
 			always:   loopback,
 			want:     []renderer.Rule{renderer.PermitAll},
 		},
 		{
 			name:     "a match of all peers on a port names no peer",
-			typ:      PolicyIngress,
+			dir:      renderer.Ingress,
 			policies: []*Policy{{IsolatesIngress: true, Ingress: []Match{{AllPeers: true, Ports: []Port{tcp(80, 80)}}}}},
 			want:     []renderer.Rule{from("", renderer.ProtocolTCP, p80), renderer.DenyAll},
 		},
 		{
 			name: "pods and ports multiply, sorted, peers as sources",
-			typ:  PolicyIngress,
+			dir:  renderer.Ingress,
 			policies: []*Policy{{IsolatesIngress: true, Ingress: []Match{{
 				Pods:  []PeerPod{peerPod("b", "10.0.0.2", "fd00::2"), peerPod("a", "10.0.0.1")},
 				Ports: []Port{tcp(80, 80), {Protocol: renderer.ProtocolUDP, Ports: renderer.SinglePort(53)}},
@@ -102,7 +102,7 @@ func TestGenerateRules(t *testing.T) {
 		},
 		{
 			name: "egress puts the peer in the destination",
-			typ:  PolicyEgress,
+			dir:  renderer.Egress,
 			policies: []*Policy{{IsolatesEgress: true, Egress: []Match{{
 				Pods: []PeerPod{peerPod("a", "10.0.0.1")},
 			}}}},
@@ -113,7 +113,7 @@ func TestGenerateRules(t *testing.T) {
 		},
 		{
 			name: "an ipBlock's excepts are subtracted",
-			typ:  PolicyIngress,
+			dir:  renderer.Ingress,
 			policies: []*Policy{{IsolatesIngress: true, Ingress: []Match{{
 				Blocks: []IPBlock{{Network: netip.MustParsePrefix("10.1.0.0/30"), Except: prefixes("10.1.0.1/32")}},
 				Ports:  []Port{tcp(80, 80)},
@@ -124,7 +124,7 @@ func TestGenerateRules(t *testing.T) {
 		},
 		{
 			name: "an endPort range stays one rule",
-			typ:  PolicyEgress,
+			dir:  renderer.Egress,
 			policies: []*Policy{{IsolatesEgress: true, Egress: []Match{{
 				Blocks: []IPBlock{{Network: netip.MustParsePrefix("10.0.0.0/24")}},
 				Ports:  []Port{tcp(32000, 32768)},
@@ -133,7 +133,7 @@ func TestGenerateRules(t *testing.T) {
 		},
 		{
 			name: "policies are additive and duplicates collapse",
-			typ:  PolicyIngress,
+			dir:  renderer.Ingress,
 			policies: []*Policy{
 				{IsolatesIngress: true, Ingress: []Match{{Pods: []PeerPod{peerPod("a", "10.0.0.1")}, Ports: []Port{tcp(80, 80)}}}},
 				{IsolatesIngress: true, Ingress: []Match{{Pods: []PeerPod{peerPod("a", "10.0.0.1"), peerPod("c", "10.0.0.3")}, Ports: []Port{tcp(80, 80)}}}},
@@ -144,7 +144,7 @@ func TestGenerateRules(t *testing.T) {
 		},
 		{
 			name: "one policy permitting all overrides the rest",
-			typ:  PolicyEgress,
+			dir:  renderer.Egress,
 			policies: []*Policy{
 				{IsolatesEgress: true, Egress: []Match{{Pods: []PeerPod{peerPod("a", "10.0.0.1")}}}},
 				{IsolatesEgress: true, Egress: []Match{{AllPeers: true}}},
@@ -154,16 +154,12 @@ func TestGenerateRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := GenerateRules(tc.typ, tc.policies, tc.always)
+			got := GenerateRules(tc.dir, tc.policies, tc.always)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("GenerateRules =\n%v\nwant\n%v", got, tc.want)
 			}
-			d := renderer.DirectionEgress
-			if tc.typ == PolicyEgress {
-				d = renderer.DirectionIngress
-			}
-			if err := renderer.ValidateRuleList(d, got); err != nil {
-				t.Fatalf("the rules are not a valid %s list: %v", d, err)
+			if err := renderer.ValidateRuleList(tc.dir, got); err != nil {
+				t.Fatalf("the rules are not a valid %s list: %v", tc.dir, err)
 			}
 		})
 	}
@@ -171,10 +167,10 @@ func TestGenerateRules(t *testing.T) {
 
 func TestGenerateRulesDoesNotReuseRulesOfACopiedPolicyWithOtherMatches(t *testing.T) {
 	p := &Policy{IsolatesIngress: true, Ingress: []Match{{Pods: []PeerPod{peerPod("a", "10.0.0.1")}}}}
-	first := GenerateRules(PolicyIngress, []*Policy{p}, nil)
+	first := GenerateRules(renderer.Ingress, []*Policy{p}, nil)
 	q := *p
 	q.Ingress = []Match{{Pods: []PeerPod{peerPod("b", "10.0.0.2")}}}
-	second := GenerateRules(PolicyIngress, []*Policy{&q}, nil)
+	second := GenerateRules(renderer.Ingress, []*Policy{&q}, nil)
 	if slices.Equal(first, second) {
 		t.Fatalf("the copy got the original's rules: %v", second)
 	}
@@ -218,10 +214,10 @@ func TestConfigureSendsOneTransactionWithEveryPodToEveryRenderer(t *testing.T) {
 			t.Fatalf("a renderer got %d transactions, want one with 3 pods: %+v", len(r.txns), r.txns)
 		}
 		web, open, gone := r.txns[0].Pods[0], r.txns[0].Pods[1], r.txns[0].Pods[2]
-		wantEgress := []renderer.Rule{from("10.0.0.254/32", renderer.ProtocolAny, anyPort), from("192.168.0.1/32", renderer.ProtocolAny, anyPort), renderer.DenyAll}
-		wantIngress := []renderer.Rule{to("192.168.0.1/32", renderer.ProtocolAny, anyPort), renderer.DenyAll}
-		if !slices.Equal(web.Egress, wantEgress) || !slices.Equal(web.Ingress, wantIngress) {
-			t.Fatalf("an isolated pod got egress %v, ingress %v; want %v, %v", web.Egress, web.Ingress, wantEgress, wantIngress)
+		wantIngress := []renderer.Rule{from("10.0.0.254/32", renderer.ProtocolAny, anyPort), from("192.168.0.1/32", renderer.ProtocolAny, anyPort), renderer.DenyAll}
+		wantEgress := []renderer.Rule{to("192.168.0.1/32", renderer.ProtocolAny, anyPort), renderer.DenyAll}
+		if !slices.Equal(web.Ingress, wantIngress) || !slices.Equal(web.Egress, wantEgress) {
+			t.Fatalf("an isolated pod got ingress %v, egress %v; want %v, %v", web.Ingress, web.Egress, wantIngress, wantEgress)
 		}
 		if open.Egress != nil || open.Ingress != nil {
 			t.Fatalf("a pod without policies got rules: %+v", open)
@@ -250,7 +246,7 @@ func TestConfigureSendsTheSameSlicesWhenAPodsRulesDidNotChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first, same, other := r.txns[0].Pods[0].Egress, r.txns[1].Pods[0].Egress, r.txns[2].Pods[0].Egress
+	first, same, other := r.txns[0].Pods[0].Ingress, r.txns[1].Pods[0].Ingress, r.txns[2].Pods[0].Ingress
 	if &first[0] != &same[0] {
 		t.Fatalf("equal rules were sent as a new slice")
 	}

@@ -48,7 +48,7 @@ type Policy struct {
 	Egress  []Match
 
 	// generated holds the rules GenerateRules made of the policy, per
-	// PolicyType.
+	// renderer.Direction.
 	generated [2]*generated
 }
 

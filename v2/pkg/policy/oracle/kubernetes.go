@@ -123,8 +123,8 @@ func (k *Kubernetes) Allowed(c Connection) bool {
 }
 
 // NodeVerdict is the part of the verdict that the evaluator's node enforces:
-// the egress side of a local source and the ingress side of a local
-// destination. responsible is false when neither end is a local pod.
+// the egress of a local source and the ingress of a local destination.
+// responsible is false when neither end is a local pod.
 func (k *Kubernetes) NodeVerdict(c Connection) (allowed, responsible bool) {
 	srcLocal, dstLocal := k.IsLocalPod(c.Src), k.IsLocalPod(c.Dst)
 	if !srcLocal && !dstLocal {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
 // The oracle's own label selector matching must agree with apimachinery's,
@@ -30,7 +29,7 @@ func TestSelectorMatchingAgreesWithApimachinery(t *testing.T) {
 	}
 }
 
-func TestTablesDecideAConnectionWhereTheSideSaysItIsFiltered(t *testing.T) {
+func TestTablesDecideAConnectionWhereTheirDirectionSaysItIsFiltered(t *testing.T) {
 	pod, peer, outside := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("8.8.8.8")
 	denyFrom := func(src, dst netip.Addr) renderer.Rule {
 		r := renderer.DenyAll
@@ -49,23 +48,23 @@ func TestTablesDecideAConnectionWhereTheSideSaysItIsFiltered(t *testing.T) {
 		allowed bool
 		decided bool
 	}{
-		{"egress side: into a local pod, its local table decides",
-			Tables{Side: tables.SideEgress, Local: map[netip.Addr][]renderer.Rule{pod: {denyFrom(outside, netip.Addr{}), renderer.PermitAll}}},
+		{"tables on ingress: into a local pod, its local table decides",
+			Tables{Direction: renderer.Ingress, Local: map[netip.Addr][]renderer.Rule{pod: {denyFrom(outside, netip.Addr{}), renderer.PermitAll}}},
 			Connection{Src: outside, Dst: pod, Protocol: TCP, DstPort: 80}, false, true},
-		{"egress side: out of a local pod to elsewhere, the global table decides",
-			Tables{Side: tables.SideEgress, Local: map[netip.Addr][]renderer.Rule{pod: {renderer.DenyAll}}, Global: []renderer.Rule{denyFrom(pod, outside), renderer.PermitAll}},
+		{"tables on ingress: out of a local pod to elsewhere, the global table decides",
+			Tables{Direction: renderer.Ingress, Local: map[netip.Addr][]renderer.Rule{pod: {renderer.DenyAll}}, Global: []renderer.Rule{denyFrom(pod, outside), renderer.PermitAll}},
 			Connection{Src: pod, Dst: outside, Protocol: UDP, DstPort: 53}, false, true},
-		{"egress side: the source's own local table does not filter what it sends",
-			Tables{Side: tables.SideEgress, Local: map[netip.Addr][]renderer.Rule{pod: {renderer.DenyAll}, peer: nil}},
+		{"tables on ingress: the source's own local table does not filter what it sends",
+			Tables{Direction: renderer.Ingress, Local: map[netip.Addr][]renderer.Rule{pod: {renderer.DenyAll}, peer: nil}},
 			Connection{Src: pod, Dst: peer, Protocol: TCP, DstPort: 80}, true, true},
-		{"ingress side: out of a local pod, its local table decides",
-			Tables{Side: tables.SideIngress, Local: map[netip.Addr][]renderer.Rule{pod: {denyFrom(netip.Addr{}, outside), renderer.PermitAll}}},
+		{"tables on egress: out of a local pod, its local table decides",
+			Tables{Direction: renderer.Egress, Local: map[netip.Addr][]renderer.Rule{pod: {denyFrom(netip.Addr{}, outside), renderer.PermitAll}}},
 			Connection{Src: pod, Dst: outside, Protocol: ICMP}, false, true},
-		{"ingress side: into a local pod from elsewhere, the global table decides",
-			Tables{Side: tables.SideIngress, Local: map[netip.Addr][]renderer.Rule{pod: nil}, Global: []renderer.Rule{denyFrom(outside, pod), renderer.PermitAll}},
+		{"tables on egress: into a local pod from elsewhere, the global table decides",
+			Tables{Direction: renderer.Egress, Local: map[netip.Addr][]renderer.Rule{pod: nil}, Global: []renderer.Rule{denyFrom(outside, pod), renderer.PermitAll}},
 			Connection{Src: outside, Dst: pod, Protocol: SCTP, DstPort: 9}, false, true},
 		{"a connection between two other hosts is not this node's",
-			Tables{Side: tables.SideEgress, Local: map[netip.Addr][]renderer.Rule{pod: {renderer.DenyAll}}},
+			Tables{Direction: renderer.Ingress, Local: map[netip.Addr][]renderer.Rule{pod: {renderer.DenyAll}}},
 			Connection{Src: outside, Dst: peer, Protocol: TCP, DstPort: 80}, false, false},
 	}
 	for _, tc := range cases {

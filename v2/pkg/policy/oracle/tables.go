@@ -10,22 +10,26 @@ import (
 // Tables evaluates connections the way a network stack applies the renderer
 // cache's output on one node (docs/background.md#the-renderer-cache):
 //
-// For SideEgress, a pod's local table sits on the egress side of the pod's
-// interface (traffic towards the pod) and the global table on the egress
-// side of the node's uplinks (traffic leaving the node). The first packet of
-// a connection to a local pod meets the destination's local table; one from
-// a local pod to anywhere else meets the global table. The source's side
-// holds a reflective rule that lets every packet out and the connection's
-// replies back in, so restrictions come only from the destination's local
-// table or the global table, and replies of an admitted connection pass.
+// When the local tables are attached to the pods' Ingress, a pod's local
+// table filters the traffic into the pod and the global table the traffic
+// leaving the node through its uplinks. The first packet of a connection to
+// a local pod meets the destination's local table; one from a local pod to
+// anywhere else meets the global table. The source's interface holds a
+// reflective rule that lets every packet out of the pod and the
+// connection's replies back in, so restrictions come only from the
+// destination's local table or the global table, and replies of an admitted
+// connection pass.
 //
-// SideIngress mirrors it: a connection from a local pod meets the source's
-// local table (traffic entering the vswitch from the pod); one from anywhere
-// else to a local pod meets the global table on the uplinks' ingress.
+// Attached to the pods' Egress, it is the mirror: a connection from a local
+// pod meets the source's local table (traffic out of the pod); one from
+// anywhere else to a local pod meets the global table on traffic entering
+// the node.
 //
 // Tables are applied in order with first-match semantics.
 type Tables struct {
-	Side tables.Side
+	// Direction is the direction of the pods that the local tables are
+	// attached to (tables.Cache.Direction).
+	Direction renderer.Direction
 	// Local maps the address of each local pod to its local table; a local
 	// pod without a table has a nil entry.
 	Local map[netip.Addr][]renderer.Rule
@@ -38,7 +42,7 @@ type Tables struct {
 func (t *Tables) Allowed(c Connection) (allowed, decided bool) {
 	_, srcLocal := t.Local[c.Src]
 	_, dstLocal := t.Local[c.Dst]
-	if t.Side == tables.SideEgress {
+	if t.Direction == renderer.Ingress {
 		switch {
 		case dstLocal:
 			return firstMatch(t.Local[c.Dst], c), true
@@ -98,7 +102,7 @@ func ruleMatches(r *renderer.Rule, c Connection) bool {
 
 // TablesOf reads a renderer cache's state into a Tables.
 func TablesOf(c *tables.Cache) *Tables {
-	t := &Tables{Side: c.Side(), Local: make(map[netip.Addr][]renderer.Rule), Global: c.GlobalTable().Rules}
+	t := &Tables{Direction: c.Direction(), Local: make(map[netip.Addr][]renderer.Rule), Global: c.GlobalTable().Rules}
 	for _, p := range c.Pods() {
 		tbl, _ := c.LocalTable(p.Pod)
 		for _, a := range p.IPs {

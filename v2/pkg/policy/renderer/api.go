@@ -32,10 +32,10 @@ func (p PodID) Compare(o PodID) int {
 
 // PodRules is the policy configuration of one pod deployed on this node.
 //
-// Ingress and Egress follow the vswitch point of view (see the package
-// comment). Each list is either empty, meaning the pod is not isolated in that
-// direction and all its traffic passes, or a list of Permit rules that ends
-// with exactly one rule matching all traffic: DenyAll, or PermitAll when
+// Ingress and Egress are the pod's directions, as in Kubernetes (see
+// Direction). Each list is either empty, meaning the pod is not isolated in
+// that direction and all its traffic passes, or a list of Permit rules that
+// ends with exactly one rule matching all traffic: DenyAll, or PermitAll when
 // some policy permits everything. The lists are sorted by Rule.Compare and
 // hold no duplicates, so a renderer may apply them in order with first-match
 // semantics, apply the Permit rules before the final rule, or use a
@@ -47,11 +47,11 @@ type PodRules struct {
 	// Removed is set when the pod is gone from this node (deleted, or it lost
 	// its address); the renderer forgets it and its rule lists are empty.
 	Removed bool
-	// Ingress filters traffic entering the vswitch from the pod: its source
-	// network is "any", its destination network names the peer.
-	Ingress []Rule
-	// Egress filters traffic leaving the vswitch towards the pod: its
+	// Ingress filters traffic into the pod (its ingress policies): its
 	// destination network is "any", its source network names the peer.
+	Ingress []Rule
+	// Egress filters traffic out of the pod (its egress policies): its
+	// source network is "any", its destination network names the peer.
 	Egress []Rule
 }
 
@@ -90,23 +90,6 @@ type Table struct {
 	Rules []Rule
 }
 
-// Direction says which of a pod's two rule lists a rule belongs to.
-type Direction uint8
-
-const (
-	// DirectionIngress is the vswitch ingress: traffic from the pod.
-	DirectionIngress Direction = iota
-	// DirectionEgress is the vswitch egress: traffic to the pod.
-	DirectionEgress
-)
-
-func (d Direction) String() string {
-	if d == DirectionEgress {
-		return "egress"
-	}
-	return "ingress"
-}
-
 // ValidateRuleList checks that rules is a rule list as PodRules describes it
 // for direction d. Renderers and the renderer cache use it to reject input
 // whose meaning would depend on an ordering they do not keep.
@@ -118,10 +101,10 @@ func ValidateRuleList(d Direction, rules []Rule) error {
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("%s rule %d: %w", d, i, err)
 		}
-		if d == DirectionIngress && r.SrcNetwork.IsValid() {
+		if d == Egress && r.SrcNetwork.IsValid() {
 			return fmt.Errorf("%s rule %d (%v): the source of traffic from the pod is the pod itself", d, i, r)
 		}
-		if d == DirectionEgress && r.DstNetwork.IsValid() {
+		if d == Ingress && r.DstNetwork.IsValid() {
 			return fmt.Errorf("%s rule %d (%v): the destination of traffic to the pod is the pod itself", d, i, r)
 		}
 		last := i == len(rules)-1

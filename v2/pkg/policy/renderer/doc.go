@@ -9,12 +9,19 @@
 // addresses, never Kubernetes objects. The package holds types and pure
 // functions only; it does no I/O.
 //
-// Direction words follow that design and mean the vswitch point of view:
+// Direction words are the pod's, as in Kubernetes NetworkPolicies
+// (Direction):
 //
-//   - Ingress rules filter traffic that enters the vswitch from the pod, so they
-//     come from the pod's Egress policies; their source network is always "any"
+//   - Ingress rules filter traffic into the pod, from its peers; they come
+//     from the pod's ingress policies, their destination network is always
+//     "any" (the pod itself) and they name the peer as source.
+//   - Egress rules filter traffic out of the pod, to its peers; they come
+//     from the pod's egress policies, their source network is always "any"
 //     (the pod itself) and they name the peer as destination.
-//   - Egress rules filter traffic that leaves the vswitch towards the pod, so
-//     they come from the pod's Ingress policies; their destination network is
-//     always "any" (the pod itself) and they name the peer as source.
+//
+// Dataplanes that filter on the vswitch's end of a pod's interface (VPP
+// ACLs, nftables on the host-side interface) name directions the other way
+// round: what the vswitch receives from the pod is its ingress. A renderer
+// turns a Direction into theirs with OnVSwitch, the one place where the two
+// vocabularies meet.
 package renderer

@@ -171,15 +171,15 @@ func TestValidateRuleListChecksTheShapeRenderersRelyOn(t *testing.T) {
 		rules []Rule
 		want  string // empty: valid
 	}{
-		{"an empty list is valid", DirectionEgress, nil, ""},
-		{"permits then deny-all is valid", DirectionEgress, []Rule{tcp80("10.0.0.1/32", ""), tcp80("10.0.0.0/24", ""), DenyAll}, ""},
-		{"permit-all alone is valid", DirectionIngress, []Rule{PermitAll}, ""},
-		{"traffic to the pod naming a destination", DirectionEgress, []Rule{tcp80("", "10.0.0.1/32"), DenyAll}, "destination of traffic to the pod"},
-		{"traffic from the pod naming a source", DirectionIngress, []Rule{tcp80("10.0.0.1/32", ""), DenyAll}, "source of traffic from the pod"},
-		{"a list that does not end with a catch-all", DirectionEgress, []Rule{tcp80("10.0.0.1/32", "")}, "must match all traffic"},
-		{"a deny before the end", DirectionEgress, []Rule{{SrcNetwork: netip.MustParsePrefix("10.0.0.1/32"), SrcPort: AnyPort, DstPort: AnyPort}, DenyAll}, "only the last rule may deny"},
-		{"unsorted permits", DirectionEgress, []Rule{tcp80("10.0.0.0/24", ""), tcp80("10.0.0.1/32", ""), DenyAll}, "not sorted"},
-		{"a duplicate permit", DirectionEgress, []Rule{tcp80("10.0.0.1/32", ""), tcp80("10.0.0.1/32", ""), DenyAll}, "not sorted or not unique"},
+		{"an empty list is valid", Ingress, nil, ""},
+		{"permits then deny-all is valid", Ingress, []Rule{tcp80("10.0.0.1/32", ""), tcp80("10.0.0.0/24", ""), DenyAll}, ""},
+		{"permit-all alone is valid", Egress, []Rule{PermitAll}, ""},
+		{"traffic to the pod naming a destination", Ingress, []Rule{tcp80("", "10.0.0.1/32"), DenyAll}, "destination of traffic to the pod"},
+		{"traffic from the pod naming a source", Egress, []Rule{tcp80("10.0.0.1/32", ""), DenyAll}, "source of traffic from the pod"},
+		{"a list that does not end with a catch-all", Ingress, []Rule{tcp80("10.0.0.1/32", "")}, "must match all traffic"},
+		{"a deny before the end", Ingress, []Rule{{SrcNetwork: netip.MustParsePrefix("10.0.0.1/32"), SrcPort: AnyPort, DstPort: AnyPort}, DenyAll}, "only the last rule may deny"},
+		{"unsorted permits", Ingress, []Rule{tcp80("10.0.0.0/24", ""), tcp80("10.0.0.1/32", ""), DenyAll}, "not sorted"},
+		{"a duplicate permit", Ingress, []Rule{tcp80("10.0.0.1/32", ""), tcp80("10.0.0.1/32", ""), DenyAll}, "not sorted or not unique"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -142,7 +142,7 @@ func intersectRanges(a, b []renderer.PortRange) []renderer.PortRange {
 }
 
 // appendRules appends the Permit rules that permit exactly s for traffic from
-// the peer src (egress-side orientation), sorted by Rule.Compare.
+// the peer src (Ingress orientation), sorted by Rule.Compare.
 func (s *space) appendRules(rules []renderer.Rule, src netip.Prefix) []renderer.Rule {
 	if s.all {
 		r := renderer.PermitAll

@@ -1,10 +1,16 @@
 // Package tables is the renderer cache (docs/background.md#the-renderer-cache
 // and #where-acls-sit-relative-to-nat): it combines the per-pod rule
 // lists of the configurator into rule tables. It keeps the rules of every
-// local pod as the configurator sent them, combines the two directions into
-// one side (CombineRules), builds the node's global table
-// (BuildGlobalTable), shares one local table between pods whose tables are
-// equal, and tells a renderer the minimal changes of each transaction.
+// local pod as the configurator sent them, combines the two directions of
+// every pod into local tables attached to one direction of the pods
+// (CombineRules), builds the node's global table (BuildGlobalTable), shares
+// one local table between pods whose tables are equal, and tells a renderer
+// the minimal changes of each transaction.
+//
+// Directions are the pod's (renderer.Direction): a Cache made with
+// New(renderer.Ingress) has local tables that filter the traffic into each
+// pod. A renderer whose stack names directions from the vswitch's side
+// translates with renderer.OnVSwitch.
 //
 // The cache holds the desired state, not what a network stack has: if a
 // renderer fails to apply a transaction's Changes, it re-renders the whole
@@ -24,36 +30,8 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
-// Side is the vswitch side that the two directions are combined into.
-type Side uint8
-
-const (
-	// SideEgress is for renderers that can only filter after services are
-	// translated, like VPP ACLs: a pod's local table filters the traffic
-	// leaving the vswitch towards the pod, and the global table filters the
-	// traffic leaving the node through its uplinks. A connection is decided by
-	// the destination's local table if the destination is a local pod, else
-	// by the global table; replies of admitted connections must be let
-	// through (reflected) on every interface.
-	SideEgress Side = iota
-	// SideIngress is the mirror, for stacks that filter where traffic enters
-	// (session rules of VPP's TCP stack in the Contiv/VPP design): a pod's
-	// local table filters the traffic entering the vswitch from the pod, and
-	// the global table filters the traffic entering the node from its uplinks. A connection is decided
-	// by the source's local table if the source is a local pod, else by the
-	// global table.
-	SideIngress
-)
-
-func (s Side) String() string {
-	if s == SideIngress {
-		return "ingress"
-	}
-	return "egress"
-}
-
 // Assignment says which local table a pod has. An empty Table means none:
-// nothing restricts the traffic on the pod's side.
+// nothing restricts the pod's traffic in the cache's direction.
 type Assignment struct {
 	Pod   renderer.PodID
 	Table renderer.TableID
@@ -86,7 +64,7 @@ func (c *Changes) Empty() bool {
 
 // Cache is the renderer cache. The zero value is not usable; call New.
 type Cache struct {
-	side Side
+	dir  renderer.Direction
 	pods map[renderer.PodID]*podState
 	byIP map[netip.Addr]*podState
 
@@ -95,7 +73,7 @@ type Cache struct {
 	nextID uint64
 
 	// globalBlocks holds, per address of a local pod isolated for traffic
-	// from it, that pod's rules with the address as source (egress-side
+	// from it, that pod's rules with the address as source (Ingress
 	// orientation); the global table is their concatenation in address order.
 	globalBlocks map[netip.Addr][]renderer.Rule
 	global       []renderer.Rule
@@ -113,9 +91,10 @@ type Cache struct {
 	wide       map[renderer.PodID]struct{}
 }
 
-// podState is one known pod. Rules are kept in the egress-side orientation
-// (see orient): own filters traffic towards the pod (peer = source), out
-// filters traffic from it (peer = destination).
+// podState is one known pod. Rules are kept in the Ingress orientation
+// (see orient): own are the rules of the cache's direction, out those of the
+// other; own filters traffic towards the pod (peer = source), out filters
+// traffic from it (peer = destination).
 type podState struct {
 	in         renderer.PodRules
 	own, out   []renderer.Rule
@@ -143,10 +122,28 @@ type table struct {
 	pods  map[renderer.PodID]struct{}
 }
 
-// New returns an empty cache that combines rules into side.
-func New(side Side) *Cache {
+// New returns an empty cache whose local tables are attached to direction d
+// of the pods: each pod's local table combines both directions' rules into
+// rules on the pod's traffic in direction d.
+//
+//   - renderer.Ingress is for stacks that can only filter after services are
+//     translated, like VPP ACLs (output ACLs of pod interfaces:
+//     renderer.OnVSwitch(renderer.Ingress) is renderer.VSwitchEgress): a
+//     pod's local table filters the traffic into the pod, and the global
+//     table filters the traffic leaving the node through its uplinks. A
+//     connection is decided by the destination's local table if the
+//     destination is a local pod, else by the global table; replies of
+//     admitted connections must be let through (reflected) on every
+//     interface.
+//   - renderer.Egress is the mirror, for stacks that filter where traffic
+//     enters the vswitch (session rules of VPP's TCP stack in the Contiv/VPP
+//     design): a pod's local table filters the traffic out of the pod, and
+//     the global table filters the traffic entering the node from its
+//     uplinks. A connection is decided by the source's local table if the
+//     source is a local pod, else by the global table.
+func New(d renderer.Direction) *Cache {
 	return &Cache{
-		side:         side,
+		dir:          d,
 		pods:         make(map[renderer.PodID]*podState),
 		byIP:         make(map[netip.Addr]*podState),
 		permitters:   make(map[netip.Addr]map[renderer.PodID]struct{}),
@@ -157,17 +154,19 @@ func New(side Side) *Cache {
 	}
 }
 
-// Side returns the side the cache combines into.
-func (c *Cache) Side() Side { return c.side }
+// Direction returns the direction of the pods that the local tables are
+// attached to.
+func (c *Cache) Direction() renderer.Direction { return c.dir }
 
 // orient turns a rule list between the renderer's orientation and the
-// egress-side orientation in which the algorithms are written. For
-// SideIngress it swaps source and destination networks, as the Contiv/VPP
+// Ingress orientation in which the algorithms are written (the orientation of
+// rules on traffic into a pod: the peer is the source). For a cache of
+// renderer.Egress it swaps source and destination networks, as the Contiv/VPP
 // design does (docs/background.md#where-acls-sit-relative-to-nat); ports
 // stay, since the destination port is the port of the connection's server
 // either way.
 func (c *Cache) orient(rules []renderer.Rule) []renderer.Rule {
-	if c.side == SideEgress || len(rules) == 0 {
+	if c.dir == renderer.Ingress || len(rules) == 0 {
 		return rules
 	}
 	out := make([]renderer.Rule, len(rules))
@@ -178,10 +177,10 @@ func (c *Cache) orient(rules []renderer.Rule) []renderer.Rule {
 	return out
 }
 
-// output turns a table built in the egress-side orientation into the
+// output turns a table built in the Ingress orientation into the
 // renderer's, sorted by Rule.Compare.
 func (c *Cache) output(rules []renderer.Rule) []renderer.Rule {
-	if c.side == SideEgress {
+	if c.dir == renderer.Ingress {
 		return rules
 	}
 	out := c.orient(rules)
@@ -451,10 +450,10 @@ func (c *Cache) rebuildTables() []*podState {
 func (c *Cache) newPodState(pr *renderer.PodRules) *podState {
 	p := &podState{in: *pr}
 	p.in.IPs = slices.Clone(pr.IPs)
-	if c.side == SideEgress {
-		p.own, p.out = pr.Egress, pr.Ingress
+	if c.dir == renderer.Ingress {
+		p.own, p.out = pr.Ingress, pr.Egress
 	} else {
-		p.own, p.out = c.orient(pr.Ingress), c.orient(pr.Egress)
+		p.own, p.out = c.orient(pr.Egress), c.orient(pr.Ingress)
 	}
 	return p
 }
@@ -512,7 +511,7 @@ func (c *Cache) validate(txn renderer.Txn) error {
 		for _, l := range []struct {
 			d     renderer.Direction
 			rules []renderer.Rule
-		}{{renderer.DirectionIngress, pr.Ingress}, {renderer.DirectionEgress, pr.Egress}} {
+		}{{renderer.Egress, pr.Egress}, {renderer.Ingress, pr.Ingress}} {
 			if err := renderer.ValidateRuleList(l.d, l.rules); err != nil {
 				return fmt.Errorf("pod %s: %w", pr.Pod, err)
 			}
@@ -701,7 +700,7 @@ func (c *Cache) localTable(p *podState) []renderer.Rule {
 func (c *Cache) patchTable(p *podState) []renderer.Rule {
 	content := p.content
 	peer := srcOf // the peer network in the output orientation
-	if c.side == SideIngress {
+	if c.dir == renderer.Egress {
 		peer = dstOf
 	}
 	for _, x := range p.patches {
@@ -756,8 +755,9 @@ func (c *Cache) setGlobalBlocks(p *podState) {
 
 // buildGlobalTable is BuildGlobalTable (docs/background.md#buildglobaltable):
 // the rules of every local pod on traffic from it, with its address as
-// source, and PermitAll for the rest. In the egress-side orientation the blocks are already in Compare
-// order when concatenated by address (the source network is the first key).
+// source, and PermitAll for the rest. In the Ingress orientation the blocks
+// are already in Compare order when concatenated by address (the source
+// network is the first key).
 func (c *Cache) buildGlobalTable() []renderer.Rule {
 	if len(c.globalBlocks) == 0 {
 		return nil

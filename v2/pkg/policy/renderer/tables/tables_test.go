@@ -94,19 +94,19 @@ func wantTable(t *testing.T, c *tables.Cache, name string, want []renderer.Rule)
 // and 8080, the client may only send to web on TCP 80.
 func webAndClient(t *testing.T) renderer.Txn {
 	web := pod("web", "10.0.0.1")
-	web.Egress = rules(t,
+	web.Ingress = rules(t,
 		"permit tcp 10.0.0.2/32 -> any 80",
 		"permit tcp 10.0.0.2/32 -> any 8080",
 		"deny any any -> any")
 	client := pod("client", "10.0.0.2")
-	client.Ingress = rules(t,
+	client.Egress = rules(t,
 		"permit tcp any -> 10.0.0.1/32 80",
 		"deny any any -> any")
 	return renderer.Txn{Pods: []renderer.PodRules{web, client}}
 }
 
 func TestCombineRulesKeepsOnlyWhatBothEndsPermit(t *testing.T) {
-	c := tables.New(tables.SideEgress)
+	c := tables.New(renderer.Ingress)
 	ch := apply(t, c, webAndClient(t))
 	wantTable(t, c, "web", rules(t,
 		"permit tcp 10.0.0.2/32 -> any 80",
@@ -126,17 +126,17 @@ func TestCombineRulesKeepsOnlyWhatBothEndsPermit(t *testing.T) {
 }
 
 func TestCombineRulesLeavesRulesAloneWhenThePeerMaySendMore(t *testing.T) {
-	c := tables.New(tables.SideEgress)
+	c := tables.New(renderer.Ingress)
 	txn := webAndClient(t)
-	txn.Pods[1].Ingress = rules(t, "permit any any -> 10.0.0.0/24", "deny any any -> any")
+	txn.Pods[1].Egress = rules(t, "permit any any -> 10.0.0.0/24", "deny any any -> any")
 	apply(t, c, txn)
-	wantTable(t, c, "web", txn.Pods[0].Egress)
+	wantTable(t, c, "web", txn.Pods[0].Ingress)
 }
 
 func TestAnOpenPodGetsATableWhenARestrictedLocalPeerTalksToIt(t *testing.T) {
-	c := tables.New(tables.SideEgress)
+	c := tables.New(renderer.Ingress)
 	txn := webAndClient(t)
-	txn.Pods[0].Egress = nil
+	txn.Pods[0].Ingress = nil
 	apply(t, c, txn)
 	wantTable(t, c, "web", rules(t,
 		"permit tcp 10.0.0.2/32 -> any 80",
@@ -144,8 +144,8 @@ func TestAnOpenPodGetsATableWhenARestrictedLocalPeerTalksToIt(t *testing.T) {
 		"permit any any -> any"))
 }
 
-func TestTheIngressSideMirrorsTheTables(t *testing.T) {
-	c := tables.New(tables.SideIngress)
+func TestEgressTablesMirrorTheIngressTables(t *testing.T) {
+	c := tables.New(renderer.Egress)
 	apply(t, c, webAndClient(t))
 	// The client may send only what web admits; web admits more, so the
 	// client's table is its own rules.
@@ -164,7 +164,7 @@ func TestTheIngressSideMirrorsTheTables(t *testing.T) {
 
 	// Web narrowed to 8080 only: now the client's table must say so.
 	txn := webAndClient(t)
-	txn.Pods[0].Egress = rules(t, "permit tcp 10.0.0.2/32 -> any 8080", "deny any any -> any")
+	txn.Pods[0].Ingress = rules(t, "permit tcp 10.0.0.2/32 -> any 8080", "deny any any -> any")
 	apply(t, c, txn)
 	wantTable(t, c, "client", rules(t,
 		"deny any any -> 10.0.0.1/32",
@@ -172,9 +172,9 @@ func TestTheIngressSideMirrorsTheTables(t *testing.T) {
 }
 
 func TestTheGlobalTableKeepsEachFamilyWithItsAddress(t *testing.T) {
-	c := tables.New(tables.SideEgress)
+	c := tables.New(renderer.Ingress)
 	p := pod("dual", "10.0.0.5", "fd00::5")
-	p.Ingress = rules(t,
+	p.Egress = rules(t,
 		"permit tcp any -> 10.0.0.3/32 80",
 		"permit tcp any -> fd00::3/128 80",
 		"deny any any -> any")
@@ -191,12 +191,12 @@ func TestTheGlobalTableKeepsEachFamilyWithItsAddress(t *testing.T) {
 }
 
 func TestPodsWithEqualTablesShareOneAndChangesAreMinimal(t *testing.T) {
-	c := tables.New(tables.SideEgress)
+	c := tables.New(renderer.Ingress)
 	a := rules(t, "permit tcp 10.0.0.9/32 -> any 80", "deny any any -> any")
 	b := rules(t, "permit tcp 10.0.0.9/32 -> any 443", "deny any any -> any")
 	d := rules(t, "permit udp 10.0.0.9/32 -> any 53", "deny any any -> any")
 	e := rules(t, "permit udp 10.0.0.9/32 -> any 54", "deny any any -> any")
-	withEgress := func(p renderer.PodRules, r []renderer.Rule) renderer.PodRules { p.Egress = r; return p }
+	withIngress := func(p renderer.PodRules, r []renderer.Rule) renderer.PodRules { p.Ingress = r; return p }
 	one, two := pod("one", "10.0.0.1"), pod("two", "10.0.0.2")
 
 	type step struct {
@@ -209,25 +209,25 @@ func TestPodsWithEqualTablesShareOneAndChangesAreMinimal(t *testing.T) {
 	}
 	steps := []step{
 		{"two pods with equal rules share one new table",
-			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, a), withEgress(two, a)}},
+			renderer.Txn{Pods: []renderer.PodRules{withIngress(one, a), withIngress(two, a)}},
 			1, nil, nil, []tables.Assignment{{Pod: id("one"), Table: "local-1"}, {Pod: id("two"), Table: "local-1"}}},
 		{"a pod that leaves a shared table gets a new one",
-			renderer.Txn{Pods: []renderer.PodRules{withEgress(two, b)}},
+			renderer.Txn{Pods: []renderer.PodRules{withIngress(two, b)}},
 			1, nil, nil, []tables.Assignment{{Pod: id("two"), Table: "local-2"}}},
 		{"a pod joining an equal table frees its own",
-			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, b)}},
+			renderer.Txn{Pods: []renderer.PodRules{withIngress(one, b)}},
 			0, nil, []renderer.TableID{"local-1"}, []tables.Assignment{{Pod: id("one"), Table: "local-2"}}},
 		{"a pod leaving again gets a new table",
-			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, d)}},
+			renderer.Txn{Pods: []renderer.PodRules{withIngress(one, d)}},
 			1, nil, nil, []tables.Assignment{{Pod: id("one"), Table: "local-3"}}},
 		{"a table of one pod is changed in place",
-			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, e)}},
+			renderer.Txn{Pods: []renderer.PodRules{withIngress(one, e)}},
 			0, []renderer.TableID{"local-3"}, nil, nil},
 		{"the same rules again change nothing",
-			renderer.Txn{Pods: []renderer.PodRules{withEgress(one, e), withEgress(two, b)}},
+			renderer.Txn{Pods: []renderer.PodRules{withIngress(one, e), withIngress(two, b)}},
 			0, nil, nil, nil},
 		{"a resync forgets the pods it does not list",
-			renderer.Txn{Resync: true, Pods: []renderer.PodRules{withEgress(two, b)}},
+			renderer.Txn{Resync: true, Pods: []renderer.PodRules{withIngress(two, b)}},
 			0, nil, []renderer.TableID{"local-3"}, []tables.Assignment{{Pod: id("one")}}},
 		{"a pod that becomes open loses its table",
 			renderer.Txn{Pods: []renderer.PodRules{two}},
@@ -273,20 +273,20 @@ func TestApplyRejectsAnInvalidTransactionWithoutChangingAnything(t *testing.T) {
 		}, "more than one per family"},
 		{"unsorted rules", func() renderer.Txn {
 			p := pod("web", "10.0.0.1")
-			p.Egress = rules(t, "permit tcp 10.0.0.0/24 -> any 80", "permit tcp 10.0.0.2/32 -> any 80", "deny any any -> any")
+			p.Ingress = rules(t, "permit tcp 10.0.0.0/24 -> any 80", "permit tcp 10.0.0.2/32 -> any 80", "deny any any -> any")
 			return renderer.Txn{Pods: []renderer.PodRules{p}}
 		}, "not sorted"},
 		{"a rule on source ports", func() renderer.Txn {
 			p := pod("web", "10.0.0.1")
 			r := rule(t, "permit tcp 10.0.0.2/32 -> any 80")
 			r.SrcPort = renderer.SinglePort(1234)
-			p.Egress = []renderer.Rule{r, renderer.DenyAll}
+			p.Ingress = []renderer.Rule{r, renderer.DenyAll}
 			return renderer.Txn{Pods: []renderer.PodRules{p}}
 		}, "source ports"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tables.New(tables.SideEgress)
+			c := tables.New(renderer.Ingress)
 			apply(t, c, valid)
 			before := c.LocalTables()
 			_, err := c.Apply(tc.txn())
