@@ -15,6 +15,13 @@ export VCOIL_CACHE_DIR
 ENVTEST_DIR := $(VCOIL_CACHE_DIR)/envtest/k8s-v$(K8S_VERSION)-etcd-v$(ETCD_VERSION)
 BIN_DIR := bin
 GENERATED_DIRS := v2/api v2/config v2/pkg/cnirpc
+# buf compiles the .proto in Go (no protoc needed); it and gotestsum are
+# pinned in the tools module hack/tools and built into Go's build cache. A
+# recipe runs `$(call tool,NAME)` first, then "$$NAME": the tool runs in the
+# recipe's directory, not in hack/tools.
+tool = $(1)=$$($(GO) -C hack/tools tool -n $(1))
+# Test output (go test -json of every run) for the summary at the end.
+TEST_OUT ?= _out/test
 PROGRAMS := vcoil vcoild vcoil-controller
 
 K8S_MAJOR := $(word 1,$(subst ., ,$(K8S_VERSION)))
@@ -46,10 +53,8 @@ build: ## build every vcoil program into bin/
 # ---- generated code ----
 
 .PHONY: generate
-generate: protoc ## regenerate deepcopy code, CRDs, RBAC, webhook manifests and gRPC code
-	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
-		--go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-		v2/pkg/cnirpc/cni.proto
+generate: ## regenerate deepcopy code, CRDs, RBAC, webhook manifests and gRPC code
+	$(call tool,buf); "$$buf" generate --template v2/pkg/cnirpc/buf.gen.yaml --path v2/pkg/cnirpc/cni.proto
 	$(GO) tool controller-gen object paths=./v2/api/...
 	$(GO) tool controller-gen \
 		crd paths=./v2/api/... output:crd:artifacts:config=v2/config/crd/bases \
@@ -64,26 +69,21 @@ check-generate: ## fail when make generate changes any file (works in a dirty tr
 	if [ "$$before" != "$$after" ]; then diff <(echo "$$before") <(echo "$$after") || true; \
 		echo "generated files were out of date; make generate has now updated them" >&2; exit 1; fi
 
-# ---- packages from Debian, pinned ----
+# ---- packages from Debian, pinned by upstream version ----
 
-# protoc for make generate; nft, iptables and ping for the tests that wire
-# pods in network namespaces (portmap uses nft). Installed only when missing or
-# of another version.
-DEBIAN_PACKAGES := protobuf-compiler=3.21.12-3 nftables=1.0.6-2+deb12u2 iptables=1.8.9-2 iputils-ping=3:20221126-1+deb12u1
+# hack/debian-packages lists them, with the make target that installs each
+# group; v2/internal/debpkg reads it. Installed only when missing or of a
+# version the list does not accept; the newest matching Debian revision is
+# taken, since the archive drops old revisions.
+DEBPKG := $(GO) run ./v2/internal/debpkg/cmd
 
 .PHONY: deps
-deps: ## install the pinned Debian packages the build and tests need (as root)
-	@missing=""; for p in $(DEBIAN_PACKAGES); do \
-		name=$${p%%=*}; want=$${p#*=}; \
-		have=$$(dpkg-query -W -f='$${Version}' "$$name" 2>/dev/null || true); \
-		[ "$$have" = "$$want" ] || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then echo "installing$$missing" >&2; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+deps: ## install the Debian packages the tests need (nft, iptables, ping), pinned by upstream version (as root)
+	@$(DEBPKG) install test
 
-.PHONY: protoc
-protoc:
-	@v=$$(protoc --version 2>/dev/null || true); [ "$$v" = "libprotoc 3.21.12" ] || \
-		{ echo "make generate needs protoc 3.21.12 (found: $${v:-none}): run make deps" >&2; exit 1; }
+.PHONY: check-debian-pins
+check-debian-pins: ## fail naming each package of hack/debian-packages whose pinned version the Debian archive no longer offers
+	@$(DEBPKG) check-archive --update
 
 # ---- checks ----
 
@@ -129,17 +129,37 @@ envtest-assets: $(K8S_BIN_DIR)/kube-apiserver $(ETCD_BIN_DIR)/etcd ## build kube
 GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
 
 .PHONY: test
-test: test-go ## every test: lint, generated code, the Go tests, then the end-to-end suite on the local cluster (as root)
-	$(MAKE) --no-print-directory e2e
+test: ## every test: lint, generated code, pins, the Go tests, the end-to-end suite on the local cluster (as root); then what did not run, and why
+	@rm -rf $(TEST_OUT) $(LAB_OUT)/e2e/results.json; rc=0; \
+	$(MAKE) --no-print-directory test-go TEST_SUMMARY= || rc=$$?; \
+	if [ $$rc = 0 ]; then $(MAKE) --no-print-directory e2e || rc=$$?; fi; \
+	$(MAKE) --no-print-directory test-summary TEST_E2E_RESULTS=$(LAB_OUT)/e2e/results.json; \
+	exit $$rc
 
 .PHONY: test-go
-test-go: deps envtest-assets lint check-generate ## lint, generated code and the Go tests, without the local cluster
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(GO_TEST_FLAGS) ./...
+test-go: deps envtest-assets lint check-generate check-debian-pins ## lint, generated code, pins and the Go tests, without the local cluster; then the Go tests that did not run, and why
+	@mkdir -p $(TEST_OUT); $(call tool,gotestsum); rc=0; \
+	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) "$$gotestsum" --format standard-quiet --hide-summary=skipped \
+		--jsonfile $(TEST_OUT)/go-test.json -- $(GO_TEST_FLAGS) ./... || rc=$$?; \
+	$(if $(TEST_SUMMARY),$(MAKE) --no-print-directory test-summary;) exit $$rc
 
+# make test-go prints the summary itself; make test once, after the e2e suite.
+TEST_SUMMARY ?= 1
+
+.PHONY: test-summary
+test-summary: ## print what the last make test or test-go did not run, and why (skipped Go tests by reason, e2e rows not run)
+	@$(GO) run ./v2/internal/testsummary/cmd $(if $(TEST_E2E_RESULTS),--e2e-results $(TEST_E2E_RESULTS)) $(TEST_OUT)/*.json
+
+# go test runs one fuzz target at a time: each target of each package, found
+# by name, so that a new one cannot be forgotten here.
 .PHONY: fuzz
-fuzz: ## run each fuzz target for FUZZTIME (default 30s)
-	$(GO) test ./v2/pkg/ipam -run '^$$' -fuzz FuzzParsePool -fuzztime $(or $(FUZZTIME),30s)
-	$(GO) test ./v2/pkg/ipam -run '^$$' -fuzz FuzzNodeSubnet -fuzztime $(or $(FUZZTIME),30s)
+fuzz: ## run every fuzz target of the module for FUZZTIME each (default 30s)
+	@n=0; while read -r pkg dir; do \
+		for target in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | cut -c6-); do \
+			echo "==> $$pkg $$target" >&2; n=$$((n+1)); \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$target\$$" -fuzztime $(or $(FUZZTIME),30s) </dev/null; done; \
+	done < <($(GO) list -f '{{.ImportPath}} {{.Dir}}' ./...); \
+		echo "==> ran $$n fuzz targets for $(or $(FUZZTIME),30s) each" >&2
 
 # ---- benchmarks ----
 

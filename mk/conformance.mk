@@ -16,25 +16,25 @@ E2E_GINKGO := $(E2E_TOOLS_DIR)/ginkgo
 E2E_AGNHOST := $(E2E_TOOLS_DIR)/agnhost-$(AGNHOST_VERSION)
 E2E_REGRESSION := $(E2E_TOOLS_DIR)/regression-issue-74839
 
-# debootstrap makes the images' root file system.
-CONFORMANCE_HOST_PACKAGES := debootstrap=1.0.128+nmu2+deb12u2
-
-# The Debian root file system of agnhost, nginx, glibc-dns-testing,
-# distroless-iptables and (its busybox) busybox: minbase plus what the tests
-# run in their pods. GNU wget, since busybox-static's wget crashes on -T. Pinned: debian-rootfs.sh fails when the archive has
-# other versions. The cache directory is named after the pins.
+# debootstrap (group conformance of hack/debian-packages) makes the images'
+# root file system: minbase plus what the tests run in their pods (group
+# rootfs: GNU wget, since busybox-static's wget crashes on -T). debootstrap
+# sees only the suite's release archive, so the packages are named without
+# versions; the versions it installed are written to packages.txt beside the
+# root file system, and the image tarball's cache key includes them. The root
+# file system's own directory is named after the suite and the package names.
 CONFORMANCE_DEBIAN_SUITE := bookworm
-CONFORMANCE_DEBIAN_PACKAGES := bash=5.2.15-2+b13 curl=7.88.1-10+deb12u15 netcat-openbsd=1.219-1 \
-	bind9-dnsutils=1:9.18.49-1~deb12u1 iproute2=6.1.0-3 socat=1.7.4.4-2 busybox-static=1:1.35.0-4+deb12u1+b1 \
-	nginx-light=1.22.1-9+deb12u9 procps=2:4.0.2-3 iputils-ping=3:20221126-1+deb12u1 ca-certificates=20230311+deb12u1 \
-	conntrack=1:1.4.7-1+b2 wget=1.21.3-1+deb12u1
+CONFORMANCE_DEBIAN_PACKAGES := $(shell awk '$$1 == "rootfs" { print $$2 }' hack/debian-packages)
 CONFORMANCE_ROOTFS_KEY := $(shell printf '%s ' $(CONFORMANCE_DEBIAN_SUITE) $(CONFORMANCE_DEBIAN_PACKAGES) | sha256sum | cut -c1-12)
 CONFORMANCE_ROOTFS := $(VCOIL_CACHE_DIR)/debian-rootfs/$(CONFORMANCE_DEBIAN_SUITE)-$(CONFORMANCE_ROOTFS_KEY)
 
 # The image tarball, named after everything it is made of (the recipe in
 # v2/e2e/conformance and the CoreDNS version of mk/lab.mk included: this
 # file is read before lab.mk, whose variables are not set yet here).
+# The installed versions (packages.txt) are read when make starts: make
+# conformance-assets makes the root file system in a make of its own first.
 CONFORMANCE_IMAGES_KEY := $(shell { printf '%s ' $(K8S_VERSION) $(AGNHOST_VERSION) $(CONFORMANCE_ROOTFS_KEY); grep '^COREDNS_VERSION' mk/lab.mk; \
+	cat $(CONFORMANCE_ROOTFS)/packages.txt; \
 	cat v2/e2e/conformance/images.go v2/e2e/images/imageset/*.go v2/e2e/images/pause/main.go; } 2>/dev/null | sha256sum | cut -c1-12)
 CONFORMANCE_IMAGES := $(VCOIL_CACHE_DIR)/conformance-images/$(CONFORMANCE_IMAGES_KEY)/images.tar
 
@@ -65,13 +65,8 @@ conf_ticking = ( m=0; while sleep 60; do m=$$((m+1)); echo "    ... $(1) ($$m mi
 	rc=0; $(2) || rc=$$?; kill $$ticker 2>/dev/null; exit $$rc
 
 .PHONY: conformance-deps
-conformance-deps: ## install debootstrap (pinned) when missing
-	@missing=""; for p in $(CONFORMANCE_HOST_PACKAGES); do \
-		name=$${p%%=*}; want=$${p#*=}; \
-		have=$$(dpkg-query -W -f='$${Version}' "$$name" 2>/dev/null || true); \
-		[ "$$have" = "$$want" ] || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then echo "==> installing$$missing from Debian" >&2; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+conformance-deps: ## install debootstrap (pinned by minimum version) when missing
+	@$(DEBPKG) install conformance
 
 # ---- the e2e binaries (module hack/e2e) ----
 
@@ -105,12 +100,12 @@ $(E2E_REGRESSION):
 # ---- the images ----
 
 .PHONY: conformance-rootfs
-conformance-rootfs: $(CONFORMANCE_ROOTFS)/packages.txt ## make the Debian root file system of the e2e images (debootstrap, pinned packages)
+conformance-rootfs: $(CONFORMANCE_ROOTFS)/packages.txt ## make the Debian root file system of the e2e images (debootstrap; the versions it installed in packages.txt)
 
 $(CONFORMANCE_ROOTFS)/packages.txt: | conformance-deps
 	$(call conf_say,making the Debian $(CONFORMANCE_DEBIAN_SUITE) root file system of the e2e images (about 2 min; cached in $(CONFORMANCE_ROOTFS)))
 	@nice bash v2/e2e/conformance/debian-rootfs.sh $(CONFORMANCE_ROOTFS) $(CONFORMANCE_DEBIAN_SUITE) $(CONFORMANCE_DEBIAN_PACKAGES)
-	@# Root file systems of earlier pins go.
+	@# Root file systems of earlier package lists go.
 	@find $(dir $(CONFORMANCE_ROOTFS)) -mindepth 1 -maxdepth 1 ! -name $(notdir $(CONFORMANCE_ROOTFS)) -exec rm -rf {} +
 
 .PHONY: conformance-images
@@ -139,7 +134,9 @@ conformance-images-path: ## print the path of the images tarball (for LAB_EXTRA_
 	@echo $(CONFORMANCE_IMAGES)
 
 .PHONY: conformance-assets
-conformance-assets: conformance-tools conformance-images ## build everything make e2e-conformance needs but the lab (cached)
+conformance-assets: conformance-tools ## build everything make e2e-conformance needs but the lab (cached)
+	@$(MAKE) --no-print-directory conformance-rootfs
+	@$(MAKE) --no-print-directory conformance-images
 
 # ---- the run ----
 
@@ -176,7 +173,8 @@ e2e-conformance: ## upstream [sig-network] e2e tests (Conformance and the rest, 
 	if [ -e $(LAB_STATE_DIR) ]; then echo "a lab is up (or its remains are: $(LAB_STATE_DIR)); make e2e-conformance brings up its own." >&2; \
 		echo "    when it is yours: make lab-down; with its images already imported: make conformance-run" >&2; exit 1; fi; \
 	$(MAKE) --no-print-directory conformance-assets; \
-	rc=0; $(MAKE) --no-print-directory lab-up LAB_EXTRA_IMAGES=$(CONFORMANCE_IMAGES) || rc=$$?; \
+	images=$$($(MAKE) --no-print-directory -s conformance-images-path); \
+	rc=0; $(MAKE) --no-print-directory lab-up LAB_EXTRA_IMAGES=$$images || rc=$$?; \
 	if [ $$rc = 0 ]; then $(MAKE) --no-print-directory conformance-run || rc=$$?; fi; \
 	if [ -z "$(CONFORMANCE_KEEP_LAB)" ]; then $(MAKE) --no-print-directory lab-down || rc=1; \
 	else echo "==> the lab stays up (CONFORMANCE_KEEP_LAB); make lab-down removes it" >&2; fi; \

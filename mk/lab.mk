@@ -21,9 +21,9 @@ CNI_PLUGINS_VERSION := $(shell awk '$$1 == "github.com/containernetworking/plugi
 COREDNS_BIN := $(VCOIL_CACHE_DIR)/coredns/v$(COREDNS_VERSION)/coredns
 CNI_PLUGINS_DIR := $(VCOIL_CACHE_DIR)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-# containerd and runc from Debian: containerd 1.6 works with kubelet 1.37
-# (which falls back when the CRI RuntimeConfig call is missing).
-LAB_DEBIAN_PACKAGES := containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1
+# containerd and runc from Debian (group lab of hack/debian-packages):
+# containerd 1.6 works with kubelet 1.37 (which falls back when the CRI
+# RuntimeConfig call is missing).
 
 # The lab program, run as root.
 LAB := $(LAB_BIN)/lab
@@ -33,13 +33,8 @@ LAB_FLAGS = --state-dir $(LAB_STATE_DIR) --log-dir $(abspath $(LAB_OUT))/logs
 lab_say = @printf '\033[1m==> %s\033[0m\n' "$(1)" >&2
 
 .PHONY: lab-deps
-lab-deps: deps ## install the pinned Debian packages of the lab (containerd, runc) when missing
-	@missing=""; for p in $(LAB_DEBIAN_PACKAGES); do \
-		name=$${p%%=*}; want=$${p#*=}; \
-		have=$$(dpkg-query -W -f='$${Version}' "$$name" 2>/dev/null || true); \
-		[ "$$have" = "$$want" ] || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then echo "==> installing$$missing from Debian" >&2; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+lab-deps: deps ## install the Debian packages of the lab (containerd, runc; pinned by upstream version) when missing
+	@$(DEBPKG) install lab
 
 # ---- components ----
 
@@ -149,7 +144,10 @@ E2E_FLAGS ?= -count=1 -timeout 30m -v
 .PHONY: lab-e2e
 lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab (report in _out/lab/e2e); the lab stays up
 	@mkdir -p $(LAB_OUT)/e2e
-	@VCOIL_E2E_REPORT_DIR=$(abspath $(LAB_OUT))/e2e $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(GO) test $(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)
+	@mkdir -p $(TEST_OUT); $(call tool,gotestsum); \
+	VCOIL_E2E_REPORT_DIR=$(abspath $(LAB_OUT))/e2e $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- \
+		"$$gotestsum" --format standard-verbose --hide-summary=skipped --jsonfile $(abspath $(TEST_OUT))/e2e-test.json -- \
+		$(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)
 
 # make e2e is part of make test: the lab comes up, the suite runs, and the
 # lab goes down again — unless it was already up (a demo), which it leaves.
