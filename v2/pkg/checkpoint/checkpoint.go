@@ -1,8 +1,8 @@
 // Package checkpoint keeps vcoild's durable record of the addresses it gave to
-// pod interfaces: one small file per (container ID, interface name), written
-// atomically (temporary file, fsync, rename, fsync of the directory), so that
-// a daemon killed at any instant finds every allocation it made, whole or not
-// at all. It knows nothing of IPAM or dataplanes.
+// pod interfaces: one small file per (container ID, interface name), replaced
+// through atomicfile (temporary file, fsync, rename, fsync of the directory),
+// so that a daemon killed at any instant finds every allocation it made, whole
+// or not at all. It knows nothing of IPAM or dataplanes.
 package checkpoint
 
 import (
@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/vcoil/vcoil/v2/pkg/atomicfile"
 )
 
 // Entry records one pod interface's allocation.
@@ -50,12 +52,8 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create checkpoint directory %s: %w", dir, err)
 	}
-	leftovers, err := filepath.Glob(filepath.Join(dir, ".tmp-*"))
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range leftovers {
-		_ = os.Remove(f)
+	if err := atomicfile.RemoveTemps(dir); err != nil {
+		return nil, fmt.Errorf("clean checkpoint directory %s: %w", dir, err)
 	}
 	return &Store{dir: dir}, nil
 }
@@ -76,23 +74,10 @@ func (s *Store) Save(e Entry) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.dir, ".tmp-*")
-	if err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, fileName(e.ContainerID, e.IfName)), data, 0o600); err != nil {
 		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
 	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, fileName(e.ContainerID, e.IfName))); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
-	}
-	return s.syncDir()
+	return nil
 }
 
 // Delete removes the entry of a key; a missing entry is not an error.
@@ -101,7 +86,7 @@ func (s *Store) Delete(containerID, ifName string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete checkpoint of %s/%s: %w", containerID, ifName, err)
 	}
-	return s.syncDir()
+	return atomicfile.SyncDir(s.dir)
 }
 
 // Get returns the entry of a key, and false when there is none.
@@ -152,14 +137,4 @@ func read(path string) (Entry, error) {
 		return Entry{}, fmt.Errorf("checkpoint %s lacks its key or block", path)
 	}
 	return e, nil
-}
-
-// syncDir makes renames and removals durable.
-func (s *Store) syncDir() error {
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -1,8 +1,8 @@
 // Package cniinstall puts vcoil's CNI binaries and its network configuration
 // on a node (vcoild's install-cni subcommand, run as an init container). Every
-// file is written atomically (a temporary file in the same directory, then a
-// rename), so a container runtime never executes half a binary or reads half a
-// configuration; files of other plugins are left alone.
+// file is replaced through atomicfile (a temporary file in the same directory,
+// then a rename), so a container runtime never executes half a binary or reads
+// half a configuration; files of other plugins are left alone.
 package cniinstall
 
 import (
@@ -16,6 +16,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/vcoil/vcoil/v2/pkg/atomicfile"
 )
 
 // Options say what to install where.
@@ -105,8 +107,8 @@ func Install(opts Options) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		if err := writeAtomic(dst, data, 0o755); err != nil {
-			return res, fmt.Errorf("install %s: %w", dst, err)
+		if err := atomicfile.WriteFile(dst, data, 0o755); err != nil {
+			return res, fmt.Errorf("install CNI binary %s: %w", e.Name(), err)
 		}
 		res.Binaries = append(res.Binaries, dst)
 	}
@@ -118,8 +120,8 @@ func Install(opts Options) (Result, error) {
 		return res, err
 	}
 	res.Conflist = filepath.Join(opts.ConfDir, opts.ConfName)
-	if err := writeAtomic(res.Conflist, append(conf, '\n'), 0o644); err != nil {
-		return res, fmt.Errorf("write %s: %w", res.Conflist, err)
+	if err := atomicfile.WriteFile(res.Conflist, append(conf, '\n'), 0o644); err != nil {
+		return res, fmt.Errorf("install CNI configuration: %w", err)
 	}
 	others, err := os.ReadDir(opts.ConfDir)
 	if err != nil {
@@ -162,27 +164,4 @@ func sameContent(a, b string) (bool, error) {
 		return false, err
 	}
 	return bytes.Equal(da, db), nil
-}
-
-// writeAtomic replaces path with data through a temporary file in the same
-// directory; a running binary being replaced keeps its old inode.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	cerr := f.Chmod(mode)
-	serr := f.Sync()
-	xerr := f.Close()
-	if err := errors.Join(werr, cerr, serr, xerr); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }

@@ -29,6 +29,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/vcoil/vcoil/v2/pkg/atomicfile"
 )
 
 // Keys of the Secret.
@@ -261,34 +263,14 @@ func writeFiles(dir string, cert, key []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// Each file is replaced whole, so that the webhook server's certificate
+	// watcher never reads half a file.
 	for name, data := range map[string][]byte{KeyCert: cert, KeyKey: key} {
-		if err := writeAtomic(filepath.Join(dir, name), data); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// writeAtomic replaces path with data, so that the webhook server's
-// certificate watcher never reads half a file.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 func parseCert(data []byte) (*x509.Certificate, error) {
