@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/gobuild"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/webhookcert"
@@ -134,10 +136,7 @@ func leaseHolder(t *testing.T) string {
 // them leads and answers requests, and when it stops the other takes over.
 func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	ctx := context.Background()
-	bin := filepath.Join(t.TempDir(), "vcoil-controller")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := gobuild.Program(t, "github.com/vcoil/vcoil/v2/cmd/vcoil-controller")
 	applyRendered(t)
 	kc, err := env.UserKubeConfig("system:serviceaccount:kube-system:vcoil-controller", "system:serviceaccounts")
 	if err != nil {
@@ -158,7 +157,7 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	a := start(t, bin, kubeconfig, "a")
 	b := start(t, bin, kubeconfig, "b")
 	for _, in := range []*instance{a, b} {
-		testenv.Eventually(t, 30*time.Second, func() error {
+		poll.Eventually(t, 30*time.Second, func() error {
 			if code, body := testenv.HTTPGet(in.healthURL + "/readyz"); code != http.StatusOK {
 				return fmt.Errorf("%s /readyz: %d %s", in.name, code, body)
 			}
@@ -196,7 +195,7 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 
 	// One leader.
 	var leader, standby *instance
-	testenv.Eventually(t, 30*time.Second, func() error {
+	poll.Eventually(t, 30*time.Second, func() error {
 		aLeads := strings.Contains(a.log.String(), "Successfully acquired lease")
 		bLeads := strings.Contains(b.log.String(), "Successfully acquired lease")
 		switch {
@@ -217,7 +216,7 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	t.Cleanup(func() {
 		deleteObject(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
 		deleteObject(t, &vcoilv2.AddressPool{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
-		testenv.Eventually(t, 30*time.Second, func() error {
+		poll.Eventually(t, 30*time.Second, func() error {
 			err := env.Client.Get(ctx, client.ObjectKey{Name: "default"}, &vcoilv2.AddressPool{})
 			if !apierrors.IsNotFound(err) {
 				return fmt.Errorf("pool default is still there (%v)", err)
@@ -241,7 +240,7 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 		if err := env.Client.Create(ctx, br); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 30*time.Second, func() error {
+		poll.Eventually(t, 30*time.Second, func() error {
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(br), br); err != nil {
 				return err
 			}
@@ -252,7 +251,7 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 		})
 	}
 	requestBlock("default-0")
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		code, body := testenv.HTTPGet(leader.metURL)
 		if code != http.StatusOK || !strings.Contains(body, `vcoil_pool_blocks_allocated{pool="default"} 1`) ||
 			!strings.Contains(body, `vcoil_pool_blocks_max{pool="default"} 8`) {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/pkg/cni"
 	"github.com/vcoil/vcoil/v2/pkg/cni/cnitest"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
@@ -164,7 +165,7 @@ func forwarded(t *testing.T, r *runtime, call cnitest.Call, verb string, rt *lib
 }
 
 func TestVcoilThroughLibcni(t *testing.T) {
-	binDir := cnitest.BuildPlugin(t)
+	binDir := gobuild.Dir(t, "github.com/vcoil/vcoil/v2/cmd/vcoil")
 
 	t.Run("VERSION lists 0.4.0, 1.0.0 and 1.1.0", func(t *testing.T) {
 		r := newRuntime(t, binDir, "1.1.0", cnitest.MissingSocket(t), "")

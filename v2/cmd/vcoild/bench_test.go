@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 )
 
@@ -34,13 +34,10 @@ func TestBenchCNI(t *testing.T) {
 		t.Skip("skipped: set VCOIL_BENCH_CNI to the JSON output file (make bench-cni)")
 	}
 	netnstest.RequireRoot(t)
-	build(t)
-	refDir := filepath.Join(t.TempDir(), "ref")
-	for _, pkg := range []string{"main/ptp", "ipam/host-local", "meta/portmap"} {
-		if o, err := exec.Command("go", "build", "-o", refDir+"/", "github.com/containernetworking/plugins/plugins/"+pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, o)
-		}
-	}
+	refDir := gobuild.Dir(t,
+		"github.com/containernetworking/plugins/plugins/main/ptp",
+		"github.com/containernetworking/plugins/plugins/ipam/host-local",
+		"github.com/containernetworking/plugins/plugins/meta/portmap")
 	ctx := context.Background()
 	createPool(t, "bench", 5, "10.120.0.0/16", "fd00:120::/112")
 	v4only := &vcoilv2.AddressPool{ObjectMeta: metav1.ObjectMeta{Name: "bench4"},

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +25,9 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/controllertest"
+	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 )
@@ -43,13 +44,15 @@ import (
 
 var env *testenv.Env
 
-// binaries built once per test binary.
-var (
-	buildOnce sync.Once
-	binDir    string // vcoil, portmap, loopback
-	vcoildBin string
-	buildErr  error
-)
+// What the harness runs, built once per test binary: vcoild, and the CNI
+// binaries of the conflist (with loopback, which the runtime calls too).
+const vcoildPackage = "github.com/vcoil/vcoil/v2/cmd/vcoild"
+
+var cniPackages = []string{
+	"github.com/vcoil/vcoil/v2/cmd/vcoil",
+	"github.com/containernetworking/plugins/plugins/meta/portmap",
+	"github.com/containernetworking/plugins/plugins/main/loopback",
+}
 
 func TestMain(m *testing.M) {
 	// vcoil-controller's reconcilers run in the test process; its program
@@ -61,33 +64,6 @@ func TestMain(m *testing.M) {
 // so that vcoild runs with exactly the permissions its manifests give it.
 func applyRBAC(ctx context.Context, e *testenv.Env) (func(), error) {
 	return func() {}, testenv.ApplyRBAC(ctx, e.Client, "default")
-}
-
-func build(t *testing.T) {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vcoild-test-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binDir = filepath.Join(dir, "cni")
-		vcoildBin = filepath.Join(dir, "vcoild")
-		for _, b := range []struct{ out, pkg string }{
-			{vcoildBin, "."},
-			{filepath.Join(binDir, "vcoil"), "../vcoil"},
-			{filepath.Join(binDir, "portmap"), "github.com/containernetworking/plugins/plugins/meta/portmap"},
-			{filepath.Join(binDir, "loopback"), "github.com/containernetworking/plugins/plugins/main/loopback"},
-		} {
-			if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
 }
 
 // fabric is the network the nodes share.
@@ -142,7 +118,7 @@ type nodeOptions struct {
 func newNodeWith(t *testing.T, f *fabric, index int, opts nodeOptions) *node {
 	t.Helper()
 	extraArgs := opts.args
-	build(t)
+	cniBinDir := gobuild.Dir(t, cniPackages...)
 	name := fmt.Sprintf("node-%d", index)
 	n := &node{
 		t: t, name: name, addr: netip.AddrFrom4([4]byte{198, 18, 0, byte(index)}),
@@ -182,7 +158,7 @@ func newNodeWith(t *testing.T, f *fabric, index int, opts nodeOptions) *node {
 		t.Fatal(err)
 	}
 	n.conf = conf
-	n.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(n.dir, "cni-cache"), nil)
+	n.cni = libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, filepath.Join(n.dir, "cni-cache"), nil)
 	if opts.beforeStart != nil {
 		opts.beforeStart(n)
 	}
@@ -215,7 +191,7 @@ func (n *node) start() {
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mp),
 		"--block-request-timeout", "20s",
 	}, n.args...)
-	n.proc = exec.Command(vcoildBin, args...)
+	n.proc = exec.Command(gobuild.Program(t, vcoildPackage), args...)
 	n.proc.Stdout, n.proc.Stderr = n.log, n.log
 	if err := n.proc.Start(); err != nil {
 		t.Fatal(err)
@@ -231,7 +207,7 @@ func (n *node) start() {
 			t.Logf("log of vcoild on %s:\n%s", n.name, n.log.String())
 		}
 	})
-	testenv.Eventually(t, 30*time.Second, func() error {
+	poll.Eventually(t, 30*time.Second, func() error {
 		select {
 		case <-exited:
 			t.Fatalf("vcoild on %s exited:\n%s", n.name, n.log.String())

@@ -1,8 +1,8 @@
 // Package cnitest helps test both ends of the CNI contract: it serves a
 // cnirpc.CNIServer on a UNIX socket in a temporary directory, provides
-// sockets where no daemon answers, a stand-in for vcoild that answers with
-// canned results and records what it received, and builds the vcoil
-// binary for tests that run it the way a container runtime does.
+// sockets where no daemon answers, and a stand-in for vcoild that answers
+// with canned results and records what it received. Tests that run the vcoil
+// binary the way a container runtime does build it with gobuild.
 //
 // It is for tests only and does nothing privileged.
 package cnitest
@@ -12,7 +12,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -80,23 +79,6 @@ func DeadSocket(tb testing.TB) string {
 func MissingSocket(tb testing.TB) string {
 	tb.Helper()
 	return filepath.Join(SocketDir(tb), "vcoild.sock")
-}
-
-// BuildPlugin builds the vcoil binary into a new directory and returns the
-// directory, to be used as the runtime's CNI plugin path. It needs the go
-// command, which `go test` puts first on PATH.
-func BuildPlugin(tb testing.TB) string {
-	tb.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		tb.Fatalf("build the vcoil binary: %v", err)
-	}
-	dir := tb.TempDir()
-	cmd := exec.Command(goTool, "build", "-o", filepath.Join(dir, "vcoil"), "github.com/vcoil/vcoil/v2/cmd/vcoil")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("build the vcoil binary: %v\n%s", err, out)
-	}
-	return dir
 }
 
 // Answers are what a Daemon answers. A nil error is a success.
