@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 func getPool(t *testing.T, name string) (*vcoilv2.AddressPool, error) {
@@ -24,7 +24,7 @@ func getPool(t *testing.T, name string) (*vcoilv2.AddressPool, error) {
 
 func waitPoolStatus(t *testing.T, name string, max, allocated int64, available metav1.ConditionStatus) {
 	t.Helper()
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		p, err := getPool(t, name)
 		if err != nil {
 			return err
@@ -43,7 +43,7 @@ func TestAddressPoolStatusMetricsAndFinalizer(t *testing.T) {
 	env.CreateNode(t, "node-1", "")
 	createPool(t, "p", 5, v4("10.75.0.0/26")) // 2 blocks
 
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		p, err := getPool(t, "p")
 		if err != nil {
 			return err
@@ -99,14 +99,19 @@ vcoil_pool_blocks_max{pool="p"} 2
 	for i := range blocks.Items {
 		releaseBlockNow(t, &blocks.Items[i])
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		_, err := getPool(t, "p")
 		if err == nil {
 			return fmt.Errorf("pool still exists")
 		}
 		return client.IgnoreNotFound(err)
 	})
-	if n := testutil.CollectAndCount(c.registry); n != 0 {
-		t.Errorf("%d metric series remain after the pool is gone", n)
-	}
+	// The controller forgets the pool's metrics just after it lets the
+	// pool go.
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := testutil.CollectAndCount(c.registry); n != 0 {
+			return fmt.Errorf("%d metric series remain after the pool is gone", n)
+		}
+		return nil
+	})
 }

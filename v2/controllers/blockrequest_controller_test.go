@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 func TestBlockRequestIsAnsweredWithTheNextFreeBlock(t *testing.T) {
@@ -126,7 +126,7 @@ func TestBlockRequestFailuresNameTheReason(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), deleting); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		p := &vcoilv2.AddressPool{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(deleting), p); err != nil {
 			return err
@@ -298,7 +298,7 @@ func TestRacingControllersGiveEveryBlockOnce(t *testing.T) {
 	wg.Wait()
 
 	// Replace one instance while requests are being answered.
-	testenv.Eventually(t, 20*time.Second, func() error {
+	poll.Eventually(t, 20*time.Second, func() error {
 		var l vcoilv2.AddressBlockList
 		if err := env.Client.List(context.Background(), &l); err != nil {
 			return err

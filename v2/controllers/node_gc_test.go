@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // nodeObjects counts the blocks and requests left for node.
@@ -44,7 +44,7 @@ func TestDeletedNodeLosesItsBlocksAndRequests(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), n1); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		b, r, err := nodeObjects("node-1")
 		if err != nil {
 			return err
@@ -73,7 +73,7 @@ func TestPeriodicSweepCollectsNodesDeletedWhileNoControllerRan(t *testing.T) {
 	createRequest(t, "never-existed", "default")
 
 	startController(t, 200*time.Millisecond)
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		for _, node := range []string{"node-1", "never-existed"} {
 			b, r, err := nodeObjects(node)
 			if err != nil {

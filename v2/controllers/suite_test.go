@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 )
 
@@ -61,19 +61,20 @@ func startWebhookServer(ctx context.Context, e *testenv.Env) (func(), error) {
 	wait := func() { <-done }
 	// Ready when the webhook server accepts TLS connections.
 	addr := net.JoinHostPort(e.Webhook.LocalServingHost, strconv.Itoa(e.Webhook.LocalServingPort))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := mgr.GetWebhookServer().StartedChecker()(nil); err == nil {
-			if c, err := net.Dial("tcp", addr); err == nil {
-				c.Close()
-				return wait, nil
-			}
+	err = poll.Until(ctx, 30*time.Second, poll.Interval, func(context.Context) error {
+		if err := mgr.GetWebhookServer().StartedChecker()(nil); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return nil, errors.New("webhook server did not start")
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		return c.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhook server did not start: %w", err)
 	}
+	return wait, nil
 }
 
 // controllerInstance is one running vcoil-controller (without leader
@@ -161,7 +162,7 @@ func createRequest(t testing.TB, node, pool string) *vcoilv2.BlockRequest {
 func waitDone(t testing.TB, r *vcoilv2.BlockRequest) *vcoilv2.BlockRequest {
 	t.Helper()
 	got := &vcoilv2.BlockRequest{}
-	testenv.Eventually(t, 20*time.Second, func() error {
+	poll.Eventually(t, 20*time.Second, func() error {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(r), got); err != nil {
 			return err
 		}
@@ -197,7 +198,7 @@ func releaseBlockNow(t *testing.T, b *vcoilv2.AddressBlock) {
 	if err := env.Client.Delete(context.Background(), b); client.IgnoreNotFound(err) != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), &vcoilv2.AddressBlock{})
 		if err == nil {
 			return fmt.Errorf("block %s still exists", b.Name)

@@ -21,7 +21,7 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
-	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
 
@@ -176,13 +176,13 @@ func TestNATLoopbackIsNeverGivenAndBlocksComeAndGo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		if bs := blocksOf(t, n.name); len(bs) != 1 || !bs[0].NodeSubnet {
 			return fmt.Errorf("blocks after freeing the second one: %d", len(bs))
 		}
 		return nil
 	})
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		out := n.ns.IP("route", "show", "table", "119") + n.ns.IP("-6", "route", "show", "table", "119")
 		if strings.Count(out, "blackhole") != 2 || !strings.Contains(out, subnet.IPv4.String()) || !strings.Contains(out, subnet.IPv6.String()) {
 			return fmt.Errorf("exported routes, want the node subnet's two prefixes only:\n%s", out)
@@ -249,7 +249,7 @@ func TestHundredConcurrentAdds(t *testing.T) {
 			t.Fatalf("DEL %s: %v", pods[i].name, err)
 		}
 	}
-	testenv.Eventually(t, 20*time.Second, func() error {
+	poll.Eventually(t, 20*time.Second, func() error {
 		if bs := blocksOf(t, n.name); len(bs) != 1 {
 			return fmt.Errorf("%d blocks after every pod is gone, want the node subnet only", len(bs))
 		}
@@ -283,7 +283,7 @@ func TestKillDuringConcurrentAddsLosesAndDuplicatesNothing(t *testing.T) {
 		}()
 	}
 	// Kill once some ADDs are through and others are in flight.
-	testenv.Eventually(t, 60*time.Second, func() error {
+	poll.Eventually(t, 60*time.Second, func() error {
 		k := 0
 		finished.Range(func(any, any) bool { k++; return true })
 		if k < 10 {
@@ -420,7 +420,7 @@ func TestDirectRoutingConnectsPodsOfTwoNodes(t *testing.T) {
 	n8.mustAdd(b)
 	serve(t, b.ns, ":8080")
 	serve(t, a.ns, ":8080")
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		if err := talk(a.ns, hostPort(b.ipv4(), 8080)); err != nil {
 			return err
 		}

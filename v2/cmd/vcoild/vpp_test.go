@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
@@ -62,7 +63,7 @@ func TestVPPDataplanePodsTalkThroughVPPAndSurviveItsRestart(t *testing.T) {
 	defer cancel()
 	reach := func(when string) {
 		t.Helper()
-		testenv.Eventually(t, 30*time.Second, func() error {
+		poll.Eventually(t, 30*time.Second, func() error {
 			for _, c := range []struct {
 				from *netnstest.NS
 				to   string
@@ -88,7 +89,7 @@ func TestVPPDataplanePodsTalkThroughVPPAndSurviveItsRestart(t *testing.T) {
 	v.Restart()
 	reach("after VPP restarted")
 	t.Logf("pods reachable again %s after VPP was killed", time.Since(restart))
-	testenv.Eventually(t, time.Minute, func() error {
+	poll.Eventually(t, time.Minute, func() error {
 		if code, body := testenv.HTTPGet(n.health + "/readyz"); code != http.StatusOK {
 			return fmt.Errorf("vcoild not ready after VPP's restart: %d %s", code, body)
 		}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // Ports the agent serves on.
@@ -86,7 +86,7 @@ func removeWorld(k *cluster) error {
 	if err := k.c.Delete(c, ns); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	return poll(3*time.Minute, func() error {
+	return poll.Until(c, 3*time.Minute, pollInterval, func(context.Context) error {
 		err := k.c.Get(c, client.ObjectKeyFromObject(ns), ns)
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -192,7 +192,7 @@ func (k *cluster) agentPod(t *testing.T, ns, name, node string, hostNetwork bool
 
 func (k *cluster) waitRunning(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	testenv.Eventually(t, 3*time.Minute, func() error {
+	poll.Eventually(t, 3*time.Minute, func() error {
 		if err := k.c.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
 			return err
 		}
@@ -240,21 +240,16 @@ func (k *cluster) exec(c context.Context, p *corev1.Pod, cmd ...string) (string,
 	return out, nil
 }
 
-// connect runs the agent's client in from, against addr, with a retry or
-// two: the first packets of a new pod can race its routes' installation on
-// other nodes.
+// connect runs the agent's client in from, against addr, for a few
+// attempts: the first packets of a new pod can race its routes' installation
+// on other nodes.
 func (k *cluster) connect(t *testing.T, from *corev1.Pod, proto, addr string) error {
 	t.Helper()
-	var last error
-	for attempt := 0; attempt < 3; attempt++ {
-		_, err := k.exec(ctx(t, 30*time.Second), from, "/agent", "connect", proto, addr, "--timeout", "3s")
-		if err == nil {
-			return nil
-		}
-		last = err
-		time.Sleep(time.Second)
-	}
-	return last
+	// Room for three attempts that time out after 3 s, a second apart.
+	return poll.Until(t.Context(), 15*time.Second, time.Second, func(c context.Context) error {
+		_, err := k.exec(c, from, "/agent", "connect", proto, addr, "--timeout", "3s")
+		return err
+	})
 }
 
 func podIP(p *corev1.Pod) netip.Addr {

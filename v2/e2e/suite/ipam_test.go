@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
 
@@ -172,7 +173,7 @@ func TestIPAM(t *testing.T) {
 				return err
 			}
 		}
-		return poll(2*time.Minute, func() error {
+		return poll.Until(c, 2*time.Minute, pollInterval, func(context.Context) error {
 			blocks, err := blocksOf(c, k, w.nodeA.Name, pool)
 			if err == nil && len(blocks) != 0 {
 				err = fmt.Errorf("%d blocks of pool %s left on %s after its pods went", len(blocks), pool, w.nodeA.Name)
@@ -238,7 +239,7 @@ func TestResilience(t *testing.T) {
 		if err := k.c.Delete(c, victim); err != nil {
 			return err
 		}
-		if err := poll(3*time.Minute, func() error { return vcoildReady(c, k, w.nodeA.Name, victim.UID) }); err != nil {
+		if err := poll.Until(c, 3*time.Minute, pollInterval, func(context.Context) error { return vcoildReady(c, k, w.nodeA.Name, victim.UID) }); err != nil {
 			return err
 		}
 		if err := k.c.Get(c, client.ObjectKeyFromObject(w.a1), w.a1); err != nil {
@@ -276,7 +277,7 @@ func TestResilience(t *testing.T) {
 				return err
 			}
 		}
-		if err := poll(time.Minute, func() error {
+		if err := poll.Until(c, time.Minute, pollInterval, func(context.Context) error {
 			blocks, err := blocksOf(c, k, name, "")
 			if err == nil && len(blocks) != 2 {
 				err = fmt.Errorf("%d blocks carved for %s, want 2", len(blocks), name)
@@ -288,7 +289,7 @@ func TestResilience(t *testing.T) {
 		if err := k.c.Delete(c, node); err != nil {
 			return err
 		}
-		return poll(2*time.Minute, func() error {
+		return poll.Until(c, 2*time.Minute, pollInterval, func(context.Context) error {
 			blocks, err := blocksOf(c, k, name, "")
 			if err != nil {
 				return err
@@ -354,18 +355,16 @@ func leaderFailover(t *testing.T, c context.Context, k *cluster) error {
 		if err := k.c.Delete(c, &pods.Items[i]); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		changed := false
-		deadline := time.Now().Add(90 * time.Second)
-		for time.Now().Before(deadline) {
-			if err := k.c.Get(c, leaseKey, lease); err == nil {
-				if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != "" && h != holder {
-					changed = true
-					break
-				}
+		err := poll.Until(c, 90*time.Second, time.Second, func(c context.Context) error {
+			if err := k.c.Get(c, leaseKey, lease); err != nil {
+				return err
 			}
-			time.Sleep(time.Second)
-		}
-		if changed {
+			if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h == "" || h == holder {
+				return fmt.Errorf("the lease is held by %q", h)
+			}
+			return nil
+		})
+		if err == nil {
 			break
 		}
 	}
@@ -384,7 +383,7 @@ func leaderFailover(t *testing.T, c context.Context, k *cluster) error {
 	if err := k.c.Create(c, br); err != nil {
 		return err
 	}
-	return poll(2*time.Minute, func() error {
+	return poll.Until(c, 2*time.Minute, pollInterval, func(context.Context) error {
 		if err := k.c.Get(c, client.ObjectKeyFromObject(br), br); err != nil {
 			return err
 		}

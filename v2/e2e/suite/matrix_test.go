@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 const (
@@ -113,7 +113,7 @@ func serviceRows(t *testing.T, k *cluster, w *world) {
 		nodePort[g+"/local"] = mk("n-"+g+"-local", g, 80, corev1.ServiceTypeNodePort, true)
 	}
 	// Wait until every service has its endpoints.
-	testenv.Eventually(t, time.Minute, func() error {
+	poll.Eventually(t, time.Minute, func() error {
 		for _, s := range created {
 			ep := &corev1.Endpoints{}
 			if err := k.c.Get(c, client.ObjectKeyFromObject(s), ep); err != nil {

@@ -230,18 +230,9 @@ func record(t *testing.T, group, name, by string, f func(t *testing.T) error) {
 	})
 }
 
-// poll calls cond every half second until it returns nil or timeout passes,
-// and returns its last error.
-func poll(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
+// pollInterval is the pause between two looks at the cluster while a step
+// waits for it.
+const pollInterval = 500 * time.Millisecond
 
 // listed reports a case that is not run, with the reason: never a silent
 // skip.

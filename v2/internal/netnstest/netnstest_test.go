@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 func TestNamedNamespaceIsVisibleWhileTheTestRunsAndGoneAfterwards(t *testing.T) {
@@ -86,7 +87,7 @@ func TestVethCarriesTCPBetweenTwoNamespaces(t *testing.T) {
 				_, _ = c.Write([]byte("hello"))
 			}()
 			var got []byte
-			netnstest.Eventually(t, 5*time.Second, func() error {
+			poll.Eventually(t, 5*time.Second, func() error {
 				c, err := a.Dial(t.Context(), "tcp", tc.dial)
 				if err != nil {
 					return err

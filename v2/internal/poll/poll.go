@@ -66,10 +66,12 @@ func (s stopError) Unwrap() error { return s.err }
 
 // Eventually calls cond every Interval until it returns nil and fails the
 // test, naming cond's last error, if timeout passes first. Tests use it
-// instead of sleeping for something to settle.
+// instead of sleeping for something to settle. Only timeout bounds it, not
+// the test's context, which ends before cleanups run: a cleanup can wait for
+// what it removes.
 func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
-	if err := Until(t.Context(), timeout, Interval, func(context.Context) error { return cond() }); err != nil {
+	if err := Until(context.Background(), timeout, Interval, func(context.Context) error { return cond() }); err != nil {
 		t.Fatal(err)
 	}
 }

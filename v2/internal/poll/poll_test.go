@@ -108,3 +108,21 @@ func TestEventuallyPassesOnceTheConditionHolds(t *testing.T) {
 		t.Fatalf("failed (%q) or stopped after %d calls, want 3", r.failure, calls)
 	}
 }
+
+func TestEventuallyWaitsInACleanup(t *testing.T) {
+	t.Run("a test whose cleanup waits", func(t *testing.T) {
+		t.Cleanup(func() {
+			r := &recorder{TB: t}
+			calls := 0
+			poll.Eventually(r, 5*time.Second, func() error {
+				if calls++; calls < 3 {
+					return errNotYet
+				}
+				return nil
+			})
+			if r.failure != "" {
+				t.Errorf("Eventually in a cleanup failed: %s", r.failure)
+			}
+		})
+	})
+}

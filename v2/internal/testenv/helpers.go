@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // CleanAtEnd removes every vcoil object and Node when the test ends, after
@@ -38,7 +39,7 @@ func (e *Env) CleanAtEnd(t *testing.T) {
 		}
 		_ = c.DeleteAllOf(ctx, &vcoilv2.AddressPool{})
 		_ = c.DeleteAllOf(ctx, &corev1.Node{})
-		Eventually(t, 10*time.Second, func() error {
+		poll.Eventually(t, 10*time.Second, func() error {
 			var p vcoilv2.AddressPoolList
 			var b vcoilv2.AddressBlockList
 			var r vcoilv2.BlockRequestList

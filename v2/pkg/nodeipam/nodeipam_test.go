@@ -18,6 +18,7 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/controllertest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
@@ -170,7 +171,7 @@ func TestConcurrentAllocationsFillBlocksAndReleaseThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		var left vcoilv2.AddressBlockList
 		if err := env.Client.List(ctx, &left, client.MatchingLabels{vcoilv2.LabelPool: "small"}); err != nil {
 			return err
@@ -211,7 +212,7 @@ func TestAWaitingPoolStallsNothingElse(t *testing.T) {
 		waiting <- err
 	}()
 	// The request for pool other is pending ...
-	testenv.Eventually(t, 5*time.Second, func() error {
+	poll.Eventually(t, 5*time.Second, func() error {
 		var reqs vcoilv2.BlockRequestList
 		if err := env.Client.List(ctx, &reqs); err != nil || len(reqs.Items) != 1 {
 			return fmt.Errorf("pending requests: %d %v", len(reqs.Items), err)
@@ -291,7 +292,7 @@ func TestBlockOfADeletedPoolDrainsAndIsReleasedWhenEmpty(t *testing.T) {
 	if err := env.Client.Delete(ctx, &vcoilv2.AddressBlock{ObjectMeta: metav1.ObjectMeta{Name: a.Block}}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 5*time.Second, func() error {
+	poll.Eventually(t, 5*time.Second, func() error {
 		for _, b := range m.Blocks() {
 			if b.Name == a.Block && b.Draining {
 				return nil
@@ -302,7 +303,7 @@ func TestBlockOfADeletedPoolDrainsAndIsReleasedWhenEmpty(t *testing.T) {
 	if err := m.Free(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		err := env.Client.Get(ctx, client.ObjectKey{Name: "doomed"}, &vcoilv2.AddressPool{})
 		if err == nil {
 			return errors.New("pool doomed still exists")

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // freePort returns a port that was free a moment ago on the loopback.
@@ -36,16 +38,10 @@ func TestServeAndConnect(t *testing.T) {
 	addr := func(p int) string { return net.JoinHostPort("127.0.0.1", itoa(p)) }
 
 	// The servers start in the background: wait for the HTTP one.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := connectHTTP(addr(httpPort), "/hostname", time.Second); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the HTTP server did not come up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Eventually(t, 5*time.Second, func() error {
+		_, err := connectHTTP(addr(httpPort), "/hostname", time.Second)
+		return err
+	})
 
 	if got, err := connectTCP(addr(tcpPort), "ping over tcp", 2*time.Second); err != nil || got != "ping over tcp" {
 		t.Errorf("tcp: %q, %v", got, err)

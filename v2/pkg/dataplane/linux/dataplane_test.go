@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 )
@@ -267,7 +268,7 @@ func TestMTU(t *testing.T) {
 			// The MTU holds for real traffic: a full-size packet that must not
 			// be fragmented reaches the gateway, a byte more does not leave.
 			size := tc.want - 28
-			netnstest.Eventually(t, 10*time.Second, func() error {
+			poll.Eventually(t, 10*time.Second, func() error {
 				_, err := podNS.TryExec(t.Context(), "ping", "-n", "-c1", "-W1", "-M", "do", "-s", itoa(size), "169.254.1.1")
 				return err
 			})
@@ -396,7 +397,7 @@ func TestTeardownPodLeavesNothing(t *testing.T) {
 				}
 			}
 			host := linux.HostIfName(pod.PodKey)
-			netnstest.Eventually(t, 5*time.Second, func() error {
+			poll.Eventually(t, 5*time.Second, func() error {
 				for _, args := range [][]string{{"-4", "route", "table", "116"}, {"-6", "route", "table", "116"}} {
 					for _, r := range routes(t, l.node, args...) {
 						if strings.Contains(r, host) || strings.Contains(r, "::5 ") || strings.HasPrefix(r, "198.19.0.5 ") {

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 )
@@ -230,7 +231,7 @@ func exchange(t *testing.T, client, server *netnstest.NS, addr string) string {
 			_ = c.Close()
 		}
 	}()
-	netnstest.Eventually(t, 10*time.Second, func() error {
+	poll.Eventually(t, 10*time.Second, func() error {
 		c, err := client.Dial(t.Context(), "tcp", l.Addr().String())
 		if err != nil {
 			return err
@@ -257,7 +258,7 @@ func exchange(t *testing.T, client, server *netnstest.NS, addr string) string {
 
 func ping(t *testing.T, from *netnstest.NS, addr string) {
 	t.Helper()
-	netnstest.Eventually(t, 10*time.Second, func() error { return from.Ping(t.Context(), addr) })
+	poll.Eventually(t, 10*time.Second, func() error { return from.Ping(t.Context(), addr) })
 }
 
 // diffLines returns "" when want and got hold the same lines in the same

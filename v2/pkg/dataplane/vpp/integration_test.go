@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
@@ -75,7 +76,7 @@ func TestRealVPPWiresPodsThatTalkAndSurviveARestart(t *testing.T) {
 	serveEcho(t, a, ":8080")
 	talk := func(when string) {
 		t.Helper()
-		netnstest.Eventually(t, 20*time.Second, func() error {
+		poll.Eventually(t, 20*time.Second, func() error {
 			for _, c := range []struct {
 				from *netnstest.NS
 				to   string
@@ -101,7 +102,7 @@ func TestRealVPPWiresPodsThatTalkAndSurviveARestart(t *testing.T) {
 
 	restart := time.Now()
 	v.Restart()
-	netnstest.Eventually(t, time.Minute, func() error { return d.Healthy(ctx) })
+	poll.Eventually(t, time.Minute, func() error { return d.Healthy(ctx) })
 	t.Logf("VPP restarted and the state replayed in %s", time.Since(restart))
 	talk("after the restart")
 	for _, p := range pods {

@@ -11,6 +11,8 @@ package vpptest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -21,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // Environment variables that choose the VPP and the pod interface type.
@@ -168,22 +172,26 @@ func (v *VPP) start() error {
 	v.cmd, v.exited, v.out = cmd, exited, out
 	v.mu.Unlock()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	errExited := errors.New("VPP exited at start")
+	err := poll.Until(context.Background(), 30*time.Second, 50*time.Millisecond, func(context.Context) error {
 		select {
 		case <-exited:
-			return fmt.Errorf("VPP exited at start:\n%s", v.output())
+			return poll.Stop(errExited)
 		default:
 		}
-		if c, err := net.Dial("unix", v.APISocket); err == nil {
-			c.Close()
-			return nil
+		c, err := net.Dial("unix", v.APISocket)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("VPP's API socket %s did not open within 30s:\n%s", v.APISocket, v.output())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return c.Close()
+	})
+	switch {
+	case errors.Is(err, errExited):
+		return fmt.Errorf("%w:\n%s", err, v.output())
+	case err != nil:
+		return fmt.Errorf("VPP's API socket %s did not open: %w\n%s", v.APISocket, err, v.output())
 	}
+	return nil
 }
 
 // Kill stops VPP with SIGKILL, as a crash would, and waits for it.
