@@ -47,3 +47,19 @@ const (
 	// CNISourceDir holds, in vcoil's image, the CNI binaries to install.
 	CNISourceDir = "/opt/vcoil/cni/bin"
 )
+
+// The Linux dataplane's pod table, shared by the dataplane (the host routes
+// to pods, the rules that look the table up) and package routes (the node's
+// blocks as unreachable routes in the same table). docs/linux-dataplane.md
+// documents them; change both together.
+const (
+	// PodTable is the routing table of the host routes to pods.
+	PodTable = 116
+	// PodRulePriority is the priority of the rules "from all lookup
+	// <PodTable>": before main (32766), so that pod routes win over routes a
+	// routing daemon installs there.
+	PodRulePriority = 2000
+	// PodRouteProtocol marks the host routes to pods in the pod table
+	// ("proto 31"), apart from the routes of package routes (proto 30).
+	PodRouteProtocol = 31
+)

@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 )
 
 // ExporterConfig places the exported routes. The zero value uses the
@@ -66,7 +66,7 @@ type LocalBlocksConfig struct {
 	// DefaultLocalBlocksTable, which is the dataplane's default.
 	Table int
 	// Protocol marks the routes; 0 means DefaultProtocol. It must differ
-	// from the dataplane's pod routes' (linux.PodRouteProtocol, 31).
+	// from the dataplane's pod routes' (constants.PodRouteProtocol, 31).
 	Protocol int
 }
 
@@ -85,7 +85,7 @@ type LocalBlocks struct {
 // changes nothing.
 func NewLocalBlocks(cfg LocalBlocksConfig, log logr.Logger) (*LocalBlocks, error) {
 	protocol := or(cfg.Protocol, DefaultProtocol)
-	if protocol == linux.PodRouteProtocol {
+	if protocol == constants.PodRouteProtocol {
 		// Sync would take the pods' routes for stale ones and remove them.
 		return nil, fmt.Errorf("local block routes: protocol %d marks the Linux dataplane's pod routes", protocol)
 	}

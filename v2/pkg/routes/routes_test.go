@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
@@ -160,7 +161,7 @@ func TestNewRejectsTablesAndProtocolsOfTheKernel(t *testing.T) {
 			return err
 		}, "protocol 2"},
 		{"local blocks with the pod routes' protocol", func() error {
-			_, err := routes.NewLocalBlocks(routes.LocalBlocksConfig{Protocol: linux.PodRouteProtocol}, testr.New(t))
+			_, err := routes.NewLocalBlocks(routes.LocalBlocksConfig{Protocol: constants.PodRouteProtocol}, testr.New(t))
 			return err
 		}, "protocol 31 marks the Linux dataplane's pod routes"},
 		{"direct routes after main", func() error {

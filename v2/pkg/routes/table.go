@@ -31,7 +31,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -45,7 +45,7 @@ const (
 	DefaultExportTable = 119
 	// DefaultLocalBlocksTable is the Linux dataplane's default pod table;
 	// LocalBlocks must use the dataplane's table.
-	DefaultLocalBlocksTable = linux.DefaultPodTable
+	DefaultLocalBlocksTable = constants.PodTable
 	// DefaultDirectTable holds the direct routes to other nodes' blocks.
 	DefaultDirectTable = 118
 	// DefaultDirectRulePriority puts the direct table after the pod table

@@ -3,24 +3,18 @@ package linux
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 )
 
 // Defaults of Config, and the fixed values of the wiring. They are documented
-// in docs/linux-dataplane.md; change both together.
+// in docs/linux-dataplane.md; change both together. The pod table's defaults
+// and its routes' protocol are in package constants, since package routes
+// writes into the same table.
 const (
-	// DefaultPodTable is the routing table that holds a host route per pod.
-	DefaultPodTable = 116
-	// DefaultPodRulePriority is the priority of the rule "from all lookup
-	// <PodTable>": before main (32766), so that pod routes win over routes a
-	// routing daemon installs there.
-	DefaultPodRulePriority = 2000
 	// DefaultMTU is used when Config.MTU is 0 and the node has no default
 	// route to take the MTU from.
 	DefaultMTU = 1500
-
-	// PodRouteProtocol marks the host routes to pods in the pod table
-	// ("proto 31"), apart from the routes of package routes (proto 30).
-	PodRouteProtocol = 31
 
 	// HostIfPrefix starts the name of every node-side veth.
 	HostIfPrefix = "vcoil"
@@ -48,10 +42,10 @@ type Config struct {
 	// their own.
 	NodeNetns string
 	// PodTable is the routing table of the host routes to pods; 0 means
-	// DefaultPodTable. It must be a table no one else writes to.
+	// constants.PodTable. It must be a table no one else writes to.
 	PodTable int
 	// PodRulePriority is the priority of the rules (IPv4 and IPv6) that send
-	// every lookup through PodTable; 0 means DefaultPodRulePriority.
+	// every lookup through PodTable; 0 means constants.PodRulePriority.
 	PodRulePriority int
 	// MTU of both ends of every pod veth. 0 means the MTU of the node's
 	// uplink, the link of the main table's default route (IPv4, else IPv6)
@@ -65,10 +59,10 @@ type Config struct {
 // refuse later, naming the field.
 func (c Config) withDefaults() (Config, error) {
 	if c.PodTable == 0 {
-		c.PodTable = DefaultPodTable
+		c.PodTable = constants.PodTable
 	}
 	if c.PodRulePriority == 0 {
-		c.PodRulePriority = DefaultPodRulePriority
+		c.PodRulePriority = constants.PodRulePriority
 	}
 	switch {
 	case c.PodTable < 0 || c.PodTable == 253 || c.PodTable == 254 || c.PodTable == 255:

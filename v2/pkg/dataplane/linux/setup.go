@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
@@ -271,13 +272,13 @@ func (w *wiring) nodeRoutes(hostIndex int) []netlink.Route {
 	if w.pod.IPv4.IsValid() {
 		r = append(r, netlink.Route{
 			LinkIndex: hostIndex, Family: netlink.FAMILY_V4, Dst: kernelns.IPNet(netip.PrefixFrom(w.pod.IPv4, 32)),
-			Scope: netlink.SCOPE_LINK, Table: w.d.cfg.PodTable, Protocol: PodRouteProtocol,
+			Scope: netlink.SCOPE_LINK, Table: w.d.cfg.PodTable, Protocol: constants.PodRouteProtocol,
 		})
 	}
 	if w.pod.IPv6.IsValid() {
 		r = append(r, netlink.Route{
 			LinkIndex: hostIndex, Family: netlink.FAMILY_V6, Dst: kernelns.IPNet(netip.PrefixFrom(w.pod.IPv6, 128)),
-			Table: w.d.cfg.PodTable, Protocol: PodRouteProtocol,
+			Table: w.d.cfg.PodTable, Protocol: constants.PodRouteProtocol,
 		})
 	}
 	return r

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
@@ -78,7 +79,7 @@ func (d *linuxDataplane) ListPods(ctx context.Context) ([]dataplane.Pod, error) 
 		byIndex[l.Attrs().Index] = &dataplane.Pod{PodKey: key}
 	}
 	routes, err := node.routes(netlink.FAMILY_ALL,
-		&netlink.Route{Table: d.cfg.PodTable, Protocol: PodRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		&netlink.Route{Table: d.cfg.PodTable, Protocol: constants.PodRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		return nil, fmt.Errorf("list pods: list routes of table %d in %s: %w", d.cfg.PodTable, node.Path, err)
 	}
