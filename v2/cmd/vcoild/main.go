@@ -210,8 +210,8 @@ func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
 	case "vpp":
 		cfg := vpp.Config{
 			APISocket: f.vpp.apiSocket, NodeNetns: f.netns, MTU: f.mtu, GSO: f.vpp.gso,
-			CheckpointDir: daemon.CheckpointDir(f.stateDir),
-			PodInterface:  vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
+			Allocations:  daemon.Allocations{StateDir: f.stateDir},
+			PodInterface: vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
 			Uplink: f.vpp.uplink,
 		}
 		for _, s := range f.vpp.uplinkAddresses {

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
 // Defaults of Config and the fixed values of the wiring. docs/vpp.md
@@ -80,10 +82,10 @@ type Config struct {
 	// runs and where the host interconnect and af_packet veths live. Empty
 	// means vcoild's own (/proc/self/ns/net), as in a host-network DaemonSet.
 	NodeNetns string
-	// CheckpointDir is vcoild's checkpoint of allocations (state dir
-	// "/pods"). After a restart it gives the driver the pods to keep, with
-	// their namespaces, which VPP does not record. Empty: VPP's tags only.
-	CheckpointDir string
+	// Allocations are the pods vcoild has given addresses to. After a
+	// restart they give the driver the pods to keep, with their namespaces,
+	// which VPP does not record. Nil: VPP's tags only.
+	Allocations Allocations
 
 	// PodInterface is TAP (default) or AFPacket.
 	PodInterface InterfaceType
@@ -120,6 +122,16 @@ type Config struct {
 	// VhostNet is the device checked when a TAP is configured; empty means
 	// DefaultVhostNet. Tests point it elsewhere.
 	VhostNet string
+}
+
+// Allocations is what the driver needs from vcoild, which decides
+// addresses: the pods it holds addresses for, read once when the driver
+// starts. vcoild satisfies it from its checkpoint (daemon.Allocations).
+type Allocations interface {
+	// Pods returns the pods with their keys, addresses, namespaces and
+	// names. When some cannot be read it returns the others and an error
+	// naming what was lost.
+	Pods() ([]dataplane.Pod, error)
 }
 
 // withDefaults fills zero fields and rejects what VPP or the kernel would

@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.fd.io/govpp/binapi/memclnt"
 
-	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
@@ -44,7 +43,6 @@ type driver struct {
 	log    logr.Logger
 	dial   dialer
 	kernel kernel
-	store  *checkpoint.Store
 
 	startOnce sync.Once
 	stop      context.CancelFunc
@@ -89,26 +87,19 @@ type podState struct {
 	failed error
 }
 
-// New returns the VPP dataplane for cfg. It checks the configuration and
-// opens the checkpoint; it neither connects nor changes anything before
-// Init.
+// New returns the VPP dataplane for cfg. It checks the configuration; it
+// neither connects, reads cfg.Allocations nor changes anything before Init.
 func New(cfg Config, log logr.Logger) (Dataplane, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("vpp dataplane config: %w", err)
 	}
-	var store *checkpoint.Store
-	if cfg.CheckpointDir != "" {
-		if store, err = checkpoint.Open(cfg.CheckpointDir); err != nil {
-			return nil, err
-		}
-	}
-	return newDriver(cfg, log, socketDialer(cfg.APISocket, cfg.RequestTimeout), &netlinkKernel{nodeNetns: cfg.NodeNetns}, store), nil
+	return newDriver(cfg, log, socketDialer(cfg.APISocket, cfg.RequestTimeout), &netlinkKernel{nodeNetns: cfg.NodeNetns}), nil
 }
 
-func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel, store *checkpoint.Store) *driver {
+func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel) *driver {
 	return &driver{
-		cfg: cfg, log: log, dial: dial, kernel: k, store: store,
+		cfg: cfg, log: log, dial: dial, kernel: k,
 		ready: make(chan struct{}), why: errors.New("not started: Init was not called"), initial: true,
 		pods: map[dataplane.PodKey]*podState{}, nodeRoles: map[NodeInterface]NATRole{},
 		done: make(chan struct{}),
@@ -120,7 +111,7 @@ func (d *driver) Name() string { return "vpp" }
 func (d *driver) Blocks() BlockRoutes { return blockRoutes{d} }
 
 // Init starts the connection's supervision (once) and waits until VPP is
-// connected and the node and the checkpoint's pods are synced. It fails at
+// connected and the node and vcoild's pods (Config.Allocations) are synced. It fails at
 // once for what retrying cannot fix: a TAP without /dev/vhost-net, a VPP
 // that does not know vcoil's messages.
 func (d *driver) Init(ctx context.Context) error {
@@ -152,9 +143,7 @@ func (d *driver) start(ctx context.Context) error {
 	if err := d.cfg.checkVhostNet(); err != nil {
 		return err
 	}
-	if err := d.loadCheckpoint(); err != nil {
-		return err
-	}
+	d.loadAllocations()
 	// The supervision outlives Init's context, which bounds only the wait
 	// (a caller may give Init a deadline); Close ends it.
 	ctx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -165,29 +154,26 @@ func (d *driver) start(ctx context.Context) error {
 	return nil
 }
 
-// loadCheckpoint makes the checkpoint's pods desired, with their
-// namespaces: after a VPP restart their TAPs must be made again in them.
-func (d *driver) loadCheckpoint() error {
-	if d.store == nil {
-		return nil
+// loadAllocations makes vcoild's pods desired, with their namespaces: after
+// a VPP restart their TAPs must be made again in them.
+func (d *driver) loadAllocations() {
+	if d.cfg.Allocations == nil {
+		return
 	}
-	entries, err := d.store.Load()
+	allocated, err := d.cfg.Allocations.Pods()
 	if err != nil {
-		d.log.Error(err, "some checkpoint entries cannot be read; their pods are recovered from VPP's tags only")
+		d.log.Error(err, "some of vcoild's allocations cannot be read; their pods are recovered from VPP's tags only")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, e := range entries {
-		pod := dataplane.Pod{
-			PodKey: dataplane.PodKey{ContainerID: e.ContainerID, IfName: e.IfName},
-			Netns:  e.Netns, Namespace: e.Namespace, Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6,
-		}
+	for _, p := range allocated {
+		// Without the MTU: the sync resolves it as for a pod found in VPP.
+		pod := dataplane.Pod{PodKey: p.PodKey, Netns: p.Netns, Namespace: p.Namespace, Name: p.Name, IPv4: p.IPv4, IPv6: p.IPv6}
 		if validateKey(pod.PodKey) != nil || (!pod.IPv4.IsValid() && !pod.IPv6.IsValid()) {
 			continue
 		}
 		d.pods[pod.PodKey] = &podState{pod: pod}
 	}
-	return nil
 }
 
 // Close stops the supervision and disconnects.
@@ -376,7 +362,7 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.d = 0 }
 
-// ListPods returns the desired pods: the checkpoint's, those SetupPod
+// ListPods returns the desired pods: vcoild's allocations, those SetupPod
 // wired, and, after the first sync, those VPP held with vcoil's tags.
 func (d *driver) ListPods(ctx context.Context) ([]dataplane.Pod, error) {
 	if err := d.lockReady(ctx); err != nil {

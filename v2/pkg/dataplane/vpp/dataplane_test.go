@@ -20,7 +20,6 @@ import (
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/tapv2"
 
-	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
@@ -76,13 +75,7 @@ func start(t *testing.T, cfg Config, prepare ...func(*harness)) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, vpp: newFakeVPP(), kernel: newFakeKernel()}
-	var store *checkpoint.Store
-	if cfg.CheckpointDir != "" {
-		if store, err = checkpoint.Open(cfg.CheckpointDir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.d = newDriver(cfg, logr.Discard(), h.vpp.dialer(), h.kernel, store)
+	h.d = newDriver(cfg, logr.Discard(), h.vpp.dialer(), h.kernel)
 	for _, p := range prepare {
 		p(h)
 	}
@@ -94,6 +87,11 @@ func start(t *testing.T, cfg Config, prepare ...func(*harness)) *harness {
 	t.Cleanup(h.d.Close)
 	return h
 }
+
+// allocations are vcoild's pods as the daemon hands them to the driver.
+type allocations []dataplane.Pod
+
+func (a allocations) Pods() ([]dataplane.Pod, error) { return a, nil }
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -610,7 +608,7 @@ func TestInitFailsOnAVPPThatLacksMessagesNamingThem(t *testing.T) {
 	cfg, _ := testConfig().withDefaults()
 	f, k := newFakeVPP(), newFakeKernel()
 	f.unknown = []string{"nat44_ed_plugin_enable_disable_be17f8dd"}
-	d := newDriver(cfg, logr.Discard(), f.dialer(), k, nil)
+	d := newDriver(cfg, logr.Discard(), f.dialer(), k)
 	defer d.Close()
 	err := d.Init(ctx(t))
 	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "nat44_ed_plugin_enable_disable_be17f8dd") || !strings.Contains(err.Error(), VPPVersion) {
@@ -622,30 +620,26 @@ func TestTAPWithoutVhostNetFailsNamingTheDeviceAndAFPacket(t *testing.T) {
 	cfg := testConfig()
 	cfg.VhostNet = filepath.Join(t.TempDir(), "vhost-net")
 	cfg, _ = cfg.withDefaults()
-	d := newDriver(cfg, logr.Discard(), newFakeVPP().dialer(), newFakeKernel(), nil)
+	d := newDriver(cfg, logr.Discard(), newFakeVPP().dialer(), newFakeKernel())
 	defer d.Close()
 	err := d.Init(ctx(t))
 	if err == nil || !strings.Contains(err.Error(), cfg.VhostNet) || !strings.Contains(err.Error(), "af_packet") {
 		t.Fatalf("Init = %v, want an error naming %s and af_packet", err, cfg.VhostNet)
 	}
 	cfg.PodInterface, cfg.HostInterconnect = AFPacket, AFPacket
-	d = newDriver(cfg, logr.Discard(), newFakeVPP().dialer(), newFakeKernel(), nil)
+	d = newDriver(cfg, logr.Discard(), newFakeVPP().dialer(), newFakeKernel())
 	defer d.Close()
 	if err := d.Init(ctx(t)); err != nil {
 		t.Fatalf("af_packet without vhost-net: %v", err)
 	}
 }
 
-// After a vcoild restart, the pods are the checkpoint's and those VPP
+// After a vcoild restart, the pods are vcoild's allocations and those VPP
 // holds with vcoil's tags (adopted for the daemon's recovery); pods that
 // VPP holds as wanted are kept as they are.
-func TestListPodsAfterARestartHasTheCheckpointsAndVPPsPods(t *testing.T) {
+func TestListPodsAfterARestartHasVcoildsAndVPPsPods(t *testing.T) {
 	cfg := testConfig()
-	cfg.CheckpointDir = t.TempDir()
-	store, _ := checkpoint.Open(cfg.CheckpointDir)
-	if err := store.Save(checkpoint.Entry{ContainerID: podA.ContainerID, IfName: "eth0", Netns: podA.Netns, Block: "b", IPv4: podA.IPv4, IPv6: podA.IPv6}); err != nil {
-		t.Fatal(err)
-	}
+	cfg.Allocations = allocations{{PodKey: podA.PodKey, Netns: podA.Netns, IPv4: podA.IPv4, IPv6: podA.IPv6}}
 	h := start(t, cfg, func(h *harness) {
 		f := h.vpp
 		lo := f.add(&fakeIf{name: "loop1", tag: loopbackTag, addrs: []netip.Prefix{LoopbackIPv4}, up: true})

@@ -14,10 +14,11 @@
 // a tag naming vcoil and its owner.
 //
 // The driver keeps the desired state (pods, blocks, NAT roles) in memory,
-// from SetupPod, the checkpoint and VPP's tags. A supervisor connects with
-// retries, checks that VPP knows every message the driver sends, pings VPP
-// and, after a reconnection or a new VPP PID, replays the whole state while
-// CNI calls wait (or fail with ErrNotReady). It does not allocate
-// addresses, render services or policies (the renderers will), or export
-// routes to other nodes. docs/vpp.md describes deployment and operation.
+// from SetupPod, the allocations vcoild hands it (Config.Allocations) and
+// VPP's tags. A supervisor connects with retries, checks that VPP knows
+// every message the driver sends, pings VPP and, after a reconnection or a
+// new VPP PID, replays the whole state while CNI calls wait (or fail with
+// ErrNotReady). It does not allocate addresses, read vcoild's checkpoint,
+// render services or policies (the renderers will), or export routes to
+// other nodes. docs/vpp.md describes deployment and operation.
 package vpp

@@ -17,7 +17,7 @@ import (
 //	vcoil <containerID> <ifname>           readable, for short IDs
 //	vcoil64 <base64url(ID bytes)> <ifname> a hex ID in 43 characters
 //	vcoil# <base64url(sha256(key))[:32]>   anything else; the key comes back
-//	                                       from the checkpoint or a veth alias
+//	                                       from vcoild's allocations or a veth alias
 const (
 	tagPrefix       = "vcoil"
 	tagPrefixBase64 = "vcoil64"
