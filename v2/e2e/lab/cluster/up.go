@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/vcoil/vcoil/v2/e2e/lab/render"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
 )
@@ -25,17 +27,94 @@ var images = []string{"pause.tar", "vcoil.tar", "coredns.tar", "agent.tar"}
 // leaves what it made for inspection: lab-down removes it.
 func (c Config) Up(ctx context.Context) error {
 	start := time.Now()
-	if c.IsUp() {
-		if problems := c.Health(); len(problems) == 0 {
-			c.say("the lab is already up (it runs the images imported when it came up: make lab-reload runs changed code)")
-			c.PrintAccess()
-			return nil
-		}
-		c.say("the lab is up but unhealthy: replacing it")
+	if c.upAlready() {
+		return nil
 	}
 	if err := c.preflight(); err != nil {
 		return err
 	}
+	if err := c.startClean(); err != nil {
+		return err
+	}
+
+	done := c.step("certificates and configurations in %s", c.StateDir)
+	if err := c.writeFiles(); err != nil {
+		return err
+	}
+	done()
+	done = c.step("network namespaces: fabric 198.18.0.0/24 with control plane, %d nodes, external host %s", c.Topology.Nodes, topology.ExternalIP)
+	if err := c.buildNetwork(); err != nil {
+		return err
+	}
+	done()
+	done = c.step("node mount namespaces and cgroups")
+	if err := c.makeNodeNamespaces(); err != nil {
+		return err
+	}
+	done()
+
+	done = c.step("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+	runtimes := make(chan error, 1)
+	cl, err := c.startControlPlane(ctx, runtimes)
+	if err != nil {
+		return err
+	}
+	done()
+	done = c.step("nodes: containerd (images imported), kubelet, kube-proxy (nftables mode)")
+	if err := c.startNodes(ctx, cl, runtimes); err != nil {
+		return err
+	}
+	done()
+	done = c.step("fabric router (routes to pod blocks, as BIRD would) and the external host's agent")
+	if err := c.startRouterAndAgent(); err != nil {
+		return err
+	}
+	done()
+
+	done = c.step("vcoil from its manifests (%s)", c.Overlay)
+	if err := c.deployVcoil(ctx, cl); err != nil {
+		return err
+	}
+	done()
+	done = c.step("cluster DNS: CoreDNS at %s", topology.DNSServiceIP)
+	if err := c.deployCoreDNS(ctx, cl); err != nil {
+		return err
+	}
+	done()
+	return c.markUp(start)
+}
+
+// markUp leaves the marker of a completed lab-up (IsUp), written last so
+// that an interrupted Up is never taken for a lab that is up, and tells how
+// to reach the lab.
+func (c Config) markUp(start time.Time) error {
+	if err := os.WriteFile(c.upMarker(), []byte(time.Now().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return err
+	}
+	c.say("the lab is up (%.0fs)", time.Since(start).Seconds())
+	c.PrintAccess()
+	return nil
+}
+
+// upAlready reports whether a healthy lab is up, which Up leaves as it is;
+// an unhealthy one is announced, and Up replaces it.
+func (c Config) upAlready() bool {
+	if !c.IsUp() {
+		return false
+	}
+	if problems := c.Health(); len(problems) == 0 {
+		c.say("the lab is already up (it runs the images imported when it came up: make lab-reload runs changed code)")
+		c.PrintAccess()
+		return true
+	}
+	c.say("the lab is up but unhealthy: replacing it")
+	return false
+}
+
+// startClean removes what an earlier lab left (a failed or interrupted
+// one's namespaces, cgroups and state) and makes the lab's directories,
+// without the logs of an earlier run, so that every log is this lab's.
+func (c Config) startClean() error {
 	if _, err := os.Stat(c.StateDir); err == nil || len(cgroupDirs()) > 0 || len(c.namespaceFiles()) > 0 {
 		c.say("removing the remains of an earlier lab")
 		if err := c.Down(); err != nil {
@@ -51,18 +130,13 @@ func (c Config) Up(ctx context.Context) error {
 	for _, f := range old {
 		_ = os.Remove(f)
 	}
+	return nil
+}
 
-	done := c.step("certificates and configurations in %s", c.StateDir)
-	if err := c.writeFiles(); err != nil {
-		return err
-	}
-	done()
-	done = c.step("network namespaces: fabric 198.18.0.0/24 with control plane, %d nodes, external host %s", c.Topology.Nodes, topology.ExternalIP)
-	if err := c.buildNetwork(); err != nil {
-		return err
-	}
-	done()
-	done = c.step("node mount namespaces and cgroups")
+// makeNodeNamespaces gives every node a mount namespace, a host name (UTS
+// namespace) and cgroups of its own, the external host its host name, and
+// records the namespaces for down.
+func (c Config) makeNodeNamespaces() error {
 	if err := c.ensureMountpoints(); err != nil {
 		return err
 	}
@@ -83,44 +157,49 @@ func (c Config) Up(ctx context.Context) error {
 	if err := c.pinUTS(externalHostname); err != nil {
 		return err
 	}
-	if err := c.recordNamespaces(); err != nil {
-		return err
-	}
-	done()
+	return c.recordNamespaces()
+}
 
-	done = c.step("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+// startControlPlane starts etcd, kube-apiserver, kube-controller-manager
+// and kube-scheduler and returns a client of the apiserver once it answers.
+// The nodes' runtimes start meanwhile, as soon as etcd is started, since
+// their containerd and image imports take longest: their result comes on
+// runtimes.
+func (c Config) startControlPlane(ctx context.Context, runtimes chan<- error) (client.Client, error) {
 	cp := c.controlPlane()
 	if err := c.start(daemon{name: "etcd", netns: topology.ControlPlaneNetns, args: append([]string{c.Etcd}, render.EtcdArgs(cp)...)}); err != nil {
-		return err
+		return nil, err
 	}
-	// Nodes start meanwhile: their containerd and image imports take longest.
-	nodesDone := make(chan error, 1)
-	go func() { nodesDone <- c.startRuntimes() }()
+	go func() { runtimes <- c.startRuntimes() }()
 	if err := waitEtcd(ctx); err != nil {
-		return c.failed(err, "etcd")
+		return nil, c.failed(err, "etcd")
 	}
 	if err := c.start(daemon{name: "kube-apiserver", netns: topology.ControlPlaneNetns, args: append([]string{c.bin("kube-apiserver")}, render.APIServerArgs(cp)...)}); err != nil {
-		return err
+		return nil, err
 	}
 	cl, restCfg, err := c.Client()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := waitAPIServer(ctx, restCfg); err != nil {
-		return c.failed(err, "kube-apiserver")
+		return nil, c.failed(err, "kube-apiserver")
 	}
 	for name, args := range map[string][]string{
 		"kube-controller-manager": render.ControllerManagerArgs(cp),
 		"kube-scheduler":          render.SchedulerArgs(cp),
 	} {
 		if err := c.start(daemon{name: name, netns: topology.ControlPlaneNetns, args: append([]string{c.bin(name)}, args...)}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	done()
+	return cl, nil
+}
 
-	done = c.step("nodes: containerd (images imported), kubelet, kube-proxy (nftables mode)")
-	if err := <-nodesDone; err != nil {
+// startNodes waits for the nodes' runtimes (startControlPlane started
+// them), starts every node's kubelet and kube-proxy, and waits until the
+// nodes have registered.
+func (c Config) startNodes(ctx context.Context, cl client.Client, runtimes <-chan error) error {
+	if err := <-runtimes; err != nil {
 		return err
 	}
 	for _, n := range c.Topology.NodeList() {
@@ -136,20 +215,23 @@ func (c Config) Up(ctx context.Context) error {
 	if err := waitNodesRegistered(ctx, cl, c.Topology.Nodes); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
-	done()
+	return nil
+}
 
-	done = c.step("fabric router (routes to pod blocks, as BIRD would) and the external host's agent")
+// startRouterAndAgent starts the fabric's router, which routes to the pod
+// blocks as BIRD would, and the network test agent on the external host.
+func (c Config) startRouterAndAgent() error {
 	if err := c.start(daemon{name: "router", netns: topology.FabricNetns,
 		args: []string{c.Self, "router", "--kubeconfig", c.path("router.kubeconfig")}}); err != nil {
 		return err
 	}
-	if err := c.start(daemon{name: "external-agent", netns: topology.ExternalNetns, uts: c.utsNS(externalHostname),
-		args: []string{c.Agent, "serve", "--tcp", fmt.Sprint(topology.AgentTCPPort), "--udp", fmt.Sprint(topology.AgentUDPPort), "--http", fmt.Sprint(topology.AgentHTTPPort)}}); err != nil {
-		return err
-	}
-	done()
+	return c.start(daemon{name: "external-agent", netns: topology.ExternalNetns, uts: c.utsNS(externalHostname),
+		args: []string{c.Agent, "serve", "--tcp", fmt.Sprint(topology.AgentTCPPort), "--udp", fmt.Sprint(topology.AgentUDPPort), "--http", fmt.Sprint(topology.AgentHTTPPort)}})
+}
 
-	done = c.step("vcoil from its manifests (%s)", c.Overlay)
+// deployVcoil applies vcoil's overlay and the default pool, and waits until
+// the controller, every vcoild and every node are ready.
+func (c Config) deployVcoil(ctx context.Context, cl client.Client) error {
 	if err := c.installVcoil(ctx, cl); err != nil {
 		return err
 	}
@@ -167,9 +249,11 @@ func (c Config) Up(ctx context.Context) error {
 	if err := waitNodesReady(ctx, cl, c.Topology.Nodes, 2*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
-	done()
+	return nil
+}
 
-	done = c.step("cluster DNS: CoreDNS at %s", topology.DNSServiceIP)
+// deployCoreDNS applies CoreDNS and waits until it is available.
+func (c Config) deployCoreDNS(ctx context.Context, cl client.Client) error {
 	dns, err := decodeYAML(render.CoreDNSManifests(c.CoreDNSReplicas))
 	if err != nil {
 		return err
@@ -180,13 +264,6 @@ func (c Config) Up(ctx context.Context) error {
 	if err := waitDeployment(ctx, cl, "kube-system", "coredns", 3*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
-	done()
-
-	if err := os.WriteFile(c.upMarker(), []byte(time.Now().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-		return err
-	}
-	c.say("the lab is up (%.0fs)", time.Since(start).Seconds())
-	c.PrintAccess()
 	return nil
 }
 
