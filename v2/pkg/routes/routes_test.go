@@ -332,17 +332,7 @@ func TestLocalBlocksRefuseUnassignedAddressesInsteadOfLooping(t *testing.T) {
 
 func TestDirectRouterCarriesPodTrafficBetweenNodesOfOneL2Network(t *testing.T) {
 	t.Parallel()
-	a, b := newNode(t, "node-a"), newNode(t, "node-b")
-	netnstest.Veth(t, a.ns, "uplink", b.ns, "uplink")
-	a.ns.AddAddr("uplink", "198.18.0.2/24")
-	a.ns.AddAddr("uplink", "2001:db8:18::2/64")
-	b.ns.AddAddr("uplink", "198.18.0.3/24")
-	b.ns.AddAddr("uplink", "2001:db8:18::3/64")
-	podA := a.addPod("pod-a", "198.19.0.5", "2001:db8:19::5")
-	podB := b.addPod("pod-b", "198.19.0.69", "2001:db8:19:1::5")
-	serveClientAddr(t, podB, ":8080")
-	serveClientAddr(t, podA, ":8080")
-
+	a, b, podA, podB := newL2Pair(t)
 	routerA, err := routes.NewDirectRouter(routes.DirectConfig{Netns: a.ns.Path()}, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
@@ -376,27 +366,12 @@ func TestDirectRouterCarriesPodTrafficBetweenNodesOfOneL2Network(t *testing.T) {
 			t.Errorf("ip %s rule show on node a after two Syncs, want one direct rule after the pod rule:\n%s", family, out)
 		}
 	}
-
-	for _, tc := range []struct {
-		name       string
-		from       *netnstest.NS
-		addr, want string
-	}{
+	expectServersSee(t, []seenAs{
 		{"pod a to pod b over IPv4", podA, "198.19.0.69:8080", "198.19.0.5"},
 		{"pod b to pod a over IPv4", podB, "198.19.0.5:8080", "198.19.0.69"},
 		{"pod a to pod b over IPv6", podA, "[2001:db8:19:1::5]:8080", "2001:db8:19::5"},
 		{"node a to pod b", a.ns, "198.19.0.69:8080", "198.18.0.2"},
-	} {
-		var got string
-		netnstest.Eventually(t, 10*time.Second, func() error {
-			var err error
-			got, err = dialOnce(t, tc.from, tc.addr, 2*time.Second)
-			return err
-		})
-		if got != tc.want {
-			t.Errorf("%s: the server saw %s, want %s", tc.name, got, tc.want)
-		}
-	}
+	})
 
 	// A full sync: a foreign route stays, a stale block goes, a next hop
 	// that is not on the L2 network is refused without holding back the
@@ -416,7 +391,57 @@ func TestDirectRouterCarriesPodTrafficBetweenNodesOfOneL2Network(t *testing.T) {
 	if err := routerA.Sync(t.Context(), map[netip.Prefix]netip.Addr{netip.MustParsePrefix("198.19.0.128/26"): netip.MustParseAddr("2001:db8:18::3")}); err == nil {
 		t.Error("Sync accepted an IPv6 next hop for an IPv4 block")
 	}
+	expectRemoveKeepsForeignRoutes(t, a, podA, routerA)
+}
 
+// newL2Pair makes two nodes on one L2 network (198.18.0.0/24,
+// 2001:db8:18::/64), each with a pod that answers on port 8080 with the
+// client's address.
+func newL2Pair(t *testing.T) (a, b *node, podA, podB *netnstest.NS) {
+	t.Helper()
+	a, b = newNode(t, "node-a"), newNode(t, "node-b")
+	netnstest.Veth(t, a.ns, "uplink", b.ns, "uplink")
+	a.ns.AddAddr("uplink", "198.18.0.2/24")
+	a.ns.AddAddr("uplink", "2001:db8:18::2/64")
+	b.ns.AddAddr("uplink", "198.18.0.3/24")
+	b.ns.AddAddr("uplink", "2001:db8:18::3/64")
+	podA = a.addPod("pod-a", "198.19.0.5", "2001:db8:19::5")
+	podB = b.addPod("pod-b", "198.19.0.69", "2001:db8:19:1::5")
+	serveClientAddr(t, podB, ":8080")
+	serveClientAddr(t, podA, ":8080")
+	return a, b, podA, podB
+}
+
+// seenAs is a connection from a namespace to a server started by
+// serveClientAddr, and the client address the server must see.
+type seenAs struct {
+	name       string
+	from       *netnstest.NS
+	addr, want string
+}
+
+// expectServersSee dials each connection until it succeeds and checks the
+// client address the server saw.
+func expectServersSee(t *testing.T, conns []seenAs) {
+	t.Helper()
+	for _, tc := range conns {
+		var got string
+		netnstest.Eventually(t, 10*time.Second, func() error {
+			var err error
+			got, err = dialOnce(t, tc.from, tc.addr, 2*time.Second)
+			return err
+		})
+		if got != tc.want {
+			t.Errorf("%s: the server saw %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// expectRemoveKeepsForeignRoutes removes node a's direct routes and rules,
+// twice, and checks that only the foreign route stays and pod a no longer
+// reaches pod b.
+func expectRemoveKeepsForeignRoutes(t *testing.T, a *node, podA *netnstest.NS, routerA *routes.DirectRouter) {
+	t.Helper()
 	for range 2 {
 		if err := routerA.Remove(t.Context()); err != nil {
 			t.Fatalf("Remove: %v", err)
