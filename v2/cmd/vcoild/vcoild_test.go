@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/pkg/daemon"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
 
@@ -403,7 +405,7 @@ func TestBadInputGivesClearErrorsAndLeavesNothing(t *testing.T) {
 	if left := n.podVeths(); len(left) != 0 {
 		t.Fatalf("veths left: %v", left)
 	}
-	entries, _ := os.ReadDir(n.dir + "/state/pods")
+	entries, _ := os.ReadDir(daemon.CheckpointDir(filepath.Join(n.dir, "state")))
 	if len(entries) != 0 {
 		t.Fatalf("%d checkpoint entries left", len(entries))
 	}
