@@ -65,35 +65,7 @@ func TestPodsGetAddressesRoutesAndTalk(t *testing.T) {
 		}
 	}
 
-	// Inside the pod: eth0 with the pod's /32 and /128 only, and the
-	// gateway routes of the contract.
-	h := a.ns.Netlink()
-	link, err := h.LinkByName("eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs, _ := h.AddrList(link, netlink.FAMILY_ALL)
-	var got []string
-	for _, ad := range addrs {
-		if !ad.IP.IsLinkLocalUnicast() {
-			got = append(got, ad.IPNet.String())
-		}
-	}
-	sort.Strings(got)
-	want := []string{a.ipv4().String() + "/32", a.ipv6().String() + "/128"}
-	sort.Strings(want)
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("pod eth0 addresses = %v, want %v", got, want)
-	}
-	routes := a.ns.IP("route", "show")
-	for _, r := range []string{"default via 169.254.1.1 dev eth0", "169.254.1.1 dev eth0 scope link"} {
-		if !strings.Contains(routes, r) {
-			t.Fatalf("pod routes lack %q:\n%s", r, routes)
-		}
-	}
-	if r6 := a.ns.IP("-6", "route", "show", "default"); !strings.Contains(r6, "default via fe80::1 dev eth0") {
-		t.Fatalf("pod IPv6 default route = %q", r6)
-	}
+	expectPodInterface(t, a)
 
 	// TCP pod <-> pod (both families), pod -> node, node -> pod.
 	serve(t, b.ns, ":8080")
@@ -133,6 +105,39 @@ func TestPodsGetAddressesRoutesAndTalk(t *testing.T) {
 	}
 	if left := n.podVeths(); len(left) != 0 {
 		t.Fatalf("veths left after DEL: %v", left)
+	}
+}
+
+// expectPodInterface checks the inside of a pod: eth0 with the pod's /32
+// and /128 only, and the gateway routes of the contract.
+func expectPodInterface(t *testing.T, p *pod) {
+	t.Helper()
+	h := p.ns.Netlink()
+	link, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := h.AddrList(link, netlink.FAMILY_ALL)
+	var got []string
+	for _, ad := range addrs {
+		if !ad.IP.IsLinkLocalUnicast() {
+			got = append(got, ad.IPNet.String())
+		}
+	}
+	sort.Strings(got)
+	want := []string{p.ipv4().String() + "/32", p.ipv6().String() + "/128"}
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("pod eth0 addresses = %v, want %v", got, want)
+	}
+	routes := p.ns.IP("route", "show")
+	for _, r := range []string{"default via 169.254.1.1 dev eth0", "169.254.1.1 dev eth0 scope link"} {
+		if !strings.Contains(routes, r) {
+			t.Fatalf("pod routes lack %q:\n%s", r, routes)
+		}
+	}
+	if r6 := p.ns.IP("-6", "route", "show", "default"); !strings.Contains(r6, "default via fe80::1 dev eth0") {
+		t.Fatalf("pod IPv6 default route = %q", r6)
 	}
 }
 
@@ -273,28 +278,7 @@ func TestKillDuringConcurrentAddsLosesAndDuplicatesNothing(t *testing.T) {
 	for i := range pods {
 		pods[i] = newPod(t, fmt.Sprintf("k%02d", i))
 	}
-	var done sync.WaitGroup
-	errs := make([]error, count)
-	var finished sync.Map
-	for i := range pods {
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			errs[i] = n.add(pods[i])
-			finished.Store(i, true)
-		}()
-	}
-	// Kill once some ADDs are through and others are in flight.
-	poll.Eventually(t, 60*time.Second, func() error {
-		k := 0
-		finished.Range(func(any, any) bool { k++; return true })
-		if k < 10 {
-			return fmt.Errorf("%d ADDs finished", k)
-		}
-		return nil
-	})
-	n.kill()
-	done.Wait()
+	errs := addAllAndKillMidway(t, n, pods)
 	n.start()
 
 	var ok, failed []*pod
@@ -360,6 +344,35 @@ func TestKillDuringConcurrentAddsLosesAndDuplicatesNothing(t *testing.T) {
 	if veths != count/2 {
 		t.Fatalf("%d pod veths after GC, want %d", veths, count/2)
 	}
+}
+
+// addAllAndKillMidway ADDs every pod at once and kills vcoild with SIGKILL
+// once some ADDs are through and others are in flight; it returns each
+// ADD's result when all have returned.
+func addAllAndKillMidway(t *testing.T, n *node, pods []*pod) []error {
+	t.Helper()
+	var done sync.WaitGroup
+	errs := make([]error, len(pods))
+	var finished sync.Map
+	for i := range pods {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			errs[i] = n.add(pods[i])
+			finished.Store(i, true)
+		}()
+	}
+	poll.Eventually(t, 60*time.Second, func() error {
+		k := 0
+		finished.Range(func(any, any) bool { k++; return true })
+		if k < 10 {
+			return fmt.Errorf("%d ADDs finished", k)
+		}
+		return nil
+	})
+	n.kill()
+	done.Wait()
+	return errs
 }
 
 func TestBadInputGivesClearErrorsAndLeavesNothing(t *testing.T) {
