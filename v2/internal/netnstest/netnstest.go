@@ -25,7 +25,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -454,25 +453,5 @@ func Veth(t testing.TB, a *NS, aName string, b *NS, bName string) {
 		if err := h.LinkSetUp(link); err != nil {
 			t.Fatalf("netnstest: set %s up in %s: %v", end.name, end.n, err)
 		}
-	}
-}
-
-// Eventually calls f until it returns nil, at most until timeout has
-// passed, pausing briefly between calls, and fails the test with f's last
-// error otherwise. Use it instead of sleeping for the kernel to settle.
-func Eventually(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	pause := 10 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %s: %v", timeout, err)
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 200*time.Millisecond)
 	}
 }

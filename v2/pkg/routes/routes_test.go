@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
@@ -315,7 +316,7 @@ func TestLocalBlocksRefuseUnassignedAddressesInsteadOfLooping(t *testing.T) {
 	}
 	// The pod itself stays reachable: its /32 is the longer match.
 	for _, addr := range []string{"198.19.0.5:8080", "[2001:db8:19::5]:8080"} {
-		netnstest.Eventually(t, 10*time.Second, func() error {
+		poll.Eventually(t, 10*time.Second, func() error {
 			_, err := dialOnce(t, router, addr, 2*time.Second)
 			return err
 		})
@@ -426,7 +427,7 @@ func expectServersSee(t *testing.T, conns []seenAs) {
 	t.Helper()
 	for _, tc := range conns {
 		var got string
-		netnstest.Eventually(t, 10*time.Second, func() error {
+		poll.Eventually(t, 10*time.Second, func() error {
 			var err error
 			got, err = dialOnce(t, tc.from, tc.addr, 2*time.Second)
 			return err

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // Down removes the lab, whatever state lab-up left it in: it kills every lab
@@ -40,17 +42,14 @@ func (c Config) Down() error {
 		}
 	}
 	// The kernel frees a cgroup only after its last task is fully gone.
-	deadline := time.Now().Add(10 * time.Second)
+	// Every cgroup gets at least one try, all of them 10 s at most.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for _, dir := range cgroupDirs() {
-		for {
-			err := removeCgroupTree(dir)
-			if err == nil || time.Now().After(deadline) {
-				if err != nil {
-					problems = append(problems, err.Error())
-				}
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := poll.Until(ctx, 10*time.Second, 100*time.Millisecond, func(context.Context) error {
+			return removeCgroupTree(dir)
+		}); err != nil {
+			problems = append(problems, err.Error())
 		}
 	}
 	for _, d := range c.createdDirs() {

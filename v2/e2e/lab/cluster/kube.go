@@ -22,26 +22,13 @@ import (
 	"github.com/vcoil/vcoil/v2/config"
 	"github.com/vcoil/vcoil/v2/e2e/lab/netnsdial"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 )
 
-// poll calls cond every half second until it returns nil or timeout passes;
-// the error then carries cond's last answer.
-func poll(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		if last = cond(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not after %s: %w", what, timeout, last)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
+// pollInterval is the pause between two looks at the lab while a step waits
+// for it.
+const pollInterval = 500 * time.Millisecond
 
 // Client is a Kubernetes client of the lab's admin, usable from the root
 // network namespace.
@@ -66,7 +53,7 @@ func httpInCP() *http.Client {
 }
 
 func waitEtcd(ctx context.Context) error {
-	return poll(ctx, time.Minute, "etcd healthy", func(context.Context) error {
+	if err := poll.Until(ctx, time.Minute, pollInterval, func(context.Context) error {
 		resp, err := httpInCP().Get("http://127.0.0.1:2379/health")
 		if err != nil {
 			return err
@@ -77,7 +64,10 @@ func waitEtcd(ctx context.Context) error {
 			return fmt.Errorf("etcd says %s", b)
 		}
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("etcd healthy: %w", err)
+	}
+	return nil
 }
 
 func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
@@ -85,7 +75,7 @@ func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, 2*time.Minute, "kube-apiserver ready", func(context.Context) error {
+	if err := poll.Until(ctx, 2*time.Minute, pollInterval, func(context.Context) error {
 		resp, err := rc.Get(cfg.Host + "/readyz")
 		if err != nil {
 			return err
@@ -96,7 +86,10 @@ func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
 			return fmt.Errorf("/readyz: %s %s", resp.Status, b)
 		}
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("kube-apiserver ready: %w", err)
+	}
+	return nil
 }
 
 // decodeYAML splits a multi-document YAML into objects.
@@ -146,7 +139,7 @@ func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
 	}
 	for _, o := range crds {
 		name := o.GetName()
-		if err := poll(ctx, time.Minute, "CRD "+name+" established", func(ctx context.Context) error {
+		if err := poll.Until(ctx, time.Minute, pollInterval, func(ctx context.Context) error {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			if err := cl.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
 				return err
@@ -158,7 +151,7 @@ func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
 			}
 			return fmt.Errorf("not established")
 		}); err != nil {
-			return err
+			return fmt.Errorf("CRD %s established: %w", name, err)
 		}
 	}
 	return apply(ctx, cl, rest)
@@ -174,17 +167,20 @@ func createDefaultPool(ctx context.Context, cl client.Client) error {
 			Subnets:       []vcoilv2.SubnetSet{{IPv4: ptr.To(topology.PodPool.String())}},
 		},
 	}
-	return poll(ctx, 3*time.Minute, "AddressPool default created (vcoil-controller's webhook answering)", func(ctx context.Context) error {
+	if err := poll.Until(ctx, 3*time.Minute, pollInterval, func(ctx context.Context) error {
 		err := cl.Create(ctx, pool.DeepCopy())
 		if err == nil || strings.Contains(err.Error(), "already exists") {
 			return nil
 		}
 		return err
-	})
+	}); err != nil {
+		return fmt.Errorf("AddressPool default created (vcoil-controller's webhook answering): %w", err)
+	}
+	return nil
 }
 
 func waitNodesReady(ctx context.Context, cl client.Client, want int, timeout time.Duration) error {
-	return poll(ctx, timeout, fmt.Sprintf("%d nodes Ready", want), func(ctx context.Context) error {
+	if err := poll.Until(ctx, timeout, pollInterval, func(ctx context.Context) error {
 		var nodes corev1.NodeList
 		if err := cl.List(ctx, &nodes); err != nil {
 			return err
@@ -208,11 +204,14 @@ func waitNodesReady(ctx context.Context, cl client.Client, want int, timeout tim
 			return fmt.Errorf("%d of %d registered nodes ready (not ready: %v)", ready, len(nodes.Items), notReady)
 		}
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("%d nodes Ready: %w", want, err)
+	}
+	return nil
 }
 
 func waitNodesRegistered(ctx context.Context, cl client.Client, want int) error {
-	return poll(ctx, 2*time.Minute, fmt.Sprintf("%d nodes registered", want), func(ctx context.Context) error {
+	if err := poll.Until(ctx, 2*time.Minute, pollInterval, func(ctx context.Context) error {
 		var nodes corev1.NodeList
 		if err := cl.List(ctx, &nodes); err != nil {
 			return err
@@ -221,11 +220,14 @@ func waitNodesRegistered(ctx context.Context, cl client.Client, want int) error 
 			return fmt.Errorf("%d registered", len(nodes.Items))
 		}
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("%d nodes registered: %w", want, err)
+	}
+	return nil
 }
 
 func waitDeployment(ctx context.Context, cl client.Client, ns, name string, timeout time.Duration) error {
-	return poll(ctx, timeout, "deployment "+ns+"/"+name+" available", func(ctx context.Context) error {
+	if err := poll.Until(ctx, timeout, pollInterval, func(ctx context.Context) error {
 		d := &appsv1.Deployment{}
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
 			return err
@@ -235,11 +237,14 @@ func waitDeployment(ctx context.Context, cl client.Client, ns, name string, time
 			return fmt.Errorf("%d of %d replicas available", d.Status.AvailableReplicas, want)
 		}
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("deployment %s/%s available: %w", ns, name, err)
+	}
+	return nil
 }
 
 func waitDaemonSet(ctx context.Context, cl client.Client, ns, name string, want int32, timeout time.Duration) error {
-	return poll(ctx, timeout, "daemonset "+ns+"/"+name+" ready on every node", func(ctx context.Context) error {
+	if err := poll.Until(ctx, timeout, pollInterval, func(ctx context.Context) error {
 		d := &appsv1.DaemonSet{}
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
 			return err
@@ -248,5 +253,8 @@ func waitDaemonSet(ctx context.Context, cl client.Client, ns, name string, want 
 			return fmt.Errorf("%d of %d ready", d.Status.NumberReady, want)
 		}
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("daemonset %s/%s ready on every node: %w", ns, name, err)
+	}
+	return nil
 }

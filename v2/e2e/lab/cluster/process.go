@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // daemon is a long-running process of the lab.
@@ -230,19 +232,20 @@ func (c Config) labProcesses() []labProcess {
 	return out
 }
 
-// killAll kills the lab's processes until none is left, for at most 15 s.
+// killAll kills the lab's processes until none is left, for at most 15 s,
+// and returns those still there.
 func (c Config) killAll() []labProcess {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	_ = poll.Until(context.Background(), 15*time.Second, 200*time.Millisecond, func(context.Context) error {
 		procs := c.labProcesses()
-		if len(procs) == 0 || time.Now().After(deadline) {
-			return procs
+		if len(procs) == 0 {
+			return nil
 		}
 		for _, p := range procs {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("%d processes left", len(procs))
+	})
+	return c.labProcesses()
 }
 
 // cgroupDirs returns the lab's cgroups: the nodes' roots in every hierarchy.

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // Reload brings a running lab to the work tree's vcoil: it imports the
@@ -50,7 +52,7 @@ func (c Config) Reload(ctx context.Context) error {
 	if err := waitDeployment(ctx, cl, "kube-system", "vcoil-controller", 3*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
-	if err := poll(ctx, 3*time.Minute, "vcoild restarted on every node", func(ctx context.Context) error {
+	if err := poll.Until(ctx, 3*time.Minute, pollInterval, func(ctx context.Context) error {
 		d := &appsv1.DaemonSet{}
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(ds), d); err != nil {
 			return err
@@ -61,7 +63,7 @@ func (c Config) Reload(ctx context.Context) error {
 		}
 		return nil
 	}); err != nil {
-		return c.failed(err, "node1-kubelet")
+		return c.failed(fmt.Errorf("vcoild restarted on every node: %w", err), "node1-kubelet")
 	}
 	done()
 	return nil

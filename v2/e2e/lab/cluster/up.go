@@ -14,6 +14,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/e2e/lab/render"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // externalHostname is the external host's host name.
@@ -290,12 +291,12 @@ func (c Config) startRuntime(n topology.Node) error {
 		args: []string{"containerd", "--config", c.nodeFile(n, "containerd.toml")}}); err != nil {
 		return err
 	}
-	if err := poll(context.Background(), time.Minute, name+" answering", func(context.Context) error {
+	if err := poll.Until(context.Background(), time.Minute, pollInterval, func(context.Context) error {
 		cmd := c.ctr(n, "version")
 		_, err := run(cmd[0], cmd[1:]...)
 		return err
 	}); err != nil {
-		return c.failed(err, name)
+		return c.failed(fmt.Errorf("%s answering: %w", name, err), name)
 	}
 	return c.importImages(n)
 }

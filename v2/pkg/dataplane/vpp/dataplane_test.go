@@ -20,6 +20,7 @@ import (
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/tapv2"
 
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
@@ -97,22 +98,6 @@ func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	t.Cleanup(cancel)
 	return c
-}
-
-// eventually polls f until it succeeds or 5 s pass.
-func eventually(t *testing.T, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func wantLines(t *testing.T, what string, got, want []string) {
@@ -507,7 +492,7 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 	h.kernel.take()
 
 	h.vpp.restart()
-	eventually(t, func() error {
+	poll.Eventually(t, 5*time.Second, func() error {
 		h.d.mu.Lock()
 		defer h.d.mu.Unlock()
 		if !h.d.synced || h.d.pid != 101 {
@@ -573,7 +558,7 @@ func TestCallsWaitWhileVPPIsGone(t *testing.T) {
 	cfg.ReadyWait = 100 * time.Millisecond
 	h := start(t, cfg)
 	h.vpp.setDown(true)
-	eventually(t, func() error {
+	poll.Eventually(t, 5*time.Second, func() error {
 		if err := h.d.Healthy(ctx(t)); err == nil {
 			return errors.New("Healthy while VPP is gone")
 		}
@@ -684,7 +669,7 @@ func TestListPodsAfterARestartHasVcoildsAndVPPsPods(t *testing.T) {
 func TestResyncRemovesStalePods(t *testing.T) {
 	h := start(t, testConfig())
 	h.vpp.setDown(true)
-	eventually(t, func() error {
+	poll.Eventually(t, 5*time.Second, func() error {
 		if h.d.Healthy(ctx(t)) == nil {
 			return errors.New("still healthy")
 		}
@@ -697,7 +682,7 @@ func TestResyncRemovesStalePods(t *testing.T) {
 	h.vpp.sent = nil
 	h.vpp.down = false
 	h.vpp.mu.Unlock()
-	eventually(t, func() error { return h.d.Healthy(ctx(t)) })
+	poll.Eventually(t, 5*time.Second, func() error { return h.d.Healthy(ctx(t)) })
 	got := h.vpp.take()
 	for _, w := range []string{
 		"ip_route_add_del add=false 10.100.0.3/32 via 10.100.0.3 " + fmt.Sprint(stale.sw),
