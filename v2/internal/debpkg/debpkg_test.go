@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vcoil/vcoil/v2/internal/debpkg"
+	"github.com/vcoil/vcoil/v2/internal/gobuild"
 )
 
 func TestCompareVersionsOrdersAsDebianPolicySays(t *testing.T) {
@@ -215,7 +216,7 @@ func TestCommandFailsOnAWrongPin(t *testing.T) {
 	if err := os.WriteFile(list, []byte("test nftables =0.9.0-stale\ntest iptables =1.8.9\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("go", "run", "./cmd", "check-archive", "--list", list).CombinedOutput()
+	out, err := exec.Command(gobuild.Program(t, "github.com/vcoil/vcoil/v2/internal/debpkg/cmd"), "check-archive", "--list", list).CombinedOutput()
 	if err == nil {
 		t.Fatalf("check-archive with a wrong pin succeeded:\n%s", out)
 	}
