@@ -151,13 +151,17 @@ func TestNATLoopbackIsNeverGivenAndBlocksComeAndGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &corev1.Node{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: n.name}, node); err != nil {
-		t.Fatal(err)
-	}
-	if got := node.Annotations[vcoilv2.AnnotationNATLoopback]; got != loop.String() {
-		t.Fatalf("Node annotation %s = %q, want %q", vcoilv2.AnnotationNATLoopback, got, loop)
-	}
+	// vcoild publishes the annotation after it has the node subnet: wait.
+	poll.Eventually(t, 10*time.Second, func() error {
+		node := &corev1.Node{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: n.name}, node); err != nil {
+			return err
+		}
+		if got := node.Annotations[vcoilv2.AnnotationNATLoopback]; got != loop.String() {
+			return fmt.Errorf("Node annotation %s = %q, want %q", vcoilv2.AnnotationNATLoopback, got, loop)
+		}
+		return nil
+	})
 
 	// 5 pods fill the node subnet to its last assignable address; the
 	// next ones need a second block.
