@@ -57,6 +57,27 @@ func TestSummaryGroupsSkipsByReasonAndCountsEveryTest(t *testing.T) {
 	}
 }
 
+// The e2e suite skips in go test ./... (no cluster) and runs in make e2e:
+// it ran.
+func TestATestSkippedInOneRunAndRunInAnotherRan(t *testing.T) {
+	const unit = `{"Action":"output","Package":"github.com/vcoil/vcoil/v2/e2e/suite","Test":"TestIPAM","Output":"    suite_test.go:132: skipped: set VCOIL_E2E_KUBECONFIG\n"}
+{"Action":"skip","Package":"github.com/vcoil/vcoil/v2/e2e/suite","Test":"TestIPAM"}
+`
+	const e2e = `{"Action":"pass","Package":"github.com/vcoil/vcoil/v2/e2e/suite","Test":"TestIPAM"}
+`
+	g, err := testsummary.ReadGoTests("github.com/vcoil/vcoil", strings.NewReader(unit), strings.NewReader(e2e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (testsummary.Counts{Passed: 1}); g.Counts != want || len(g.Skips) != 0 {
+		t.Errorf("counts %+v, skips %+v; want %+v and no skips", g.Counts, g.Skips, want)
+	}
+	g, _ = testsummary.ReadGoTests("github.com/vcoil/vcoil", strings.NewReader(unit))
+	if g.Counts.Skipped != 1 || len(g.Skips) != 1 {
+		t.Errorf("without the e2e run: counts %+v, skips %+v; want the skip", g.Counts, g.Skips)
+	}
+}
+
 func TestSummarySaysWhenTheE2ESuiteLeftNoReport(t *testing.T) {
 	var b strings.Builder
 	testsummary.Write(&b, testsummary.GoTests{}, nil, false)
