@@ -23,7 +23,8 @@ E2E_REGRESSION := $(E2E_TOOLS_DIR)/regression-issue-74839
 # versions; the versions it installed are written to packages.txt beside the
 # root file system, and the image tarball's cache key includes them. The root
 # file system's own directory is named after the suite and the package names.
-CONFORMANCE_DEBIAN_SUITE := bookworm
+# The suite is the from= of those lines: one place names it.
+CONFORMANCE_DEBIAN_SUITE := $(shell awk '$$1 == "rootfs" && sub(/^from=/, "", $$4) { print $$4; exit }' hack/debian-packages)
 CONFORMANCE_DEBIAN_PACKAGES := $(shell awk '$$1 == "rootfs" { print $$2 }' hack/debian-packages)
 CONFORMANCE_ROOTFS_KEY := $(shell printf '%s ' $(CONFORMANCE_DEBIAN_SUITE) $(CONFORMANCE_DEBIAN_PACKAGES) | sha256sum | cut -c1-12)
 CONFORMANCE_ROOTFS := $(VCOIL_CACHE_DIR)/debian-rootfs/$(CONFORMANCE_DEBIAN_SUITE)-$(CONFORMANCE_ROOTFS_KEY)
