@@ -63,3 +63,47 @@ const (
 	// ("proto 31"), apart from the routes of package routes (proto 30).
 	PodRouteProtocol = 31
 )
+
+// vcoild's kube-proxy-replacement duties besides rules (package
+// service/healthcheck and service/conntrack), with kube-proxy's defaults.
+const (
+	// ProxyHealthAddr serves the node's proxy health (/healthz, /livez), as
+	// kube-proxy's --healthz-bind-address; cloud load balancers and the
+	// upstream e2e tests read it.
+	ProxyHealthAddr = "127.0.0.1:10256"
+	// ProxyStatusAddr serves /proxyMode, as kube-proxy's
+	// --metrics-bind-address (vcoild's metrics stay on DaemonMetricsAddr).
+	ProxyStatusAddr = "127.0.0.1:10249"
+	// ProxyHealthTimeout is how long a change may wait for the dataplane
+	// before the proxy counts as unhealthy: twice kube-proxy's default sync
+	// period (30 s), as kube-proxy derives it.
+	ProxyHealthTimeout = 60 * time.Second
+
+	// ConntrackMaxPerCore and ConntrackMin size the conntrack table:
+	// nf_conntrack_max = max(ConntrackMaxPerCore × CPUs, ConntrackMin); a
+	// MaxPerCore of 0 leaves the table alone.
+	ConntrackMaxPerCore = 32768
+	ConntrackMin        = 131072
+	// ConntrackTCPEstablishedTimeout and ConntrackTCPCloseWaitTimeout are
+	// nf_conntrack_tcp_timeout_established and _close_wait.
+	ConntrackTCPEstablishedTimeout = 24 * time.Hour
+	ConntrackTCPCloseWaitTimeout   = time.Hour
+	// ConntrackUDPTimeout and ConntrackUDPStreamTimeout are
+	// nf_conntrack_udp_timeout and _stream; 0 leaves the kernel's value.
+	ConntrackUDPTimeout       = 0 * time.Second
+	ConntrackUDPStreamTimeout = 0 * time.Second
+	// ConntrackTCPBeLiberal sets nf_conntrack_tcp_be_liberal; false leaves
+	// the kernel's value.
+	ConntrackTCPBeLiberal = false
+)
+
+// The service processor's sync timing, kube-proxy's defaults
+// (--iptables-min-sync-period and --iptables-sync-period).
+const (
+	// ServiceMinSyncPeriod is the least time between two syncs of the
+	// service renderers: changes arriving sooner are batched.
+	ServiceMinSyncPeriod = 1 * time.Second
+	// ServiceSyncPeriod is the period of the full resync that repairs
+	// drift, and the longest a failed renderer waits to be retried.
+	ServiceSyncPeriod = 30 * time.Second
+)
