@@ -75,9 +75,9 @@ const (
 	// --metrics-bind-address (vcoild's metrics stay on DaemonMetricsAddr).
 	ProxyStatusAddr = "127.0.0.1:10249"
 	// ProxyHealthTimeout is how long a change may wait for the dataplane
-	// before the proxy counts as unhealthy: twice kube-proxy's default sync
-	// period (30 s), as kube-proxy derives it.
-	ProxyHealthTimeout = 60 * time.Second
+	// before the proxy counts as unhealthy: twice the sync period, as
+	// kube-proxy derives it.
+	ProxyHealthTimeout = 2 * ServiceSyncPeriod
 
 	// ConntrackMaxPerCore and ConntrackMin size the conntrack table:
 	// nf_conntrack_max = max(ConntrackMaxPerCore × CPUs, ConntrackMin); a
@@ -106,4 +106,17 @@ const (
 	// ServiceSyncPeriod is the period of the full resync that repairs
 	// drift, and the longest a failed renderer waits to be retried.
 	ServiceSyncPeriod = 30 * time.Second
+)
+
+// The nftables service renderer (package service/renderer/nftables).
+// docs/services.md documents them; change both together.
+const (
+	// ServiceTable is the inet table the renderer owns; nothing else may
+	// write to it.
+	ServiceTable = "vcoil-services"
+	// ServiceMasqueradeMark is the packet mark bit the renderer sets at DNAT
+	// on service traffic to be masqueraded when it leaves the node (the bit
+	// kube-proxy uses for the same purpose, so that the two agree during a
+	// migration).
+	ServiceMasqueradeMark = 0x4000
 )
