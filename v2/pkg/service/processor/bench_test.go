@@ -16,7 +16,7 @@ import (
 // nopRenderer accepts everything: the benchmarks measure the processor.
 type nopRenderer struct{}
 
-func (nopRenderer) Resync(context.Context, *service.State) error    { return nil }
+func (nopRenderer) Resync(context.Context, *service.State) error   { return nil }
 func (nopRenderer) Update(context.Context, *service.Changes) error { return nil }
 
 const benchServices, benchEndpoints = 10000, 10
