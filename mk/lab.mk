@@ -9,6 +9,10 @@
 
 LAB_STATE_DIR ?= /var/lib/vcoil-lab
 LAB_NODES ?= 2
+# LAB_KUBE_PROXY=1: kube-proxy (nftables mode) on every node and vcoild
+# started with --service-proxy=false; by default vcoil serves the services
+# and no kube-proxy runs (never both on one node).
+LAB_KUBE_PROXY ?=
 # More docker-archive tarballs to import into every node (space-separated).
 LAB_EXTRA_IMAGES ?=
 LAB_OUT := _out/lab
@@ -68,6 +72,14 @@ lab-bin:
 
 MKIMAGE = $(LAB_BIN)/mkimage
 
+# vcoild's service renderer runs nft (knftables): the image carries the
+# machine's nft (Debian's nftables, pinned in hack/debian-packages, group
+# test, installed by make deps), every shared library ldd lists for it and the
+# dynamic loader, each at its path. Evaluated in the recipe, after make deps.
+NFT_BIN := /usr/sbin/nft
+NFT_IMAGE_FILES = ldd $(NFT_BIN) | awk -v nft=$(NFT_BIN) 'BEGIN { print "--file " nft "=" nft } \
+	$$2 == "=>" && $$3 ~ /^\// { print "--file " $$3 "=" $$3 } $$1 ~ /^\// { print "--file " $$1 "=" $$1 }'
+
 .PHONY: lab-images
 lab-images: build lab-bin lab-coredns lab-cni-plugins ## write the lab's images as docker-archive tarballs into _out/lab/images
 	$(call lab_say,writing the images (pause, vcoil, coredns, agent) into $(LAB_IMAGES))
@@ -77,7 +89,8 @@ lab-images: build lab-bin lab-coredns lab-cni-plugins ## write the lab's images 
 		$(foreach p,$(PROGRAMS),--file /$(p)=$(BIN_DIR)/$(p)) \
 		--file /opt/vcoil/cni/bin/vcoil=$(BIN_DIR)/vcoil \
 		--file /opt/vcoil/cni/bin/portmap=$(CNI_PLUGINS_DIR)/portmap \
-		--file /opt/vcoil/cni/bin/loopback=$(CNI_PLUGINS_DIR)/loopback
+		--file /opt/vcoil/cni/bin/loopback=$(CNI_PLUGINS_DIR)/loopback \
+		$$($(NFT_IMAGE_FILES))
 	@$(MKIMAGE) --out $(LAB_IMAGES)/coredns.tar --tag vcoil-coredns:lab --entrypoint /coredns --file /coredns=$(COREDNS_BIN)
 	@$(MKIMAGE) --out $(LAB_IMAGES)/agent.tar --tag vcoil-e2e-agent:lab --entrypoint /agent --file /agent=$(LAB_BIN)/agent
 
@@ -98,6 +111,7 @@ lab-up: lab-components ## bring the local cluster up (LAB_NODES=2 worker nodes) 
 	$(call lab_say,bringing the lab up (state in $(LAB_STATE_DIR)))
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) up --agent $(abspath $(LAB_BIN))/agent \
 		--images-dir $(abspath $(LAB_IMAGES)) --overlay $(abspath v2/config/overlays/lab) \
+		$(if $(filter 1,$(LAB_KUBE_PROXY)),--kube-proxy) \
 		$(foreach t,$(LAB_EXTRA_IMAGES),--extra-images $(abspath $(t)))
 
 .PHONY: lab-reload

@@ -97,6 +97,7 @@ func lifecycleCommands(cfg *cluster.Config) []*cobra.Command {
 	}
 	up.Flags().StringVar(&cfg.Overlay, "overlay", "v2/config/overlays/lab", "vcoil's kustomize overlay")
 	up.Flags().IntVar(&cfg.CoreDNSReplicas, "coredns-replicas", 1, "replicas of CoreDNS")
+	up.Flags().BoolVar(&cfg.KubeProxy, "kube-proxy", false, "run kube-proxy on every node and turn vcoil's service renderer off (default: vcoil serves services, no kube-proxy)")
 	down := &cobra.Command{
 		Use:   "down",
 		Short: "remove the lab and everything it made; fails loudly if anything is left",

@@ -40,7 +40,11 @@ type Config struct {
 	Overlay string
 	// CoreDNSReplicas of the cluster DNS.
 	CoreDNSReplicas int
-	Out             io.Writer
+	// KubeProxy runs kube-proxy on every node and turns vcoil's service
+	// renderer off (vcoild --service-proxy=false); otherwise vcoil renders
+	// services and no kube-proxy runs. Never both on one node.
+	KubeProxy bool
+	Out       io.Writer
 }
 
 // Layout of the state directory.
@@ -60,6 +64,7 @@ func (c Config) utsNS(host string) string       { return c.path("mntns", host+".
 func (c Config) pidDir() string                 { return c.path("pids") }
 func (c Config) createdDirsFile() string        { return c.path("created-dirs") }
 func (c Config) upMarker() string               { return c.path("up") }
+func (c Config) proxyFile() string              { return c.path("service-proxy") }
 func (c Config) AdminKubeconfig() string        { return c.path("admin.kubeconfig") }
 func (c Config) EnvFile() string                { return c.path("lab.env") }
 func (c Config) kubectl() string                { return filepath.Join(c.KubernetesDir, "kubectl") }

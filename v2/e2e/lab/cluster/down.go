@@ -98,8 +98,8 @@ func unmount(path string) error {
 // Check lists what the lab has left on the machine: its processes (and any
 // kubelet, kube-proxy or containerd still running), mounts, network
 // namespaces, cgroups, the state directory, and, as a guard, Kubernetes'
-// firewall chains or lab links in the machine's own network namespace (which
-// the lab never touches).
+// firewall chains, vcoil's service table or lab links in the machine's own
+// network namespace (which the lab never touches).
 func (c Config) Check() []string {
 	var left []string
 	for _, p := range c.labProcesses() {
@@ -130,8 +130,13 @@ func (c Config) Check() []string {
 	if _, err := os.Stat(c.StateDir); err == nil {
 		left = append(left, "state directory "+c.StateDir)
 	}
-	if out, err := run("nft", "list", "tables"); err == nil && strings.Contains(out, "kube-proxy") {
-		left = append(left, "nftables table kube-proxy in the machine's network namespace")
+	if out, err := run("nft", "list", "tables"); err == nil {
+		// Lines read "table FAMILY NAME".
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 3 && (f[2] == "kube-proxy" || f[2] == vcoilServicesTable) {
+				left = append(left, "nftables table "+f[1]+" "+f[2]+" in the machine's network namespace")
+			}
+		}
 	}
 	if out, err := run("iptables-save"); err == nil && strings.Contains(out, ":KUBE-") {
 		left = append(left, "iptables KUBE- chains in the machine's network namespace")

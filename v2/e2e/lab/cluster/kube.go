@@ -119,11 +119,15 @@ func apply(ctx context.Context, cl client.Client, objs []*unstructured.Unstructu
 	return nil
 }
 
-// installVcoil applies vcoil's overlay: CRDs first, established before the
+// installVcoil applies vcoil's overlay, with vcoild's service renderer
+// off when kube-proxy serves the lab: CRDs first, established before the
 // rest.
 func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
 	objs, err := config.Build(c.Overlay)
 	if err != nil {
+		return err
+	}
+	if err := c.withServiceProxyArgs(objs); err != nil {
 		return err
 	}
 	var crds, rest []*unstructured.Unstructured

@@ -42,6 +42,9 @@ func (c Config) Up(ctx context.Context) error {
 	if err := c.writeFiles(); err != nil {
 		return err
 	}
+	if err := c.recordServiceProxy(); err != nil {
+		return err
+	}
 	done()
 	done = c.step("network namespaces: fabric 198.18.0.0/24 with control plane, %d nodes, external host %s", c.Topology.Nodes, topology.ExternalIP)
 	if err := c.buildNetwork(); err != nil {
@@ -61,7 +64,7 @@ func (c Config) Up(ctx context.Context) error {
 		return err
 	}
 	done()
-	done = c.step("nodes: containerd (images imported), kubelet, kube-proxy (nftables mode)")
+	done = c.step("nodes: containerd (images imported), kubelet%s", map[bool]string{true: ", kube-proxy (nftables mode)", false: " (no kube-proxy: vcoil serves the services)"}[c.KubeProxy])
 	if err := c.startNodes(ctx, cl, runtimes); err != nil {
 		return err
 	}
@@ -197,8 +200,8 @@ func (c Config) startControlPlane(ctx context.Context, runtimes chan<- error) (c
 }
 
 // startNodes waits for the nodes' runtimes (startControlPlane started
-// them), starts every node's kubelet and kube-proxy, and waits until the
-// nodes have registered.
+// them), starts every node's kubelet (and kube-proxy when the lab runs it),
+// and waits until the nodes have registered.
 func (c Config) startNodes(ctx context.Context, cl client.Client, runtimes <-chan error) error {
 	if err := <-runtimes; err != nil {
 		return err
@@ -208,9 +211,10 @@ func (c Config) startNodes(ctx context.Context, cl client.Client, runtimes <-cha
 			args: append([]string{c.bin("kubelet")}, render.KubeletArgs(n, c.nodeFile(n, "kubelet.yaml"), c.nodeFile(n, "kubelet.kubeconfig"))...)}); err != nil {
 			return err
 		}
-		if err := c.start(daemon{name: n.Name + "-kube-proxy", netns: n.Netns, mountNS: c.mountNS(n), uts: c.utsNS(n.Name),
-			args: []string{c.bin("kube-proxy"), "--config=" + c.nodeFile(n, "kube-proxy.yaml")}}); err != nil {
-			return err
+		if c.KubeProxy {
+			if err := c.StartKubeProxy(n); err != nil {
+				return err
+			}
 		}
 	}
 	if err := waitNodesRegistered(ctx, cl, c.Topology.Nodes); err != nil {
@@ -365,7 +369,10 @@ func (c Config) Health() []string {
 	var problems []string
 	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "router", "external-agent"}
 	for _, n := range c.Topology.NodeList() {
-		names = append(names, n.Name+"-containerd", n.Name+"-kubelet", n.Name+"-kube-proxy")
+		names = append(names, n.Name+"-containerd", n.Name+"-kubelet")
+		if c.ServiceProxy() == ProxyKubeProxy {
+			names = append(names, kubeProxyName(n))
+		}
 	}
 	for _, name := range names {
 		if !c.alive(name) {
@@ -375,9 +382,15 @@ func (c Config) Health() []string {
 	return problems
 }
 
-// PrintAccess tells how to reach the lab.
+// PrintAccess tells how to reach the lab and which proxy serves its
+// services.
 func (c Config) PrintAccess() {
+	proxy := "vcoil (vcoild's service renderer; no kube-proxy)"
+	if c.ServiceProxy() == ProxyKubeProxy {
+		proxy = "kube-proxy (nftables mode; vcoild --service-proxy=false)"
+	}
 	fmt.Fprintf(c.Out, `
+  services:    served by %s
   kubectl:     make lab-kubectl ARGS="get nodes -o wide"
                or: %s get pods -A
                or: ip netns exec %s %s --kubeconfig %s get nodes
@@ -385,5 +398,5 @@ func (c Config) PrintAccess() {
   lab.env:     %s
   logs:        %s
   remove:      make lab-down
-`, c.path("kubectl"), topology.ControlPlaneNetns, c.kubectl(), c.AdminKubeconfig(), c.Self, c.EnvFile(), c.LogDir)
+`, proxy, c.path("kubectl"), topology.ControlPlaneNetns, c.kubectl(), c.AdminKubeconfig(), c.Self, c.EnvFile(), c.LogDir)
 }
