@@ -10,6 +10,10 @@ const (
 	// carved for. It lets the controller recognise its own block after a restart
 	// or a conflict, so that one request never gets two blocks.
 	LabelRequest = "vcoil.io/request"
+	// LabelServiceProxy set to "disabled" on a Node keeps vcoild from
+	// serving Services there (for a node-by-node migration from kube-proxy);
+	// vcoild reads it at start.
+	LabelServiceProxy = "vcoil.io/service-proxy"
 
 	// Finalizer guards AddressPools (while blocks exist) and AddressBlocks (while
 	// addresses of the block are in use on the node).

@@ -9,12 +9,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +37,8 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
+	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
+	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
 )
 
 type flags struct {
@@ -44,6 +51,16 @@ type flags struct {
 	directTable, directRulePriority       int
 	blockRequestTimeout                   time.Duration
 	vpp                                   vppFlags
+	services                              serviceFlags
+}
+
+// serviceFlags configure the service proxy (docs/services.md).
+type serviceFlags struct {
+	enabled, removeKubeProxyTables bool
+	nodePortAddresses              []string
+	minSyncPeriod, syncPeriod      time.Duration
+	healthAddr, statusAddr         string
+	conntrack                      conntrack.Config
 }
 
 // vppFlags configure the VPP dataplane (--dataplane=vpp); docs/vpp.md.
@@ -92,6 +109,21 @@ func main() {
 	fs.StringSliceVar(&f.vpp.uplinkAddresses, "vpp-uplink-address", nil, "prefix to put on the uplink (repeatable)")
 	fs.StringVar(&f.vpp.uplinkGatewayIPv4, "vpp-uplink-gateway-ipv4", "", "VPP's IPv4 default route via this gateway on the uplink (default: through the host)")
 	fs.StringVar(&f.vpp.uplinkGatewayIPv6, "vpp-uplink-gateway-ipv6", "", "VPP's IPv6 default route via this gateway on the uplink (default: through the host)")
+	f.services.conntrack = conntrack.DefaultConfig()
+	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy (Linux dataplane only)")
+	fs.BoolVar(&f.services.removeKubeProxyTables, "remove-kube-proxy-tables", false, "at start, delete the nftables tables kube-proxy leaves behind (for a migration)")
+	fs.StringSliceVar(&f.services.nodePortAddresses, "nodeport-addresses", nil, "CIDRs whose node addresses serve NodePorts (default: the node's primary address of each family)")
+	fs.DurationVar(&f.services.minSyncPeriod, "service-min-sync-period", constants.ServiceMinSyncPeriod, "least time between two syncs of the service rules; changes arriving sooner are batched")
+	fs.DurationVar(&f.services.syncPeriod, "service-sync-period", constants.ServiceSyncPeriod, "period of the full resync of the service rules")
+	fs.StringVar(&f.services.healthAddr, "proxy-health-addr", constants.ProxyHealthAddr, "address of the proxy health server (/healthz, /livez, as kube-proxy's); empty disables it")
+	fs.StringVar(&f.services.statusAddr, "proxy-status-addr", constants.ProxyStatusAddr, "address of /proxyMode (as kube-proxy's metrics address); empty disables it")
+	fs.IntVar(&f.services.conntrack.MaxPerCore, "conntrack-max-per-core", constants.ConntrackMaxPerCore, "nf_conntrack_max = max(this x CPUs, --conntrack-min); 0 leaves it")
+	fs.IntVar(&f.services.conntrack.Min, "conntrack-min", constants.ConntrackMin, "least nf_conntrack_max")
+	fs.DurationVar(&f.services.conntrack.TCPEstablishedTimeout, "conntrack-tcp-timeout-established", constants.ConntrackTCPEstablishedTimeout, "nf_conntrack_tcp_timeout_established; 0 leaves it")
+	fs.DurationVar(&f.services.conntrack.TCPCloseWaitTimeout, "conntrack-tcp-timeout-close-wait", constants.ConntrackTCPCloseWaitTimeout, "nf_conntrack_tcp_timeout_close_wait; 0 leaves it")
+	fs.DurationVar(&f.services.conntrack.UDPTimeout, "conntrack-udp-timeout", constants.ConntrackUDPTimeout, "nf_conntrack_udp_timeout; 0 leaves it")
+	fs.DurationVar(&f.services.conntrack.UDPStreamTimeout, "conntrack-udp-timeout-stream", constants.ConntrackUDPStreamTimeout, "nf_conntrack_udp_timeout_stream; 0 leaves it")
+	fs.BoolVar(&f.services.conntrack.TCPBeLiberal, "conntrack-tcp-be-liberal", constants.ConntrackTCPBeLiberal, "set nf_conntrack_tcp_be_liberal; false leaves it")
 	goFlags := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	fs.AddGoFlagSet(goFlags)
@@ -166,17 +198,41 @@ func run(ctx context.Context, f flags) error {
 		direct = d
 	}
 
+	services, err := serviceProxyOn(ctx, cfg, scheme, f)
+	if err != nil {
+		return err
+	}
+	byObject := map[client.Object]cache.ByObject{
+		// Only this node's requests; every block (for direct routes).
+		&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
+	}
+	if services {
+		maps.Copy(byObject, proxy.CacheOptions(f.nodeName, f.directRouting))
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress: f.healthAddr,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only this node's requests; every block (for direct routes).
-			&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
-		}},
+		Cache:                  cache.Options{ByObject: byObject},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := proxy.RemoveTables(ctx, f.netns, !services && f.dataplane == "linux", f.services.removeKubeProxyTables, ctrl.Log.WithName("services")); err != nil {
+		return err
+	}
+	if services {
+		opts, err := f.services.options(f)
+		if err != nil {
+			return err
+		}
+		p, err := proxy.Setup(ctx, mgr, opts)
+		if err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("services", proxy.ReadyCheck(p)); err != nil {
+			return err
+		}
 	}
 	if _, err := daemon.Setup(mgr, daemon.Options{
 		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
@@ -189,7 +245,7 @@ func run(ctx context.Context, f flags) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("starting vcoild", "node", f.nodeName, "dataplane", dp.Name(), "socket", f.socket)
+	log.Info("starting vcoild", "node", f.nodeName, "dataplane", dp.Name(), "socket", f.socket, "services", services)
 	return mgr.Start(ctx)
 }
 
@@ -241,4 +297,61 @@ func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
 		return dp, dp.Blocks(), nil
 	}
 	return nil, nil, fmt.Errorf("--dataplane %q: want linux or vpp", f.dataplane)
+}
+
+// serviceProxyOn decides whether vcoild serves Services on this node: the
+// flag, the dataplane (the VPP renderer is not built yet), and the Node's
+// vcoil.io/service-proxy label, read once at start from the apiserver.
+func serviceProxyOn(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, f flags) (bool, error) {
+	log := ctrl.Log.WithName("services")
+	if !f.services.enabled {
+		log.Info("not serving Services: --service-proxy=false")
+		return false, nil
+	}
+	if f.dataplane != "linux" {
+		log.Info("not serving Services: the service renderer of this dataplane is not built yet", "dataplane", f.dataplane)
+		return false, nil
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return false, fmt.Errorf("apiserver client: %w", err)
+	}
+	var node corev1.Node
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = c.Get(ctx, client.ObjectKey{Name: f.nodeName}, &node)
+		if last != nil {
+			log.Info("reading this node's Node for its service proxy label; retrying", "node", f.nodeName, "error", last.Error())
+		}
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		err = last
+	}
+	if err != nil {
+		return false, fmt.Errorf("read Node %q: %w", f.nodeName, err)
+	}
+	if proxy.DisabledOn(&node) {
+		log.Info("not serving Services: the Node is labelled "+proxy.LabelServiceProxy+"="+proxy.Disabled, "node", f.nodeName)
+		return false, nil
+	}
+	return true, nil
+}
+
+func (s serviceFlags) options(f flags) (proxy.Options, error) {
+	o := proxy.Options{
+		NodeName: f.nodeName, Netns: f.netns, PodIfPrefix: linux.HostIfPrefix,
+		HealthAddr: s.healthAddr, StatusAddr: s.statusAddr,
+		Conntrack: s.conntrack, Registry: metrics.Registry, Log: ctrl.Log.WithName("services"),
+	}
+	o.Conntrack.Netns = f.netns
+	o.Processor.MinSyncPeriod, o.Processor.SyncPeriod = s.minSyncPeriod, s.syncPeriod
+	for _, c := range s.nodePortAddresses {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return o, fmt.Errorf("--nodeport-addresses %q: %w", c, err)
+		}
+		o.NodePortCIDRs = append(o.NodePortCIDRs, p.Masked())
+	}
+	return o, nil
 }

@@ -110,14 +110,20 @@ type Port struct {
 	// Cluster are the endpoints traffic is spread over when the traffic
 	// policy is Cluster: the ready endpoints available for this node's
 	// topology (zone or node hints), or, when there are none, the serving
-	// terminating ones. Empty when no policy of the service is Cluster.
+	// terminating ones. Empty when no frontend uses it: when
+	// internalTrafficPolicy is Local and the service is not reachable from
+	// outside (traffic from the node and its pods to an external frontend
+	// uses Cluster whatever the external policy says). Computed per family,
+	// as kube-proxy does: hints and fallbacks of one family never narrow the
+	// other.
 	Cluster []Endpoint
 	// Local are the endpoints on this node used when a traffic policy is
 	// Local: the ready local endpoints, or, when there are none, the serving
 	// terminating local ones. Empty when no policy is Local.
 	Local []Endpoint
 	// HasEndpoints says whether the port has any usable endpoint anywhere in
-	// the cluster. A frontend with no endpoints at all rejects (ICMP port
+	// the cluster, in either family; a renderer decides reject or drop per
+	// family with FamilyEndpoints(Endpoints, frontend). A frontend with no endpoints at all rejects (ICMP port
 	// unreachable, TCP reset); a frontend whose policy is Local and that
 	// has no local endpoints but HasEndpoints drops, as kube-proxy does.
 	HasEndpoints bool

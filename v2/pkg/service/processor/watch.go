@@ -101,7 +101,8 @@ func TrimNode(obj any) (any, error) {
 		return obj, nil
 	}
 	trimMeta(&n.ObjectMeta, vcoilv2.AnnotationNATLoopback)
-	n.Spec = corev1.NodeSpec{}
+	// Taints stay: the proxy health server reads the autoscaler's.
+	n.Spec = corev1.NodeSpec{Taints: n.Spec.Taints}
 	n.Status = corev1.NodeStatus{Addresses: n.Status.Addresses}
 	return n, nil
 }

@@ -1,0 +1,213 @@
+// Package proxy makes vcoild a replacement for kube-proxy on the Linux
+// dataplane: it wires the service processor to the nftables renderer and the
+// health check node ports, serves kube-proxy's health and status endpoints,
+// and applies kube-proxy's conntrack settings. It holds no service logic of
+// its own; docs/services.md describes the whole.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+	"github.com/vcoil/vcoil/v2/pkg/service"
+	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
+	"github.com/vcoil/vcoil/v2/pkg/service/healthcheck"
+	"github.com/vcoil/vcoil/v2/pkg/service/processor"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nftables"
+)
+
+// LabelServiceProxy on a Node, with the value Disabled, keeps vcoild from
+// serving services on that node (for a node-by-node migration from
+// kube-proxy). vcoild reads it at start.
+const (
+	LabelServiceProxy = vcoilv2.LabelServiceProxy
+	Disabled          = "disabled"
+)
+
+// Options configure the service proxy of one node.
+type Options struct {
+	NodeName string
+	// Netns is the node's network namespace ("" = vcoild's own).
+	Netns string
+	// PodIfPrefix names the host side of every pod interface of the node.
+	PodIfPrefix string
+	// NodePortCIDRs restrict NodePorts to the node's addresses inside them;
+	// empty means the node's primary addresses.
+	NodePortCIDRs []netip.Prefix
+	// MinSyncPeriod and SyncPeriod: the processor's timing.
+	Processor processor.Options
+	// HealthAddr and StatusAddr place kube-proxy's health (/healthz) and
+	// status (/proxyMode) servers; empty disables one.
+	HealthAddr, StatusAddr string
+	// Conntrack settings, applied once at start.
+	Conntrack conntrack.Config
+	Registry  prometheus.Registerer
+	Log       logr.Logger
+}
+
+// CacheOptions are the cache settings the processor needs (trimmed
+// Services, EndpointSlices and Nodes; this node's Node only unless
+// allNodes, which direct routing needs), to merge into the manager's.
+func CacheOptions(nodeName string, allNodes bool) map[client.Object]cache.ByObject {
+	opts := processor.CacheOptions(nodeName)
+	if allNodes {
+		for obj, o := range opts {
+			if _, ok := obj.(*corev1.Node); ok {
+				o.Field = nil
+				opts[obj] = o
+			}
+		}
+	}
+	return opts
+}
+
+// DisabledOn says whether node carries LabelServiceProxy=disabled.
+func DisabledOn(node *corev1.Node) bool {
+	return node != nil && node.Labels[LabelServiceProxy] == Disabled
+}
+
+// Setup adds the service proxy to mgr: the processor with the nftables and
+// health check renderers, the health and status servers. It returns the
+// processor, whose Synced channel tells when the first sync completed.
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.Processor, error) {
+	log := opts.Log
+	if err := conntrack.Apply(ctx, opts.Conntrack, conntrack.Files("/"), log.WithName("conntrack")); err != nil {
+		return nil, fmt.Errorf("service proxy: %w", err)
+	}
+	nft, err := nftables.New(nftables.Config{Netns: opts.Netns, PodIfPrefix: opts.PodIfPrefix, Registry: opts.Registry}, log.WithName("nftables"))
+	if err != nil {
+		return nil, fmt.Errorf("service proxy: %w", err)
+	}
+	popts := opts.Processor
+	popts.NodeName = opts.NodeName
+	popts.NodePortCIDRs = opts.NodePortCIDRs
+	popts.Log = log.WithName("processor")
+	if len(opts.NodePortCIDRs) > 0 {
+		popts.LocalAddresses = func() ([]netip.Addr, error) { return localAddresses(opts.Netns) }
+	}
+	// The health check ports need the processor's health, and the processor
+	// needs the renderers: the proxy health server reads the processor
+	// through a late-bound view.
+	view := &syncView{}
+	health := healthcheck.NewProxyHealthServer(healthcheck.ProxyHealthConfig{
+		Addr: opts.HealthAddr, Netns: opts.Netns,
+		NodeEligible: healthcheck.NodeEligibility(mgr.GetClient(), opts.NodeName),
+	}, view, log)
+	checks := healthcheck.NewServiceHealthServer(healthcheck.ServiceHealthConfig{Netns: opts.Netns}, health, log)
+	popts.Renderers = []service.Renderer{nft, checks}
+	p, err := processor.Setup(mgr, popts)
+	if err != nil {
+		nft.Close()
+		return nil, err
+	}
+	view.p = p
+	runnables := []manager.Runnable{checks, closer{nft}}
+	if opts.HealthAddr != "" {
+		runnables = append(runnables, health)
+	}
+	if opts.StatusAddr != "" {
+		runnables = append(runnables, healthcheck.NewProxyStatusServer(healthcheck.ProxyStatusConfig{Addr: opts.StatusAddr, Netns: opts.Netns}, log))
+	}
+	for _, r := range runnables {
+		if err := mgr.Add(r); err != nil {
+			return nil, fmt.Errorf("service proxy: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// ReadyCheck fails until the processor's first sync completed, so that a
+// node is not ready before its services work (kube-proxy's readiness).
+func ReadyCheck(p *processor.Processor) func(*http.Request) error {
+	return func(*http.Request) error {
+		select {
+		case <-p.Synced():
+			return nil
+		default:
+			return errors.New("services not synced yet")
+		}
+	}
+}
+
+// RemoveTables deletes what a service proxy left in the node's namespace:
+// vcoil's own table (when vcoil does not serve services there) and, when
+// kubeProxy is set, kube-proxy's nftables tables (for a migration).
+func RemoveTables(ctx context.Context, netns string, own, kubeProxy bool, log logr.Logger) error {
+	if own {
+		nft, err := nftables.New(nftables.Config{Netns: netns, PodIfPrefix: "-"}, log)
+		if err != nil {
+			return err
+		}
+		defer nft.Close()
+		if err := nft.Remove(ctx); err != nil {
+			return err
+		}
+	}
+	if kubeProxy {
+		if err := nftables.RemoveKubeProxyTables(ctx, netns); err != nil {
+			return err
+		}
+		log.Info("removed kube-proxy's nftables tables")
+	}
+	return nil
+}
+
+// syncView forwards the health server's questions to the processor once
+// it exists.
+type syncView struct{ p *processor.Processor }
+
+func (v *syncView) LastSync() time.Time {
+	if v.p == nil {
+		return time.Time{}
+	}
+	return v.p.LastSync()
+}
+
+func (v *syncView) PendingSince() time.Time {
+	if v.p == nil {
+		return time.Time{}
+	}
+	return v.p.PendingSince()
+}
+
+// closer releases the renderer's namespace when the manager stops.
+type closer struct{ r nftables.Renderer }
+
+func (c closer) Start(ctx context.Context) error {
+	<-ctx.Done()
+	c.r.Close()
+	return nil
+}
+
+func localAddresses(netns string) ([]netip.Addr, error) {
+	n, err := kernelns.Open(netns)
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	addrs, err := n.NL.AddrList(nil, 0)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of %s: %w", n.Path, err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}
+
