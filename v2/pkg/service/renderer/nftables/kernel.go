@@ -1,0 +1,256 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"sigs.k8s.io/knftables"
+)
+
+// kernel runs nft, through knftables, in the node's network namespace.
+// knftables executes the nft binary, and a child process starts in the
+// network namespace of the thread that forks it: every call runs on a
+// thread locked in the namespace (pkg/ns's Do), so that vcoild itself may
+// live in another namespace (as in the lab, with --netns).
+type kernel struct {
+	netns ns.NetNS // nil: the process's own namespace
+	nft   knftables.Interface
+	table string
+}
+
+func openKernel(netns ns.NetNS, family knftables.Family, table string) (*kernel, error) {
+	k := &kernel{netns: netns, table: table}
+	err := k.do(func() error {
+		var err error
+		k.nft, err = knftables.New(family, table)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nftables table %s %s: %w", family, table, err)
+	}
+	return k, nil
+}
+
+func (k *kernel) do(f func() error) error {
+	if k.netns == nil {
+		return f()
+	}
+	return k.netns.Do(func(ns.NetNS) error { return f() })
+}
+
+func (k *kernel) run(ctx context.Context, tx *knftables.Transaction) error {
+	return k.do(func() error { return k.nft.Run(ctx, tx) })
+}
+
+func (k *kernel) check(ctx context.Context, tx *knftables.Transaction) error {
+	return k.do(func() error { return k.nft.Check(ctx, tx) })
+}
+
+func (k *kernel) listElements(ctx context.Context, kind, name string) ([]*knftables.Element, error) {
+	var elems []*knftables.Element
+	err := k.do(func() error {
+		var err error
+		elems, err = k.nft.ListElements(ctx, kind, name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s %s of table %s: %w", kind, name, k.table, err)
+	}
+	return elems, nil
+}
+
+// read lists the table: its objects, its rules' IDs and the elements of the
+// sets and maps vcoil writes (not the affinity maps, which the packet path
+// fills). It is Resync's way of adopting a table a previous vcoild left.
+func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
+	t := tableObjects{sets: map[string]bool{}, chains: map[string][]string{}}
+	r := newRuleset()
+	var all map[string][]string
+	var rules []*knftables.Rule
+	err := k.do(func() error {
+		var err error
+		if all, err = k.nft.ListAll(ctx); err != nil {
+			return err
+		}
+		rules, err = k.nft.ListRules(ctx, "")
+		return err
+	})
+	if knftables.IsNotFound(err) {
+		return t, r, nil
+	}
+	if err != nil {
+		return t, nil, fmt.Errorf("list table %s: %w", k.table, err)
+	}
+	t.exists = true
+	for _, c := range all["chain"] {
+		t.chains[c] = []string{}
+	}
+	for _, rule := range rules {
+		id := ""
+		if rule.Comment != nil {
+			id = *rule.Comment
+		}
+		t.chains[rule.Chain] = append(t.chains[rule.Chain], id)
+	}
+	for _, s := range all["set"] {
+		t.sets[s] = false
+	}
+	for _, m := range all["map"] {
+		t.sets[m] = true
+	}
+	for _, fam := range families {
+		for _, name := range []string{setServices, setExternalLocal, setBackends, setBackendsLocal, setNoEndpoints,
+			setFirewall, setFirewallAllow, setAffinityFrontends, setHairpin} {
+			isMap, ok := t.sets[name+fam]
+			if !ok {
+				continue
+			}
+			kind := "set"
+			if isMap {
+				kind = "map"
+			}
+			elems, err := k.listElements(ctx, kind, name+fam)
+			if err != nil {
+				return t, nil, err
+			}
+			for _, e := range elems {
+				if !adopt(r, name, fam, e) {
+					r.stray = append(r.stray, e)
+				}
+			}
+		}
+	}
+	// Count the uses and elements of what was read.
+	read := r.frontends
+	r.frontends = make(map[frontendKey]*frontendState, len(read))
+	for key, f := range read {
+		r.put(key, f)
+	}
+	return t, r, nil
+}
+
+// adopt records one element read from the kernel in r; false means vcoil
+// would not have written it.
+func adopt(r *ruleset, set, fam string, e *knftables.Element) bool {
+	if len(e.Key) < 3 {
+		if set == setHairpin && len(e.Key) == 2 && e.Key[0] == e.Key[1] {
+			a, err := netip.ParseAddr(e.Key[0])
+			if err == nil && familyOf(a) == fam {
+				r.hairpin[a] = 1
+				return true
+			}
+		}
+		return false
+	}
+	k, ok := parseFrontend(e.Key[:3], fam)
+	if !ok {
+		return false
+	}
+	f := r.frontends[k]
+	if f == nil {
+		f = &frontendState{}
+		r.frontends[k] = f
+	}
+	rest := e.Key[3:]
+	switch set {
+	case setServices, setExternalLocal:
+		if len(rest) != 0 || len(e.Value) != 1 {
+			return false
+		}
+		v := parseVerdict(e.Value[0], fam, set == setExternalLocal)
+		if set == setServices {
+			f.Cluster = v
+		} else {
+			f.Local = v
+		}
+	case setBackends, setBackendsLocal:
+		if len(rest) != 1 || len(e.Value) != 2 {
+			return false
+		}
+		i, err1 := strconv.Atoi(rest[0])
+		a, err2 := netip.ParseAddr(e.Value[0])
+		port, err3 := strconv.ParseUint(e.Value[1], 10, 16)
+		if err1 != nil || err2 != nil || err3 != nil || i < 0 || i >= 1<<16 {
+			return false
+		}
+		l := &f.Backends
+		if set == setBackendsLocal {
+			l = &f.LocalBackends
+		}
+		for len(*l) <= i {
+			*l = append(*l, netip.AddrPort{})
+		}
+		(*l)[i] = netip.AddrPortFrom(a, uint16(port))
+	case setNoEndpoints:
+		f.Reject = len(rest) == 0
+		return f.Reject
+	case setFirewall:
+		f.Firewalled = len(rest) == 0
+		return f.Firewalled
+	case setFirewallAllow:
+		if len(rest) != 1 {
+			return false
+		}
+		p, err := netip.ParsePrefix(rest[0])
+		if err != nil {
+			a, err2 := netip.ParseAddr(rest[0])
+			if err2 != nil {
+				return false
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		f.Allowed = append(f.Allowed, p)
+	case setAffinityFrontends:
+		if len(rest) != 0 || len(e.Value) != 1 {
+			return false
+		}
+		f.Affinity = -1
+		prefix := "goto " + chainAffinityUpPrefix + fam + "-"
+		if t, err := strconv.Atoi(strings.TrimPrefix(e.Value[0], prefix)); err == nil && strings.HasPrefix(e.Value[0], prefix) && t > 0 {
+			f.Affinity = t
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+func parseFrontend(key []string, fam string) (frontendKey, bool) {
+	a, err := netip.ParseAddr(key[0])
+	if err != nil || familyOf(a) != fam {
+		return frontendKey{}, false
+	}
+	p, ok := parseProto(key[1])
+	if !ok {
+		return frontendKey{}, false
+	}
+	port, err := strconv.ParseUint(key[2], 10, 16)
+	if err != nil {
+		return frontendKey{}, false
+	}
+	return frontendKey{a, p, uint16(port)}, true
+}
+
+func parseVerdict(v, fam string, local bool) verdict {
+	if v == "drop" {
+		return verdict{Kind: verdictDrop}
+	}
+	pick, sticky := chainPickPrefix, chainStickyPrefix
+	if local {
+		pick, sticky = chainPickLocalPrefix, chainStickyLocalPref
+	}
+	for _, c := range []struct {
+		prefix string
+		sticky bool
+	}{{pick, false}, {sticky, true}} {
+		prefix := "goto " + c.prefix + fam + "-"
+		if n, err := strconv.Atoi(strings.TrimPrefix(v, prefix)); err == nil && strings.HasPrefix(v, prefix) && n > 0 {
+			return verdict{Kind: verdictPick, N: n, Sticky: c.sticky}
+		}
+	}
+	return verdict{Kind: verdictOther}
+}

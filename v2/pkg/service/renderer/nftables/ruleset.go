@@ -1,0 +1,307 @@
+package nftables
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+
+	"sigs.k8s.io/knftables"
+)
+
+// ruleset is the content of the table's sets and maps, by frontend: what
+// the renderer wants, or what the kernel holds (the mirror of what the
+// renderer last wrote, or what Resync read).
+type ruleset struct {
+	frontends map[frontendKey]*frontendState
+	// hairpin counts, per local endpoint address, the frontends that send
+	// to it; the hairpin sets hold the addresses counted at least once.
+	hairpin map[netip.Addr]int
+	// uses counts, per pick chain and affinity timeout, the frontends
+	// that refer to it.
+	uses map[use]int
+	// elements is the number of elements the frontends put in the table.
+	elements int
+	// stray are elements read from the kernel that vcoil did not write;
+	// they are deleted.
+	stray []*knftables.Element
+}
+
+func newRuleset() *ruleset {
+	return &ruleset{frontends: map[frontendKey]*frontendState{}, hairpin: map[netip.Addr]int{}, uses: map[use]int{}}
+}
+
+// put sets (or, with f nil, removes) one frontend, keeping the counts.
+func (r *ruleset) put(k frontendKey, f *frontendState) {
+	if old := r.frontends[k]; old != nil {
+		r.count(k, old, -1)
+	}
+	if f == nil {
+		delete(r.frontends, k)
+		return
+	}
+	r.frontends[k] = f
+	r.count(k, f, 1)
+}
+
+func (r *ruleset) count(k frontendKey, f *frontendState, d int) {
+	usesOf(k, f, func(u use) {
+		r.uses[u] += d
+		if r.uses[u] == 0 {
+			delete(r.uses, u)
+		}
+	})
+	for _, a := range f.Hairpin {
+		r.hairpin[a] += d
+		if r.hairpin[a] == 0 {
+			delete(r.hairpin, a)
+		}
+	}
+	elementsOf(k, f, func(string, []string, []string) { r.elements += d })
+}
+
+// overlay is a ruleset with staged frontend changes over a base that stays
+// unchanged until commit: Update computes its transaction on one and
+// commits only when the kernel took it.
+type overlay struct {
+	base    *ruleset
+	changed map[frontendKey]*frontendState
+	hairpin map[netip.Addr]int
+	uses    map[use]int
+	elems   int
+}
+
+func newOverlay(base *ruleset) *overlay {
+	return &overlay{
+		base: base, changed: map[frontendKey]*frontendState{},
+		hairpin: maps.Clone(base.hairpin), uses: maps.Clone(base.uses), elems: base.elements,
+	}
+}
+
+func (o *overlay) get(k frontendKey) *frontendState {
+	if f, ok := o.changed[k]; ok {
+		return f
+	}
+	return o.base.frontends[k]
+}
+
+func (o *overlay) put(k frontendKey, f *frontendState) {
+	tmp := &ruleset{frontends: map[frontendKey]*frontendState{}, hairpin: o.hairpin, uses: o.uses, elements: o.elems}
+	if old := o.get(k); old != nil {
+		tmp.frontends[k] = old
+	}
+	tmp.put(k, f)
+	o.elems = tmp.elements
+	o.changed[k] = f
+}
+
+// commit applies the staged changes to the base.
+func (o *overlay) commit() {
+	for k, f := range o.changed {
+		if f == nil {
+			delete(o.base.frontends, k)
+		} else {
+			o.base.frontends[k] = f
+		}
+	}
+	o.base.hairpin, o.base.uses, o.base.elements = o.hairpin, o.uses, o.elems
+}
+
+// tableObjects are the table's sets, maps and chains as the kernel holds
+// them: names, and each chain's rule IDs.
+type tableObjects struct {
+	exists bool
+	// sets holds sets and maps by name, true for maps.
+	sets   map[string]bool
+	chains map[string][]string
+}
+
+func objectsHeld(o objects) tableObjects {
+	t := tableObjects{exists: true, sets: map[string]bool{}, chains: map[string][]string{}}
+	for name, obj := range o.Sets {
+		_, isMap := obj.(*knftables.Map)
+		t.sets[name] = isMap
+	}
+	for _, c := range o.Chains {
+		t.chains[c.Chain.Name] = c.ids()
+	}
+	return t
+}
+
+// plan is one transaction, built in the order the kernel can take it: new
+// sets and chains before the rules and elements that refer to them, and
+// deletions of elements before the chains they jump to.
+type plan struct {
+	addSets, addChains, rules, delElems, addElems, purge, delSets, delChains []func(*knftables.Transaction)
+	// changes counts the operations that change the table.
+	changes int
+}
+
+func (p *plan) write(tx *knftables.Transaction) {
+	for _, step := range [][]func(*knftables.Transaction){p.addSets, p.addChains, p.rules, p.delElems, p.addElems, p.purge, p.delSets, p.delChains} {
+		for _, op := range step {
+			op(tx)
+		}
+	}
+}
+
+func (p *plan) empty() bool { return p.changes == 0 }
+
+func (p *plan) op(step *[]func(*knftables.Transaction), f func(*knftables.Transaction)) {
+	*step = append(*step, f)
+	p.changes++
+}
+
+// objectsDiff plans the table, sets, maps and chains: missing ones are
+// added, chains whose rules differ are flushed and refilled, and the ones
+// not wanted are deleted.
+func (p *plan) objectsDiff(have tableObjects, want objects) {
+	if !have.exists {
+		p.op(&p.addSets, func(tx *knftables.Transaction) { tx.Add(&knftables.Table{}) })
+	}
+	for _, name := range slices.Sorted(maps.Keys(want.Sets)) {
+		if _, ok := have.sets[name]; !ok {
+			obj := want.Sets[name]
+			p.op(&p.addSets, func(tx *knftables.Transaction) { tx.Add(obj) })
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(have.sets)) {
+		if _, ok := want.Sets[name]; !ok {
+			p.op(&p.delSets, func(tx *knftables.Transaction) {
+				if have.sets[name] {
+					tx.Delete(&knftables.Map{Name: name})
+				} else {
+					tx.Delete(&knftables.Set{Name: name})
+				}
+			})
+		}
+	}
+	for _, c := range want.Chains {
+		ids, exists := have.chains[c.Chain.Name]
+		if !exists {
+			p.op(&p.addChains, func(tx *knftables.Transaction) { tx.Add(c.Chain) })
+		}
+		if slices.Equal(ids, c.ids()) {
+			continue
+		}
+		p.op(&p.rules, func(tx *knftables.Transaction) {
+			if exists {
+				tx.Flush(&knftables.Chain{Name: c.Chain.Name})
+			}
+			for _, r := range c.Rules {
+				tx.Add(&knftables.Rule{Chain: c.Chain.Name, Rule: r, Comment: new(ruleID(r))})
+			}
+		})
+	}
+	for _, name := range slices.Sorted(maps.Keys(have.chains)) {
+		if want.chain(name) == nil {
+			p.op(&p.rules, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) })
+			p.op(&p.delChains, func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: name}) })
+		}
+	}
+}
+
+// frontendDiff plans the elements of one frontend going from old to want
+// (either may be nil).
+func (p *plan) frontendDiff(k frontendKey, old, want *frontendState) {
+	if old.equal(want) {
+		return
+	}
+	type elem struct{ key, value []string }
+	have := map[string]elem{}
+	if old != nil {
+		elementsOf(k, old, func(set string, key, value []string) {
+			have[set+" "+joinKey(key)] = elem{key, value}
+		})
+	}
+	if want != nil {
+		elementsOf(k, want, func(set string, key, value []string) {
+			id := set + " " + joinKey(key)
+			if h, ok := have[id]; ok {
+				delete(have, id)
+				if slices.Equal(h.value, value) {
+					return
+				}
+				p.delElem(set, key)
+			}
+			p.addElem(set, key, value)
+		})
+	}
+	for id, e := range have {
+		p.delElem(id[:indexByte(id, ' ')], e.key)
+	}
+}
+
+func (p *plan) hairpinDiff(a netip.Addr, had, want bool) {
+	if had == want {
+		return
+	}
+	set := setHairpin + familyOf(a)
+	if want {
+		p.addElem(set, hairpinKey(a), nil)
+	} else {
+		p.delElem(set, hairpinKey(a))
+	}
+}
+
+func (p *plan) addElem(set string, key, value []string) {
+	p.op(&p.addElems, func(tx *knftables.Transaction) { tx.Add(element(set, key, value)) })
+}
+
+func (p *plan) delElem(set string, key []string) {
+	p.op(&p.delElems, func(tx *knftables.Transaction) { tx.Delete(element(set, key, nil)) })
+}
+
+// purgeAffinity removes a session affinity entry. The entry may time out
+// between the listing and the transaction, and deleting a missing element
+// fails the whole transaction, so it is added first (a no-op while it
+// exists, since the value is the same) and then deleted.
+func (p *plan) purgeAffinity(m string, key, value []string) {
+	p.op(&p.purge, func(tx *knftables.Transaction) {
+		tx.Add(element(m, key, value))
+		tx.Delete(element(m, key, nil))
+	})
+}
+
+func element(set string, key, value []string) *knftables.Element {
+	e := &knftables.Element{Key: key, Value: value}
+	if isMap(set) {
+		e.Map = set
+	} else {
+		e.Set = set
+	}
+	return e
+}
+
+// isMap tells the table's maps from its sets by name.
+func isMap(name string) bool {
+	for _, m := range []string{setServices, setExternalLocal, setAffinityFrontends, setBackendsLocal, setBackends, mapAffinityPrefix} {
+		if len(name) > len(m) && name[:len(m)] == m && (name[len(m)] == '4' || name[len(m)] == '6') {
+			return true
+		}
+	}
+	return false
+}
+
+func joinKey(key []string) string {
+	n := 0
+	for _, k := range key {
+		n += len(k) + 3
+	}
+	b := make([]byte, 0, n)
+	for i, k := range key {
+		if i > 0 {
+			b = append(b, " . "...)
+		}
+		b = append(b, k...)
+	}
+	return string(b)
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
