@@ -3,7 +3,9 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -102,25 +104,22 @@ func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
 	for _, m := range all["map"] {
 		t.sets[m] = true
 	}
-	for _, fam := range families {
-		for _, name := range []string{setServices, setExternalLocal, setBackends, setBackendsLocal, setNoEndpoints,
-			setFirewall, setFirewallAllow, setAffinityFrontends, setHairpin} {
-			isMap, ok := t.sets[name+fam]
-			if !ok {
-				continue
-			}
-			kind := "set"
-			if isMap {
-				kind = "map"
-			}
-			elems, err := k.listElements(ctx, kind, name+fam)
-			if err != nil {
-				return t, nil, err
-			}
-			for _, e := range elems {
-				if !adopt(r, name, fam, e) {
-					r.stray = append(r.stray, e)
-				}
+	for _, name := range slices.Sorted(maps.Keys(t.sets)) {
+		set, fam, index, ok := parseSetName(name)
+		if !ok {
+			continue // the affinity maps, which the packet path fills, or strangers
+		}
+		kind := "set"
+		if t.sets[name] {
+			kind = "map"
+		}
+		elems, err := k.listElements(ctx, kind, name)
+		if err != nil {
+			return t, nil, err
+		}
+		for _, e := range elems {
+			if !adopt(r, set, fam, index, e) {
+				r.stray = append(r.stray, e)
 			}
 		}
 	}
@@ -135,7 +134,7 @@ func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
 
 // adopt records one element read from the kernel in r; false means vcoil
 // would not have written it.
-func adopt(r *ruleset, set, fam string, e *knftables.Element) bool {
+func adopt(r *ruleset, set, fam string, index int, e *knftables.Element) bool {
 	if len(e.Key) < 3 {
 		if set == setHairpin && len(e.Key) == 2 && e.Key[0] == e.Key[1] {
 			a, err := netip.ParseAddr(e.Key[0])
@@ -168,13 +167,13 @@ func adopt(r *ruleset, set, fam string, e *knftables.Element) bool {
 			f.Local = v
 		}
 	case setBackends, setBackendsLocal:
-		if len(rest) != 1 || len(e.Value) != 2 {
+		if len(rest) != 0 || len(e.Value) != 2 {
 			return false
 		}
-		i, err1 := strconv.Atoi(rest[0])
+		i := index
 		a, err2 := netip.ParseAddr(e.Value[0])
 		port, err3 := strconv.ParseUint(e.Value[1], 10, 16)
-		if err1 != nil || err2 != nil || err3 != nil || i < 0 || i >= 1<<16 {
+		if err2 != nil || err3 != nil {
 			return false
 		}
 		l := &f.Backends
@@ -217,6 +216,31 @@ func adopt(r *ruleset, set, fam string, e *knftables.Element) bool {
 		return false
 	}
 	return true
+}
+
+// parseSetName recognises the sets and maps whose elements vcoil writes:
+// the name without its family, the family, and the index of a backends map.
+func parseSetName(name string) (set, fam string, index int, ok bool) {
+	for _, fam := range families {
+		for _, set := range []string{setServices, setExternalLocal, setNoEndpoints, setFirewall,
+			setFirewallAllow, setAffinityFrontends, setHairpin} {
+			if name == set+fam {
+				return set, fam, 0, true
+			}
+		}
+		for _, set := range []string{setBackendsLocal, setBackends} {
+			rest, found := strings.CutPrefix(name, set+fam+"-")
+			if !found {
+				continue
+			}
+			i, err := strconv.Atoi(rest)
+			if err != nil || i < 0 || i >= 1<<16 || strconv.Itoa(i) != rest {
+				return "", "", 0, false
+			}
+			return set, fam, i, true
+		}
+	}
+	return "", "", 0, false
 }
 
 func parseFrontend(key []string, fam string) (frontendKey, bool) {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -48,6 +49,8 @@ const (
 	setAffinityFrontends  = "affinity-frontends"
 	setHairpin            = "hairpin"
 	chainAffinityPrefix   = "affinity"        // affinity4, affinity6: the lookups
+	chainEndpointPrefix   = "endpoint"        // endpoint4-I: DNAT by backends4-I
+	chainEndpointLocalPre = "endpoint-local"  // endpoint-local4-I: by backends-local4-I
 	chainPickPrefix       = "pick"            // pick4-N
 	chainPickLocalPrefix  = "pick-local"      // pick-local4-N
 	chainStickyPrefix     = "sticky"          // sticky6-N
@@ -79,6 +82,17 @@ func pickChain(fam string, n int) string {
 func pickLocalChain(fam string, n int) string {
 	return chainPickLocalPrefix + fam + "-" + strconv.Itoa(n)
 }
+func backendsMap(fam string, i int) string { return setBackends + fam + "-" + strconv.Itoa(i) }
+func backendsLocalMap(fam string, i int) string {
+	return setBackendsLocal + fam + "-" + strconv.Itoa(i)
+}
+func endpointChain(fam string, i int) string {
+	return chainEndpointPrefix + fam + "-" + strconv.Itoa(i)
+}
+func endpointLocalChain(fam string, i int) string {
+	return chainEndpointLocalPre + fam + "-" + strconv.Itoa(i)
+}
+
 func stickyChain(fam string, n int) string {
 	return chainStickyPrefix + fam + "-" + strconv.Itoa(n)
 }
@@ -100,6 +114,10 @@ const (
 	useSticky
 	useStickyLocal
 	useAffinity
+	// useIndex, useIndexLocal: the map and chain of the endpoints of
+	// index N (backends4-N and endpoint4-N).
+	useIndex
+	useIndexLocal
 )
 
 // stickySeed seeds the hash of IPv6 session affinity; fixed, so that a
@@ -191,17 +209,26 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 
 	// Sets and maps.
 	for _, fam := range families {
-		ip := ipOf(fam)
 		for _, name := range []string{setServices, setExternalLocal} {
 			o.Sets[name+fam] = &knftables.Map{Name: name + fam, Type: frontend(fam) + " : verdict"}
 		}
 		if fam == "4" {
 			o.Sets[setAffinityFrontends+fam] = &knftables.Map{Name: setAffinityFrontends + fam, Type: frontend(fam) + " : verdict"}
 		}
-		for _, name := range []string{setBackends, setBackendsLocal} {
-			o.Sets[name+fam] = &knftables.Map{
-				Name:   name + fam,
-				TypeOf: ip + " daddr . meta l4proto . th dport . numgen random mod 1 : " + ip + " daddr . th dport",
+		// The endpoints of index I of every frontend are one map,
+		// backends4-I, rather than one map keyed by frontend and index:
+		// numgen's index has no nft type name, and nft 1.0.6 cannot read
+		// back a map declared with typeof when a later transaction adds a
+		// rule that uses it.
+		for _, u := range used {
+			if u.Fam != fam {
+				continue
+			}
+			switch u.Kind {
+			case useIndex:
+				o.Sets[backendsMap(fam, u.N)] = &knftables.Map{Name: backendsMap(fam, u.N), Type: frontend(fam) + " : " + addrType(fam) + " . inet_service"}
+			case useIndexLocal:
+				o.Sets[backendsLocalMap(fam, u.N)] = &knftables.Map{Name: backendsLocalMap(fam, u.N), Type: frontend(fam) + " : " + addrType(fam) + " . inet_service"}
 			}
 		}
 		for _, name := range []string{setNoEndpoints, setFirewall} {
@@ -259,11 +286,27 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 	add(chainAffinityRecord, record...)
 	for _, u := range used {
 		ip := ipOf(u.Fam)
+		dnat := func(m string) string {
+			return fmt.Sprintf("dnat %s to %s daddr . meta l4proto . th dport map @%s", ip, ip, m)
+		}
+		switch u.Kind {
+		case useIndex:
+			add(endpointChain(u.Fam, u.N), dnat(backendsMap(u.Fam, u.N)))
+		case useIndexLocal:
+			add(endpointLocalChain(u.Fam, u.N), dnat(backendsLocalMap(u.Fam, u.N)))
+		}
+	}
+	for _, u := range used {
+		ip := ipOf(u.Fam)
+		pickFrom := func(index string, endpoint func(string, int) string) string {
+			targets := make([]string, u.N)
+			for i := range targets {
+				targets[i] = fmt.Sprintf("%d : goto %s", i, endpoint(u.Fam, i))
+			}
+			return index + " vmap { " + strings.Join(targets, ", ") + " }"
+		}
 		random := fmt.Sprintf("numgen random mod %d", u.N)
 		hash := fmt.Sprintf("jhash %s saddr mod %d seed %s", ip, u.N, stickySeed)
-		dnat := func(index, m string) string {
-			return fmt.Sprintf("dnat %s to %s daddr . meta l4proto . th dport . %s map @%s", ip, ip, index, m+u.Fam)
-		}
 		// Traffic that is not from a local pod is masqueraded if it
 		// leaves the node (nat-postrouting); the pod network is routed
 		// and keeps its addresses.
@@ -276,13 +319,13 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 		}
 		switch u.Kind {
 		case usePick:
-			add(pickChain(u.Fam, u.N), append(append([]string{masq}, lookup...), dnat(random, setBackends))...)
+			add(pickChain(u.Fam, u.N), append(append([]string{masq}, lookup...), pickFrom(random, endpointChain))...)
 		case usePickLocal:
-			add(pickLocalChain(u.Fam, u.N), append(lookup, dnat(random, setBackendsLocal))...)
+			add(pickLocalChain(u.Fam, u.N), append(lookup, pickFrom(random, endpointLocalChain))...)
 		case useSticky:
-			add(stickyChain(u.Fam, u.N), masq, dnat(hash, setBackends))
+			add(stickyChain(u.Fam, u.N), masq, pickFrom(hash, endpointChain))
 		case useStickyLocal:
-			add(stickyLocalChain(u.Fam, u.N), dnat(hash, setBackendsLocal))
+			add(stickyLocalChain(u.Fam, u.N), pickFrom(hash, endpointLocalChain))
 		}
 	}
 
@@ -364,7 +407,7 @@ func elementsOf(k frontendKey, f *frontendState, emit func(set string, key, valu
 	}
 	for i, e := range f.Backends {
 		if e.IsValid() {
-			emit(setBackends+fam, with(strconv.Itoa(i)), []string{e.Addr().String(), strconv.Itoa(int(e.Port()))})
+			emit(backendsMap(fam, i), fk, []string{e.Addr().String(), strconv.Itoa(int(e.Port()))})
 		}
 	}
 	if f.Local.Kind != verdictNone {
@@ -372,7 +415,7 @@ func elementsOf(k frontendKey, f *frontendState, emit func(set string, key, valu
 	}
 	for i, e := range f.LocalBackends {
 		if e.IsValid() {
-			emit(setBackendsLocal+fam, with(strconv.Itoa(i)), []string{e.Addr().String(), strconv.Itoa(int(e.Port()))})
+			emit(backendsLocalMap(fam, i), fk, []string{e.Addr().String(), strconv.Itoa(int(e.Port()))})
 		}
 	}
 	if f.Reject {
@@ -408,6 +451,16 @@ func usesOf(k frontendKey, f *frontendState, add func(use)) {
 	}
 	if f.Affinity > 0 {
 		add(use{fam, useAffinity, f.Affinity})
+	}
+	for i, e := range f.Backends {
+		if e.IsValid() {
+			add(use{fam, useIndex, i})
+		}
+	}
+	for i, e := range f.LocalBackends {
+		if e.IsValid() {
+			add(use{fam, useIndexLocal, i})
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package nftables
 
 import (
 	"net/netip"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +32,12 @@ func TestTheWholeTableLoadsIntoTheKernel(t *testing.T) {
 	l.resync(r, everything()...)
 	got := l.ruleset()
 	for _, want := range []string{
-		"dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends4",
-		"dnat ip6 to ip6 daddr . meta l4proto . th dport . numgen random mod 1 map @backends-local6",
+		"numgen random mod 3 vmap { 0 : goto endpoint4-0, 1 : goto endpoint4-1, 2 : goto endpoint4-2 }",
+		"dnat ip to ip daddr . meta l4proto . th dport map @backends4-2",
+		"numgen random mod 1 vmap { 0 : goto endpoint-local6-0 }",
+		"dnat ip6 to ip6 daddr . meta l4proto . th dport map @backends-local6-0",
 		"map affinity4-3 {", "map affinity4-10800 {", "chain sticky6-3 {",
-		"dnat ip6 to ip6 daddr . meta l4proto . th dport . jhash ip6 saddr mod 3 seed 0x76636f69 map @backends6",
+		"jhash ip6 saddr mod 3 seed 0x76636f69 vmap { 0 : goto endpoint6-0, 1 : goto endpoint6-1, 2 : goto endpoint6-2 }",
 		"snat ip to 10.255.255.1", "snat ip6 to fd00:255::1",
 		"10.98.0.1 . tcp . 80 . 203.0.113.0/24",
 		"10.96.0.6 . tcp . 80", // no endpoints
@@ -44,6 +48,51 @@ func TestTheWholeTableLoadsIntoTheKernel(t *testing.T) {
 	}
 	if strings.Contains(got, "default/") || strings.Count(got, "chain ") > 40 {
 		t.Errorf("the table has chains per service:\n%s", got)
+	}
+}
+
+// canonical is a table as nft lists it, without handles and with its
+// lines sorted: two tables holding the same objects compare equal whatever
+// the order they were written in.
+func canonical(table string) string {
+	handle := regexp.MustCompile(` # handle [0-9]+`)
+	lines := strings.Split(handle.ReplaceAllString(table, ""), "\n")
+	for i := range lines {
+		l := strings.TrimPrefix(strings.TrimSpace(lines[i]), "elements = { ")
+		lines[i] = strings.TrimSuffix(strings.Trim(l, ","), " }")
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// Updates add chains, rules and maps in transactions after the first:
+// nft must accept every rule form there too, and the result must be the
+// table a Resync writes.
+func TestUpdatesFromAnEmptyTableBuildWhatAResyncBuilds(t *testing.T) {
+	l := newLab(t)
+	r := l.renderer()
+	l.resync(r, everything()...)
+	want := canonical(l.ruleset())
+	if err := r.Remove(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l.resync(r)
+	for _, s := range everything() {
+		if err := r.Update(t.Context(), &service.Changes{Upsert: []*service.Service{s}}); err != nil {
+			t.Fatalf("Update adding %s: %v", s.ID, err)
+		}
+	}
+	if got := canonical(l.ruleset()); got != want {
+		t.Errorf("the table built by Updates differs from a Resync's:\nwant:\n%s\ngot:\n%s", want, got)
+	}
+	for _, s := range everything() {
+		if err := r.Update(t.Context(), &service.Changes{Delete: []service.ID{s.ID}}); err != nil {
+			t.Fatalf("Update deleting %s: %v", s.ID, err)
+		}
+	}
+	empty := l.ruleset()
+	if strings.Contains(empty, "elements") || strings.Contains(empty, "pick") || strings.Contains(empty, "affinity4-") {
+		t.Errorf("the table after deleting every service still has elements or per-count objects:\n%s", empty)
 	}
 }
 
@@ -73,7 +122,7 @@ func TestSCTPServicesPassNftCheck(t *testing.T) {
 	}
 	tx := r.kernel.nft.NewTransaction()
 	p.write(tx)
-	if !strings.Contains(tx.String(), "sctp . 9999 . 1 : ") || !strings.Contains(tx.String(), "sctp . 30999") {
+	if !strings.Contains(tx.String(), "backends4-1 { 10.96.0.1 . sctp . 9999 : ") || !strings.Contains(tx.String(), "sctp . 30999") {
 		t.Fatalf("the transaction has no SCTP elements:\n%s", tx)
 	}
 	if err := r.kernel.check(t.Context(), tx); err != nil {

@@ -169,7 +169,8 @@ const (
 	udpPort uint16 = 8053
 )
 
-func (l *lab) serve(name string, n *netnstest.NS) {
+func (l *lab) serve(b backend, n *netnstest.NS) {
+	name, addrs := b.name, []string{b.v4, b.v6}
 	l.t.Helper()
 	tl := n.Listen("tcp", hostPort("::", tcpPort))
 	go func() {
@@ -196,24 +197,29 @@ func (l *lab) serve(name string, n *netnstest.NS) {
 			}()
 		}
 	}()
-	var pc net.PacketConn
-	n.Run(func() error {
-		var err error
-		pc, err = net.ListenPacket("udp", hostPort("::", udpPort))
-		return err
-	})
-	l.t.Cleanup(func() { _ = pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
+	// UDP answers from the address asked (a wildcard socket would
+	// answer from the address routing picks, which conntrack would not
+	// match with the DNATed request).
+	for _, a := range addrs {
+		var pc net.PacketConn
+		n.Run(func() error {
+			var err error
+			pc, err = net.ListenPacket("udp", hostPort(a, udpPort))
+			return err
+		})
+		l.t.Cleanup(func() { _ = pc.Close() })
+		go func() {
+			buf := make([]byte, 1500)
+			for {
+				_, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				src := from.(*net.UDPAddr).AddrPort().Addr().Unmap()
+				_, _ = pc.WriteTo([]byte(fmt.Sprintf("%s %s\n", name, src)), from)
 			}
-			src := from.(*net.UDPAddr).AddrPort().Addr().Unmap()
-			_, _ = pc.WriteTo([]byte(fmt.Sprintf("%s %s\n", name, src)), from)
-		}
-	}()
+		}()
+	}
 }
 
 // answer is what a backend said: its name and the client address it saw.
