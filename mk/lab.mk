@@ -149,6 +149,18 @@ demo: lab-up ## README's "run it": the lab with vcoil, a sample app across the n
 .PHONY: demo-down
 demo-down: lab-down ## remove the demo and the lab
 
+# ---- the services benchmark ----
+
+# vcoil's service renderer (node1) beside kube-proxy in nftables mode (node2)
+# in the lab, N Services x 10 endpoints for each size; see
+# docs/services-benchmark.md. BENCH_FLAGS: e.g. --sizes 1000 --changes 50.
+BENCH_FLAGS ?=
+BENCH_OUT := _out/bench
+
+.PHONY: bench-services
+bench-services: lab-up ## vcoil's service renderer beside kube-proxy (nftables mode) in the lab: records in _out/bench/services.json, table in _out/bench/services.md
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) bench-services --out $(BENCH_OUT) $(BENCH_FLAGS)
+
 # ---- the e2e suite against the lab ----
 
 # The suite runs whole inside the control plane's network namespace (its

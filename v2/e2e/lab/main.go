@@ -7,6 +7,7 @@
 //	lab exec [--netns cp|ext|fabric|NODE] -- COMMAND...   (KUBECONFIG and lab.env set)
 //	lab kubectl ARGS...
 //	lab demo | demo-matrix
+//	lab bench-services [--sizes 1000,5000,10000] [--out _out/bench]   (vcoil's renderer beside kube-proxy)
 //	lab router --kubeconfig FILE   (run by lab up in the fabric namespace)
 package main
 
@@ -19,15 +20,19 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vcoil/vcoil/v2/e2e/lab/bench"
 	"github.com/vcoil/vcoil/v2/e2e/lab/cluster"
 	"github.com/vcoil/vcoil/v2/e2e/lab/router"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 )
 
 func main() {
@@ -39,6 +44,7 @@ func main() {
 	root.AddCommand(accessCommands(cfg, root)...)
 	root.AddCommand(routerCommand())
 	root.AddCommand(demoCommands(cfg)...)
+	root.AddCommand(benchCommand(cfg))
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
 		os.Exit(1)
@@ -282,4 +288,76 @@ func lookPath(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found", name)
+}
+
+// benchCommand runs the services benchmark against the running lab: vcoil's
+// renderer on the first node, kube-proxy on the second.
+func benchCommand(cfg *cluster.Config) *cobra.Command {
+	o := bench.Options{
+		Changes: 50, ChangeSpacing: 1100 * time.Millisecond, Concurrency: 16,
+		CreateTimeout: 5 * time.Minute, VcoilSyncTimeout: time.Minute, KubeProxySyncTimeout: 4 * time.Minute,
+		ChangeTimeout: 10 * time.Second, CleanupTimeout: 5 * time.Minute,
+	}
+	var out string
+	cmd := &cobra.Command{
+		Use:   "bench-services",
+		Short: "measure vcoil's service renderer beside kube-proxy (nftables mode) in the running lab",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cfg.IsUp() {
+				return errors.New("the lab is not up: make lab-up")
+			}
+			nodes := cfg.Topology.NodeList()
+			if len(nodes) < 2 {
+				return errors.New("the benchmark needs two nodes")
+			}
+			_, restCfg, err := cfg.Client()
+			if err != nil {
+				return err
+			}
+			// The Services are written thousands at a time.
+			restCfg.QPS, restCfg.Burst = 2000, 4000
+			scheme, err := kubescheme.New()
+			if err != nil {
+				return err
+			}
+			if o.Client, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
+				return err
+			}
+			o.Lab, o.VcoilNode, o.KubeProxyNode, o.Log = cfg, nodes[0], nodes[1], cfg.Out
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			recs, runErr := bench.Run(ctx, o)
+			if err := writeBench(out, recs); err != nil {
+				return errors.Join(runErr, err)
+			}
+			fmt.Fprintf(cfg.Out, "\n%s\nrecords: %s, table: %s\n", bench.Markdown(recs), filepath.Join(out, "services.json"), filepath.Join(out, "services.md"))
+			return runErr
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVar(&o.Sizes, "sizes", []int{1000, 5000, 10000}, "numbers of Services (10 endpoints each), ascending")
+	f.IntVar(&o.Changes, "changes", o.Changes, "endpoint changes measured per size")
+	f.DurationVar(&o.VcoilSyncTimeout, "vcoil-sync-timeout", o.VcoilSyncTimeout, "longest wait for vcoil's full sync")
+	f.DurationVar(&o.KubeProxySyncTimeout, "kube-proxy-sync-timeout", o.KubeProxySyncTimeout, "longest wait for kube-proxy's full sync")
+	f.StringVar(&out, "out", "_out/bench", "directory of services.json (JSON lines) and services.md")
+	return cmd
+}
+
+func writeBench(dir string, recs []bench.Record) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "services.json"))
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteJSONLines(f, recs); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "services.md"), []byte(bench.Markdown(recs)), 0o644)
 }
