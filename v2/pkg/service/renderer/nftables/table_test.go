@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/pkg/service"
@@ -127,5 +128,48 @@ func TestSCTPServicesPassNftCheck(t *testing.T) {
 	}
 	if err := r.kernel.check(t.Context(), tx); err != nil {
 		t.Fatalf("nft --check of SCTP services: %v\n%s", err, tx)
+	}
+}
+
+func TestMetricsCountTheTableAndTheSyncs(t *testing.T) {
+	l := newLab(t)
+	reg := prometheus.NewRegistry()
+	r, err := New(Config{Netns: l.node.Path(), PodIfPrefix: podPrefix, Registry: reg}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l.resync(r, dual("a", 1, podA, remote))
+	if err := r.Update(t.Context(), &service.Changes{Upsert: []*service.Service{dual("b", 2, podA)}}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			for _, lp := range m.GetLabel() {
+				name += "/" + lp.GetValue()
+			}
+			switch {
+			case m.GetGauge() != nil:
+				got[name] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	// a: 2 cluster IPs x 2 ports, each a services element and 2 backends;
+	// b: 4 frontends with 1 backend; pod-a's addresses in the hairpin sets.
+	if got["vcoil_service_nftables_objects/elements"] != 4*3+4*2+2 ||
+		got["vcoil_service_sync_duration_seconds/resync"] != 1 || got["vcoil_service_sync_duration_seconds/update"] != 1 ||
+		got["vcoil_service_last_sync_timestamp_seconds"] < float64(time.Now().Add(-time.Minute).Unix()) ||
+		got["vcoil_service_nftables_objects/chains"] == 0 || got["vcoil_service_nftables_objects/rules"] == 0 {
+		t.Fatalf("metrics: %v", got)
 	}
 }
