@@ -27,7 +27,9 @@ func TestFrontendsOfAService(t *testing.T) {
 		check   func(f *frontendState) bool
 	}{
 		{"a cluster IP sends to every endpoint of its family", dual("a", 1, podA, remote), key(v4.cluster(1), 80),
-			func(f *frontendState) bool { return f.Cluster == pick(2) && len(f.Backends) == 2 && f.Local.Kind == verdictNone }},
+			func(f *frontendState) bool {
+				return f.Cluster == pick(2) && len(f.Backends) == 2 && f.Local.Kind == verdictNone
+			}},
 		{"a cluster IP of an internalTrafficPolicy=Local service without local endpoints drops",
 			func() *service.Service { s := dual("a", 1, remote); s.InternalLocal = true; return s }(), key(v4.cluster(1), 80),
 			func(f *frontendState) bool { return f.Cluster == drop && !f.Reject }},
