@@ -332,3 +332,39 @@ func TestRemoveDeletesTheTableAndKubeProxyLeftoversGo(t *testing.T) {
 		t.Fatal("Update after Remove succeeded; want a Resync first")
 	}
 }
+
+func TestAffinityEntriesOfARemovedEndpointAreDeleted(t *testing.T) {
+	l := newLab(t)
+	l.serve(podA, l.podA)
+	l.serve(remote, l.remote)
+	r := l.renderer()
+	l.resync(r, withAffinity(dual("sticky", 1, podA, remote), time.Hour))
+	addr := hostPort(v4.cluster(1), svcTCP)
+	var first answer
+	poll.Eventually(t, 10*time.Second, func() error {
+		var err error
+		first, err = askTCP(t.Context(), l.podB, addr)
+		return err
+	})
+	entries := func() string {
+		return l.node.Exec("nft", "list", "map", "inet", "vcoil-services", "affinity4-3600")
+	}
+	if !strings.Contains(entries(), v4.podB+" . "+v4.cluster(1)) {
+		t.Fatalf("no affinity entry for %s after a connection:\n%s", v4.podB, entries())
+	}
+	// Keep only the endpoint the client did not get.
+	kept := podA
+	if first.backend == "pod-a" {
+		kept = remote
+	}
+	if err := r.Update(t.Context(), &service.Changes{Upsert: []*service.Service{withAffinity(dual("sticky", 1, kept), time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	if out := entries(); strings.Contains(out, v4.podB+" . ") {
+		t.Fatalf("the entry pointing to the removed endpoint is still there:\n%s", out)
+	}
+	got, err := askTCP(t.Context(), l.podB, addr)
+	if err != nil || got.backend != kept.name {
+		t.Fatalf("after the removal: %v %v, want %s", got, err, kept.name)
+	}
+}
