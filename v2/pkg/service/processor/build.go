@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,9 @@ const (
 	// LabelServiceProxyName hands a Service to the proxy it names; vcoil,
 	// like kube-proxy without a --proxy-name, serves only Services without it.
 	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
-	// LabelHeadless marks the EndpointSlices of headless Services.
+	// LabelHeadless marks the EndpointSlices of headless Services; on a
+	// Service it keeps kube-proxy (and vcoil) from serving it, whatever its
+	// value.
 	LabelHeadless = "service.kubernetes.io/headless"
 	// AnnotationLoadBalancerSourceRanges is the older form of
 	// spec.loadBalancerSourceRanges, which kube-proxy still accepts.
@@ -49,8 +52,14 @@ func Ignored(svc *corev1.Service) string {
 		return "ExternalName service"
 	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
 		return "headless service"
-	case svc.Labels[LabelServiceProxyName] != "":
-		return "left to proxy " + svc.Labels[LabelServiceProxyName]
+	}
+	// kube-proxy watches with "label does not exist" selectors: any value,
+	// the empty one included, takes the Service away from the default proxy.
+	if name, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return "left to proxy " + strconv.Quote(name)
+	}
+	if _, ok := svc.Labels[LabelHeadless]; ok {
+		return "labelled " + LabelHeadless
 	}
 	return ""
 }

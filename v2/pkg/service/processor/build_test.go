@@ -30,6 +30,8 @@ func TestBuildServed(t *testing.T) {
 			s.Spec.Type, s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "", nil, "example.com"
 		})},
 		{name: "a service labelled for another proxy is left to it", svc: svcOf(func(s *corev1.Service) { s.Labels = map[string]string{LabelServiceProxyName: "other"} })},
+		{name: "a service labelled for a proxy with an empty name is left too, as kube-proxy's does-not-exist selector does", svc: svcOf(func(s *corev1.Service) { s.Labels = map[string]string{LabelServiceProxyName: ""} })},
+		{name: "a service labelled service.kubernetes.io/headless is not served, whatever the value", svc: svcOf(func(s *corev1.Service) { s.Labels = map[string]string{LabelHeadless: ""} })},
 		{name: "an unparsable cluster IP is invalid", svc: svcOf(func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.300"} }), invalid: true},
 		{name: "an IPv4-mapped IPv6 external IP is invalid", svc: svcOf(func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"::ffff:203.0.113.1"} }), invalid: true},
 		{name: "a service without cluster IP is invalid", svc: svcOf(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "", nil }), invalid: true},

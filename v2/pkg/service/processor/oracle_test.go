@@ -57,7 +57,7 @@ func (q question) String() string {
 // oracle answers every question about svc: "reject", "drop" or "forward to"
 // the sorted endpoints (address:port). Nil for a service kube-proxy ignores.
 func oracle(svc *corev1.Service, epSlices []*discoveryv1.EndpointSlice, nodeName, zone string) map[question]string {
-	if svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == "None" || svc.Labels["service.kubernetes.io/service-proxy-name"] != "" {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == "None" || hasLabel(svc, "service.kubernetes.io/service-proxy-name") || hasLabel(svc, "service.kubernetes.io/headless") {
 		return nil
 	}
 	out := map[question]string{}
@@ -333,4 +333,9 @@ func asEndpoints(addrs []netip.Addr) []service.Endpoint {
 		out = append(out, service.Endpoint{Addr: a})
 	}
 	return out
+}
+
+func hasLabel(svc *corev1.Service, key string) bool {
+	_, ok := svc.Labels[key]
+	return ok
 }
