@@ -351,12 +351,13 @@ func fullSync(ctx context.Context, o Options, p *proxyUnderTest, n int) []Record
 		return fail(StatusError, fmt.Errorf("%s process %d: %w", p.name, pid, err))
 	}
 	d := done.Sub(started)
-	o.logf("    %s full sync: %.2fs (process %d), RSS %.0f MB (peak %.0f MB), CPU %.1fs", p.name, d.Seconds(), pid, mb(u.RSS), mb(u.HWM), u.CPU.Seconds())
+	o.logf("    %s full sync: %.2fs (process %d), RSS %.0f MB (peak %.0f MB), CPU %.1fs (its nft runs %.1fs)", p.name, d.Seconds(), pid, mb(u.RSS), mb(u.HWM), u.CPU.Seconds(), u.ChildCPU.Seconds())
 	return []Record{
 		rec(MetricFullSync, d.Seconds(), "s"),
 		rec(MetricRSS, mb(u.RSS), "MB"),
 		rec(MetricHWM, mb(u.HWM), "MB"),
 		rec(MetricCPU, u.CPU.Seconds(), "s"),
+		rec(MetricChildCPU, u.ChildCPU.Seconds(), "s"),
 	}
 }
 
@@ -414,6 +415,8 @@ func endpointChanges(ctx context.Context, o Options, n, first int, proxies []*pr
 		return nil, nil
 	}
 	lat := map[string][]time.Duration{}
+	// inOrder keeps each proxy's latencies in the order of the changes.
+	inOrder := map[string][]float64{}
 	failures := map[string]string{}
 	for k := range o.Changes {
 		paced := time.After(o.ChangeSpacing)
@@ -448,6 +451,7 @@ func endpointChanges(ctx context.Context, o Options, n, first int, proxies []*pr
 					return
 				}
 				lat[p.name] = append(lat[p.name], at.Sub(before))
+				inOrder[p.name] = append(inOrder[p.name], ms(at.Sub(before)))
 			}()
 		}
 		wg.Wait()
@@ -467,7 +471,7 @@ func endpointChanges(ctx context.Context, o Options, n, first int, proxies []*pr
 		}
 		slices.Sort(d)
 		p50, p99 := percentile(d, 50), percentile(d, 99)
-		o.logf("    %s endpoint change: p50 %.1f ms, p99 %.1f ms over %d changes (%d lost)", p.name, ms(p50), ms(p99), len(d), o.Changes-len(d))
+		o.logf("    %s endpoint change: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d changes (%d lost)", p.name, ms(p50), ms(p99), ms(d[len(d)-1]), len(d), o.Changes-len(d))
 		status, detail := StatusOK, ""
 		if len(d) < o.Changes {
 			status, detail = StatusPartial, fmt.Sprintf("%d of %d changes seen; last failure: %s", len(d), o.Changes, failures[p.name])
@@ -475,7 +479,7 @@ func endpointChanges(ctx context.Context, o Options, n, first int, proxies []*pr
 		for _, r := range []Record{
 			{Metric: MetricChangeP50, Value: ms(p50), Unit: "ms"},
 			{Metric: MetricChangeP99, Value: ms(p99), Unit: "ms"},
-			{Metric: MetricChangeSamples, Value: float64(len(d)), Unit: "changes"},
+			{Metric: MetricChangeSamples, Value: float64(len(d)), Unit: "changes", Samples: inOrder[p.name]},
 		} {
 			r.Proxy, r.Services, r.Status, r.Detail = p.name, n, status, detail
 			recs = append(recs, r)

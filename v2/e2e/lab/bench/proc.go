@@ -20,8 +20,10 @@ const clockTicks = 100
 type Usage struct {
 	// RSS and HWM (peak RSS) in bytes, from /proc/PID/status.
 	RSS, HWM int64
-	// CPU is user plus system time, from /proc/PID/stat.
-	CPU time.Duration
+	// CPU is the process's user plus system time, ChildCPU that of the
+	// children it waited for (both proxies run the nft binary for every
+	// transaction), from /proc/PID/stat.
+	CPU, ChildCPU time.Duration
 }
 
 // statFields returns the fields of /proc/PID/stat after the command name
@@ -73,7 +75,10 @@ func ReadUsage(pid int) (Usage, error) {
 	}
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	cutime, _ := strconv.ParseInt(f[13], 10, 64)
+	cstime, _ := strconv.ParseInt(f[14], 10, 64)
 	u.CPU = time.Duration(utime+stime) * time.Second / clockTicks
+	u.ChildCPU = time.Duration(cutime+cstime) * time.Second / clockTicks
 	st, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, err

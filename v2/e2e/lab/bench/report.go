@@ -21,6 +21,9 @@ type Record struct {
 	// full sync timed out, and how many there were to write.
 	Reached int `json:"reached,omitempty"`
 	Wanted  int `json:"wanted,omitempty"`
+	// Samples are the endpoint changes' latencies in milliseconds, in the
+	// order of the changes (on the endpoint_changes record).
+	Samples []float64 `json:"samples_ms,omitempty"`
 }
 
 // Statuses of a record.
@@ -41,6 +44,7 @@ const (
 	MetricRSS           = "rss_mb"
 	MetricHWM           = "rss_peak_mb"
 	MetricCPU           = "cpu_seconds"
+	MetricChildCPU      = "nft_cpu_seconds"
 )
 
 // targets are the issue's goals for vcoil at 10,000 Services.
@@ -80,6 +84,7 @@ func Markdown(recs []Record) string {
 		{MetricRSS, "RSS after the full sync"},
 		{MetricHWM, "peak RSS"},
 		{MetricCPU, "CPU time until synced"},
+		{MetricChildCPU, "CPU time of its nft runs"},
 	}
 	for _, n := range sizes {
 		for _, m := range metrics {

@@ -1,7 +1,8 @@
 // Package cluster brings the local cluster up and down: network namespaces
 // joined by a fabric, a control plane, worker nodes each with their own
-// containerd, kubelet, kube-proxy and mount namespace, an external host,
-// vcoil from its manifests and cluster DNS; and it removes all of that again,
+// containerd, kubelet and mount namespace (and kube-proxy, when the lab runs
+// it instead of vcoil's service renderer), an external host, vcoil from its
+// manifests and cluster DNS; and it removes all of that again,
 // checking that nothing is left. Nothing it does touches the machine's root
 // network namespace: links, addresses, routes, sysctls and firewall rules are
 // made inside the lab's namespaces only.

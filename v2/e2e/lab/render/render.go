@@ -396,8 +396,9 @@ spec:
 `
 
 // EnvFile is lab.env: what a test or a person needs to find the lab, as
-// shell assignments.
-func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir string) string {
+// shell assignments. agent is the network test agent's binary, which the
+// e2e suite runs on the external host as a client from outside the cluster.
+func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir, agent string) string {
 	var b strings.Builder
 	w := func(k, v string) { fmt.Fprintf(&b, "%s=%s\n", k, v) }
 	w("KUBECONFIG", kubeconfig)
@@ -426,6 +427,7 @@ func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir string) 
 	w("VCOIL_E2E_AGENT_IMAGE", AgentImage)
 	w("VCOIL_E2E_PULL_POLICY", "Never")
 	w("VCOIL_E2E_EXTERNAL", fmt.Sprintf("%s:%d", topology.ExternalIP, topology.AgentTCPPort))
+	w("VCOIL_E2E_EXTERNAL_AGENT", fmt.Sprintf("nsenter --net=/run/netns/%s -- %s", topology.ExternalNetns, agent))
 	return b.String()
 }
 

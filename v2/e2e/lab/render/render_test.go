@@ -125,8 +125,9 @@ func TestCoreDNSManifestsDecode(t *testing.T) {
 }
 
 func TestEnvFileNamesTheNodes(t *testing.T) {
-	env := EnvFile(topology.Topology{Nodes: 2}, "/lab/admin.kubeconfig", "/lab/bin/kubectl", "/k8s")
-	for _, want := range []string{"KUBECONFIG=/lab/admin.kubeconfig\n", "VCOIL_LAB_NODES=node1,node2\n", "VCOIL_LAB_NODE_IPS=198.18.0.11,198.18.0.12\n", "VCOIL_LAB_EXTERNAL_IP=203.0.113.10\n"} {
+	env := EnvFile(topology.Topology{Nodes: 2}, "/lab/admin.kubeconfig", "/lab/bin/kubectl", "/k8s", "/lab/bin/agent")
+	for _, want := range []string{"KUBECONFIG=/lab/admin.kubeconfig\n", "VCOIL_LAB_NODES=node1,node2\n", "VCOIL_LAB_NODE_IPS=198.18.0.11,198.18.0.12\n", "VCOIL_LAB_EXTERNAL_IP=203.0.113.10\n",
+		"VCOIL_E2E_EXTERNAL_AGENT=nsenter --net=/run/netns/vcoil-lab-ext -- /lab/bin/agent\n"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("lab.env lacks %q:\n%s", want, env)
 		}
