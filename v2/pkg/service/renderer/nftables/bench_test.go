@@ -56,7 +56,10 @@ func addr4(v uint32) netip.Addr {
 }
 
 func benchRenderer(b *testing.B) Renderer {
-	node := netnstest.New(b, "node")
+	return benchRendererIn(b, netnstest.New(b, "node"))
+}
+
+func benchRendererIn(b *testing.B, node *netnstest.NS) Renderer {
 	r, err := New(Config{Netns: node.Path(), PodIfPrefix: podPrefix}, logr.Discard())
 	if err != nil {
 		b.Fatal(err)
@@ -87,9 +90,29 @@ func BenchmarkResyncFromScratch(b *testing.B) {
 	}
 }
 
-// BenchmarkResyncAdopting is a full sync over a table that already holds
-// the state: vcoild restarting (it lists the kernel and changes nothing).
+// BenchmarkResyncAdopting is the first sync of a new renderer over a table
+// that already holds the state: vcoild restarting (it lists the kernel and
+// changes nothing).
 func BenchmarkResyncAdopting(b *testing.B) {
+	node := netnstest.New(b, "node")
+	st := scaleState(10000)
+	if err := benchRendererIn(b, node).Resync(b.Context(), st); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		r := benchRendererIn(b, node)
+		b.StartTimer()
+		if err := r.Resync(b.Context(), st); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkResyncPeriodic is vcoild's periodic Resync of an unchanged
+// state: a diff with the mirror, without listing the kernel.
+func BenchmarkResyncPeriodic(b *testing.B) {
 	r := benchRenderer(b)
 	st := scaleState(10000)
 	if err := r.Resync(b.Context(), st); err != nil {

@@ -42,7 +42,16 @@ type Config struct {
 	MasqueradeMark uint32
 	// Registry receives the renderer's metrics; nil registers none.
 	Registry prometheus.Registerer
+	// FullResyncPeriod is how long Resync trusts what the renderer last
+	// wrote: past it, the next Resync lists the kernel again, to repair
+	// changes made behind vcoil's back (kube-proxy's periodic full sync).
+	// 0 means DefaultFullResyncPeriod.
+	FullResyncPeriod time.Duration
 }
+
+// DefaultFullResyncPeriod is Config.FullResyncPeriod's default: listing ten
+// thousand services costs a fraction of a second of CPU, once an hour.
+const DefaultFullResyncPeriod = time.Hour
 
 // Renderer is the service renderer of the Linux kernel.
 type Renderer interface {
@@ -61,10 +70,16 @@ type renderer struct {
 	netns   ns.NetNS
 	nl      *netlink.Handle
 	metrics *metrics
+	// fullResync is Config.FullResyncPeriod.
+	fullResync time.Duration
 
 	// What the kernel holds, valid once synced: the model it was rendered
 	// from, which service renders each frontend, and the table's content.
-	synced   bool
+	synced bool
+	// listed is when Resync last read the kernel; suspect means a
+	// transaction failed since, so the mirror may not match the kernel.
+	listed   time.Time
+	suspect  bool
 	node     service.Node
 	services map[service.ID]*service.Service
 	claims   map[frontendKey][]service.ID
@@ -92,10 +107,14 @@ func New(cfg Config, log logr.Logger) (Renderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register the service renderer's metrics: %w", err)
 	}
+	if cfg.FullResyncPeriod <= 0 {
+		cfg.FullResyncPeriod = DefaultFullResyncPeriod
+	}
 	r := &renderer{
-		log:     log,
-		layout:  layout{podIfPrefix: cfg.PodIfPrefix, mark: cfg.MasqueradeMark},
-		metrics: m,
+		log:        log,
+		layout:     layout{podIfPrefix: cfg.PodIfPrefix, mark: cfg.MasqueradeMark},
+		metrics:    m,
+		fullResync: cfg.FullResyncPeriod,
 	}
 	var nsHandle netns.NsHandle
 	if cfg.Netns != "" {
@@ -129,17 +148,30 @@ func (r *renderer) Close() {
 	}
 }
 
-// Resync lists the table, renders the whole state and applies the
-// difference in one transaction: on a table left by a previous vcoild with
-// the same state it changes nothing, so a restart does not disturb traffic.
+// Resync renders the whole state and applies its difference in one
+// transaction. The difference is taken with what the renderer last wrote
+// while that can be trusted; the kernel is listed only at the first Resync
+// (adopting the table a previous vcoild left: with the same state nothing
+// changes, so a restart does not disturb traffic), after a failed
+// transaction, and once per FullResyncPeriod, to repair drift. vcoild
+// resyncs every few seconds, and listing ten thousand services each time
+// would cost more CPU than everything else it does.
 func (r *renderer) Resync(ctx context.Context, state *service.State) (err error) {
 	defer func(start time.Time) { r.metrics.observe("resync", start, err) }(time.Now())
+	if r.synced && !r.suspect && time.Since(r.listed) < r.fullResync {
+		return r.full(ctx, state, r.objs, r.current, false)
+	}
+	listed := time.Now()
 	haveObjs, have, err := r.kernel.read(ctx)
 	if err != nil {
 		r.synced = false
 		return err
 	}
-	return r.full(ctx, state, haveObjs, have, true)
+	if err := r.full(ctx, state, haveObjs, have, true); err != nil {
+		return err
+	}
+	r.listed, r.suspect = listed, false
+	return nil
 }
 
 // full renders state completely and applies its difference with the given
@@ -345,6 +377,10 @@ func (r *renderer) Update(ctx context.Context, ch *service.Changes) (err error) 
 		return err
 	}
 	if err := r.apply(ctx, p, &stale); err != nil {
+		// A transaction is atomic, but whether it was committed is not
+		// known if nft was killed (a cancelled context): the next Resync
+		// lists the kernel.
+		r.suspect = true
 		return err
 	}
 	ov.commit()
