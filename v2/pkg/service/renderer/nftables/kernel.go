@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	gnft "github.com/google/nftables"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
 
@@ -18,15 +21,29 @@ import (
 // network namespace of the thread that forks it: every call runs on a
 // thread locked in the namespace (pkg/ns's Do), so that vcoild itself may
 // live in another namespace (as in the lab, with --netns).
+//
+// The elements of the table's sets and maps are read over netlink
+// (elements.go), in the same namespace.
 type kernel struct {
 	netns ns.NetNS // nil: the process's own namespace
+	nsFd  int      // netns's descriptor, 0 for the process's own
 	nft   knftables.Interface
+	nl    *gnft.Conn
 	table string
 }
 
 func openKernel(netns ns.NetNS, family knftables.Family, table string) (*kernel, error) {
 	k := &kernel{netns: netns, table: table}
-	err := k.do(func() error {
+	var opts []gnft.ConnOption
+	if netns != nil {
+		k.nsFd = int(netns.Fd())
+		opts = append(opts, gnft.WithNetNSFd(k.nsFd))
+	}
+	var err error
+	if k.nl, err = gnft.New(opts...); err != nil {
+		return nil, fmt.Errorf("nftables netlink connection: %w", err)
+	}
+	err = k.do(func() error {
 		var err error
 		k.nft, err = knftables.New(family, table)
 		return err
@@ -52,13 +69,10 @@ func (k *kernel) check(ctx context.Context, tx *knftables.Transaction) error {
 	return k.do(func() error { return k.nft.Check(ctx, tx) })
 }
 
-func (k *kernel) listElements(ctx context.Context, kind, name string) ([]*knftables.Element, error) {
-	var elems []*knftables.Element
-	err := k.do(func() error {
-		var err error
-		elems, err = k.nft.ListElements(ctx, kind, name)
-		return err
-	})
+// listElements lists the elements of one of the renderer's sets or maps
+// over netlink.
+func (k *kernel) listElements(kind, name string) ([]*knftables.Element, error) {
+	elems, err := netlinkElements(k.nl, k.table, name)
 	if err != nil {
 		return nil, fmt.Errorf("list %s %s of table %s: %w", kind, name, k.table, err)
 	}
@@ -68,41 +82,49 @@ func (k *kernel) listElements(ctx context.Context, kind, name string) ([]*knftab
 // read lists the table: its objects, its rules' IDs and the elements of the
 // sets and maps vcoil writes (not the affinity maps, which the packet path
 // fills). It is Resync's way of adopting a table a previous vcoild left.
+// It reads over netlink: any nft listing of the table, even of one chain,
+// reads and prints every element, which takes seconds at ten thousand
+// services.
 func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
 	t := tableObjects{sets: map[string]bool{}, chains: map[string][]string{}}
 	r := newRuleset()
-	var all map[string][]string
-	var rules []*knftables.Rule
-	err := k.do(func() error {
-		var err error
-		if all, err = k.nft.ListAll(ctx); err != nil {
-			return err
-		}
-		rules, err = k.nft.ListRules(ctx, "")
-		return err
-	})
-	if knftables.IsNotFound(err) {
+	if err := ctx.Err(); err != nil {
+		return t, nil, err
+	}
+	table, err := k.nl.ListTableOfFamily(k.table, gnft.TableFamilyINet)
+	if errors.Is(err, unix.ENOENT) {
 		return t, r, nil
 	}
 	if err != nil {
 		return t, nil, fmt.Errorf("list table %s: %w", k.table, err)
 	}
 	t.exists = true
-	for _, c := range all["chain"] {
-		t.chains[c] = []string{}
+	sets, err := k.nl.GetSets(table)
+	if err != nil {
+		return t, nil, fmt.Errorf("list the sets of table %s: %w", k.table, err)
+	}
+	for _, s := range sets {
+		if !s.Anonymous { // the vmaps written inline in rules
+			t.sets[s.Name] = s.IsMap
+		}
+	}
+	chains, err := k.nl.ListChainsOfTableFamily(gnft.TableFamilyINet)
+	if err != nil {
+		return t, nil, fmt.Errorf("list the chains of table %s: %w", k.table, err)
+	}
+	for _, c := range chains {
+		if c.Table != nil && c.Table.Name == k.table {
+			t.chains[c.Name] = []string{}
+		}
+	}
+	rules, err := ruleComments(k.nsFd, k.table)
+	if err != nil {
+		return t, nil, fmt.Errorf("list the rules of table %s: %w", k.table, err)
 	}
 	for _, rule := range rules {
-		id := ""
-		if rule.Comment != nil {
-			id = *rule.Comment
+		if _, ok := t.chains[rule.chain]; ok {
+			t.chains[rule.chain] = append(t.chains[rule.chain], rule.comment)
 		}
-		t.chains[rule.Chain] = append(t.chains[rule.Chain], id)
-	}
-	for _, s := range all["set"] {
-		t.sets[s] = false
-	}
-	for _, m := range all["map"] {
-		t.sets[m] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.sets)) {
 		set, fam, index, ok := parseSetName(name)
@@ -113,7 +135,7 @@ func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
 		if t.sets[name] {
 			kind = "map"
 		}
-		elems, err := k.listElements(ctx, kind, name)
+		elems, err := k.listElements(kind, name)
 		if err != nil {
 			return t, nil, err
 		}

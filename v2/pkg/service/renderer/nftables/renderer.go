@@ -436,7 +436,7 @@ func (r *renderer) purgeAffinity(ctx context.Context, p *plan, haveObjs tableObj
 	}
 	for _, name := range slices.Sorted(maps.Keys(check)) {
 		only := check[name]
-		elems, err := r.kernel.listElements(ctx, "map", name)
+		elems, err := r.kernel.listElements("map", name)
 		if err != nil {
 			return err
 		}
