@@ -1,21 +1,31 @@
 package suite
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 const (
-	groupMatrix   = "Connectivity matrix (kube-proxy IPVS proposal, \"Test validation\")"
-	byVcoil       = "vcoil"
-	byKubeProxy   = "kube-proxy"
-	serviceDetail = "vcoil's own service renderer: not implemented yet; kube-proxy (nftables) serves it"
+	groupMatrix = "Connectivity matrix (kube-proxy IPVS proposal, \"Test validation\")"
+	byVcoil     = "vcoil"
+	byKubeProxy = "kube-proxy"
 )
 
 // TestConnectivityMatrix runs every row of the proposal's matrix that the
@@ -50,7 +60,8 @@ func TestConnectivityMatrix(t *testing.T) {
 	pod("VM -> same VM hostPort", w.hostA, "tcp", hp(A, portHost))
 	pod("VM -> other VM hostPort", w.hostB, "tcp", hp(A, portHost))
 
-	serviceRows(t, k, w)
+	by, why := k.serviceProxy(t, w)
+	serviceRows(t, k, w, by, why)
 
 	for _, name := range []string{
 		"pod -> own external LB, no remap, policy=local", "pod -> own external LB, no remap, same VM",
@@ -61,19 +72,18 @@ func TestConnectivityMatrix(t *testing.T) {
 		"public -> external LB, remap, policy=local", "public -> external LB, remap, policy=global",
 		"public -> external LB, manual backend",
 	} {
-		listed(groupMatrix, name, statusNotImplemented, "vcoil implements no LoadBalancer (and renders no services yet)")
+		listed(groupMatrix, name, statusNotImplemented, "vcoil implements no LoadBalancer addresses yet")
 	}
-	for _, name := range []string{"public -> nodeport, policy=local", "public -> nodeport, policy=global", "public -> nodeport, manual backend"} {
-		listed(groupMatrix, name, statusNotImplemented, "vcoil renders no services yet; the suite has no client outside the cluster to run it against kube-proxy")
-	}
+	publicNodePortRows(t, k, w, by, why)
 }
 
-// serviceRows runs the ClusterIP and NodePort rows against kube-proxy. The
+// serviceRows runs the ClusterIP and NodePort rows against the proxy that
+// serves the cluster's services (by; why says how the suite knows). The
 // backends of each service are chosen so that "own" (the client is a
 // backend), "same VM" and "other VM" (where the other backend runs) and
 // "policy=local" (externalTrafficPolicy Local) mean what the proposal says;
 // a1 is the client pod, hostA the client VM.
-func serviceRows(t *testing.T, k *cluster, w *world) {
+func serviceRows(t *testing.T, k *cluster, w *world, by, why string) {
 	c := ctx(t, 2*time.Minute)
 	// Group labels select the backends of each service.
 	groups := map[string][]*corev1.Pod{
@@ -136,9 +146,9 @@ func serviceRows(t *testing.T, k *cluster, w *world) {
 	}
 	A, B := nodeIP(w.nodeA), nodeIP(w.nodeB)
 	svc := func(name string, from *corev1.Pod, addr func() string) {
-		record(t, groupMatrix, name, byKubeProxy, func(t *testing.T) error {
+		record(t, groupMatrix, name, by, func(t *testing.T) error {
 			if err := k.connect(t, from, "tcp", addr()); err != nil {
-				return fmt.Errorf("%w (%s)", err, serviceDetail)
+				return fmt.Errorf("%w (served by %s: %s)", err, by, why)
 			}
 			return nil
 		})
@@ -183,4 +193,187 @@ func serviceRows(t *testing.T, k *cluster, w *world) {
 	svc("VM -> other VM nodePort, policy=local", w.hostA, np("other-other/local", onB))
 	svc("VM -> other VM nodePort, same VM", w.hostA, np("other-same", onB))
 	svc("VM -> other VM nodePort, other VM", w.hostA, np("other-other", onB))
+}
+
+// serviceProxy tells which proxy serves the services on the suite's two
+// nodes, from what the cluster says: vcoild renders them unless its pod on
+// the node runs with --service-proxy=false or the node is labelled
+// vcoil.io/service-proxy=disabled (what vcoild itself reads when it
+// starts); otherwise another proxy, kube-proxy, must.
+func (k *cluster) serviceProxy(t *testing.T, w *world) (by, why string) {
+	t.Helper()
+	c := ctx(t, 30*time.Second)
+	var pods corev1.PodList
+	if err := k.c.List(c, &pods, client.MatchingLabels{"app.kubernetes.io/name": "vcoild"}); err != nil {
+		t.Fatal(err)
+	}
+	renders := map[string]string{}
+	for _, n := range []*corev1.Node{w.nodeA, w.nodeB} {
+		renders[n.Name] = "no vcoild pod"
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != n.Name || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 {
+				continue
+			}
+			switch {
+			case slices.Contains(p.Spec.Containers[0].Args, "--service-proxy=false"):
+				renders[n.Name] = "vcoild runs with --service-proxy=false"
+			case n.Labels["vcoil.io/service-proxy"] == "disabled":
+				renders[n.Name] = "the node is labelled vcoil.io/service-proxy=disabled"
+			default:
+				renders[n.Name] = ""
+			}
+		}
+	}
+	a, b := renders[w.nodeA.Name], renders[w.nodeB.Name]
+	switch {
+	case a == "" && b == "":
+		return byVcoil, "vcoild's service renderer runs on both nodes"
+	case a != "" && b != "":
+		return byKubeProxy, "vcoil's service renderer is off (" + a + "); kube-proxy serves the services"
+	default:
+		t.Fatalf("vcoil renders services on one of the suite's nodes only (%s: %q, %s: %q): the matrix needs one proxy on both", w.nodeA.Name, a, w.nodeB.Name, b)
+		return "", ""
+	}
+}
+
+// publicNodePortRows run from a client outside the cluster (the agent on
+// the external host) to the nodes' NodePorts. The services answer HTTP, so
+// that the backend tells the client address it saw: with
+// externalTrafficPolicy Local it must be the client's own.
+func publicNodePortRows(t *testing.T, k *cluster, w *world, by, why string) {
+	names := []string{"public -> nodeport, policy=local", "public -> nodeport, policy=global", "public -> nodeport, manual backend"}
+	clientHost, _, err := net.SplitHostPort(k.settings.external)
+	if len(k.settings.externalAgent) == 0 || err != nil {
+		for _, n := range names {
+			listed(groupMatrix, n, statusNotApplicable, "no client outside the cluster given (VCOIL_E2E_EXTERNAL_AGENT and VCOIL_E2E_EXTERNAL)")
+		}
+		return
+	}
+	c := ctx(t, 2*time.Minute)
+	// a2 runs on node A, b1 on node B (serviceRows labelled them).
+	local := k.service(t, w.ns, "p-local", map[string]string{"grp-other-same": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, true)
+	global := k.service(t, w.ns, "p-global", map[string]string{"grp-other-other": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, false)
+	manual := k.manualService(t, w.ns, "p-manual", podIP(w.b1), portHTTP)
+	nodePort := map[string]int32{}
+	poll.Eventually(t, time.Minute, func() error {
+		for _, s := range []*corev1.Service{local, global, manual} {
+			if err := k.c.Get(c, client.ObjectKeyFromObject(s), s); err != nil {
+				return err
+			}
+			nodePort[s.Name] = s.Spec.Ports[0].NodePort
+			if s.Spec.Selector == nil {
+				continue
+			}
+			ep := &corev1.Endpoints{}
+			if err := k.c.Get(c, client.ObjectKeyFromObject(s), ep); err != nil {
+				return err
+			}
+			if len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) == 0 {
+				return fmt.Errorf("service %s has no ready endpoints", s.Name)
+			}
+		}
+		return nil
+	})
+	A, B := nodeIP(w.nodeA), nodeIP(w.nodeB)
+	at := func(node netip.Addr, svc string) string { return hostPortAddr(node, int(nodePort[svc])) }
+	row := func(name string, f func(t *testing.T) error) {
+		record(t, groupMatrix, name, by, func(t *testing.T) error {
+			if err := f(t); err != nil {
+				return fmt.Errorf("%w (served by %s: %s)", err, by, why)
+			}
+			return nil
+		})
+	}
+	row(names[0], func(t *testing.T) error {
+		if err := k.clientIPFromOutside(t, at(A, local.Name), clientHost); err != nil {
+			return err
+		}
+		// Node B has no endpoint of the service: it must not forward.
+		if out, err := k.fromOutsideOnce(ctx(t, 10*time.Second), "connect", "http", at(B, local.Name), "--timeout", "2s"); err == nil {
+			return fmt.Errorf("node %s, which has no endpoint of the policy=local service, answered: %s", B, out)
+		}
+		return nil
+	})
+	row(names[1], func(t *testing.T) error {
+		for _, node := range []netip.Addr{A, B} {
+			if err := k.fromOutside(t, "connect", "http", at(node, global.Name), "--timeout", "3s"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	row(names[2], func(t *testing.T) error {
+		for _, node := range []netip.Addr{A, B} {
+			if err := k.fromOutside(t, "connect", "http", at(node, manual.Name), "--timeout", "3s"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// manualService is a NodePort service without selector whose one endpoint,
+// addr:port, the suite writes itself ("manual backend").
+func (k *cluster) manualService(t *testing.T, ns, name string, addr netip.Addr, port int) *corev1.Service {
+	t.Helper()
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:  corev1.ServiceTypeNodePort,
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt(port)}},
+		},
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-manual", Labels: map[string]string{
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "e2e.vcoil.io",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(port))}},
+	}
+	for _, o := range []client.Object{s, slice} {
+		if err := k.c.Create(ctx(t, 30*time.Second), o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create %s: %v", o.GetName(), err)
+		}
+	}
+	return s
+}
+
+// fromOutside runs the agent on the host outside the cluster, for a few
+// attempts (a new service's rules may still be on their way).
+func (k *cluster) fromOutside(t *testing.T, args ...string) error {
+	t.Helper()
+	return poll.Until(t.Context(), 15*time.Second, time.Second, func(c context.Context) error {
+		_, err := k.fromOutsideOnce(c, args...)
+		return err
+	})
+}
+
+func (k *cluster) fromOutsideOnce(c context.Context, args ...string) (string, error) {
+	a := k.settings.externalAgent
+	out, err := exec.CommandContext(c, a[0], append(append([]string{}, a[1:]...), args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("outside the cluster: agent %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// clientIPFromOutside asks the backend behind addr, from outside the
+// cluster, which client address it saw, and wants the client's own.
+func (k *cluster) clientIPFromOutside(t *testing.T, addr, want string) error {
+	t.Helper()
+	return poll.Until(t.Context(), 15*time.Second, time.Second, func(c context.Context) error {
+		out, err := k.fromOutsideOnce(c, "connect", "http", addr, "--path", "/clientip", "--timeout", "3s")
+		if err != nil {
+			return err
+		}
+		got, err := netip.ParseAddrPort(strings.TrimSpace(out))
+		if err != nil {
+			return fmt.Errorf("the backend behind %s answered %q: %w", addr, out, err)
+		}
+		if got.Addr().String() != want {
+			return fmt.Errorf("the backend behind %s saw the client as %s, want the client's own %s (no SNAT under externalTrafficPolicy: Local)", addr, got.Addr(), want)
+		}
+		return nil
+	})
 }

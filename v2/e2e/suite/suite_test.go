@@ -41,6 +41,10 @@ type settings struct {
 	// external is HOST:PORT of a TCP echo server outside the cluster, for
 	// "pod -> internet"; empty when the cluster has none.
 	external string
+	// externalAgent is the command that runs the network test agent on
+	// external's host, a client outside the cluster ("public -> nodeport");
+	// empty when there is none.
+	externalAgent []string
 	// reportDir receives results.json and results.md.
 	reportDir string
 	// spare is an IPv4 /24 no pool of the cluster uses, for the suite's own
@@ -54,8 +58,10 @@ func loadSettings() settings {
 		agentImage: envOr("VCOIL_E2E_AGENT_IMAGE", "vcoil-e2e-agent:lab"),
 		pullPolicy: envOr("VCOIL_E2E_PULL_POLICY", "Never"),
 		external:   os.Getenv("VCOIL_E2E_EXTERNAL"),
-		reportDir:  os.Getenv("VCOIL_E2E_REPORT_DIR"),
-		spare:      netip.MustParsePrefix("198.18.64.0/24"),
+		// Words, as the lab writes it: nsenter --net=NS -- AGENT.
+		externalAgent: strings.Fields(os.Getenv("VCOIL_E2E_EXTERNAL_AGENT")),
+		reportDir:     os.Getenv("VCOIL_E2E_REPORT_DIR"),
+		spare:         netip.MustParsePrefix("198.18.64.0/24"),
 	}
 	if v := os.Getenv("VCOIL_E2E_SPARE_CIDR"); v != "" {
 		p, err := netip.ParsePrefix(v)

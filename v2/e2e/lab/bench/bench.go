@@ -103,6 +103,11 @@ func Run(ctx context.Context, o Options) (recs []Record, err error) {
 	created, changes := 0, 0
 	for _, n := range o.Sizes {
 		o.logf("%d services x %d endpoints: creating %d more", n, EndpointsPerService, n-created)
+		// kube-proxy is restarted for its full sync anyway: meanwhile it
+		// would spend the apiserver's CPU on a sync a second.
+		if err := o.Lab.StopKubeProxy(o.KubeProxyNode); err != nil {
+			return recs, err
+		}
 		start := time.Now()
 		if err := createServices(ctx, o, created, n); err != nil {
 			return recs, err
@@ -205,6 +210,11 @@ func cleanup(o Options) error {
 	} else {
 		errs = append(errs, restartVcoildPod(ctx, o.Client, o.KubeProxyNode.Name))
 	}
+	// The namespace controller deletes Services one by one, slowly: the
+	// benchmark deletes its own, as many at a time as it created them.
+	if err := deleteServices(ctx, o); err != nil {
+		errs = append(errs, err)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	sc := NewServiceCIDR()
 	for _, obj := range []client.Object{ns, sc} {
@@ -276,6 +286,45 @@ func vcoildPod(ctx context.Context, cl client.Client, node string) (*corev1.Pod,
 		}
 	}
 	return nil, fmt.Errorf("no vcoild pod on %s", node)
+}
+
+// deleteServices deletes the benchmark's EndpointSlices and Services.
+func deleteServices(ctx context.Context, o Options) error {
+	if err := o.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(Namespace),
+		client.MatchingLabels{discoveryv1.LabelManagedBy: ManagedBy}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the EndpointSlices in %s: %w", Namespace, err)
+	}
+	var svcs corev1.ServiceList
+	if err := o.Client.List(ctx, &svcs, client.InNamespace(Namespace)); err != nil {
+		return fmt.Errorf("list the Services in %s: %w", Namespace, err)
+	}
+	next := make(chan *corev1.Service)
+	errs := make(chan error, o.Concurrency)
+	var wg sync.WaitGroup
+	for range o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for s := range next {
+				if err := o.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) && first == nil {
+					first = fmt.Errorf("delete Service %s: %w", s.Name, err)
+				}
+			}
+			errs <- first
+		}()
+	}
+	for i := range svcs.Items {
+		next <- &svcs.Items[i]
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }
 
 // createServices creates Services from..to-1 and their EndpointSlices,

@@ -128,7 +128,9 @@ func cellOf(recs []Record, proxy string, n int, metric string) string {
 		case StatusOK:
 			return number(r.Value) + " " + r.Unit
 		case StatusPartial:
-			return number(r.Value) + " " + r.Unit + " (" + r.Detail + ")"
+			// The detail's first clause: how many changes showed.
+			seen, _, _ := strings.Cut(r.Detail, ";")
+			return number(r.Value) + " " + r.Unit + " (" + seen + ")"
 		}
 		if r.Wanted > 0 {
 			return fmt.Sprintf("%s (%d of %d addresses)", r.Status, r.Reached, r.Wanted)
