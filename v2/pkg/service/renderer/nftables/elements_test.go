@@ -96,3 +96,14 @@ func elementTexts(elems []*knftables.Element) []string {
 	}
 	return slices.Sorted(maps.Keys(m))
 }
+
+// isMap tells the table's maps from its sets by name.
+func isMap(name string) bool {
+	for _, m := range []string{setServices, setExternalLocal, setAffinityFrontends, setBackendsLocal, setBackends, mapAffinityPrefix} {
+		// backends4-I, backends-local4-I and affinity4-T too.
+		if len(name) > len(m) && name[:len(m)] == m && (name[len(m)] == '4' || name[len(m)] == '6') {
+			return true
+		}
+	}
+	return false
+}

@@ -1,11 +1,13 @@
 package nftables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,16 +32,21 @@ type kernel struct {
 	nft   knftables.Interface
 	nl    *gnft.Conn
 	table string
+	// nftPath is the nft binary, run directly for the plans' scripts.
+	nftPath string
 }
 
 func openKernel(netns ns.NetNS, family knftables.Family, table string) (*kernel, error) {
 	k := &kernel{netns: netns, table: table}
+	var err error
+	if k.nftPath, err = exec.LookPath("nft"); err != nil {
+		return nil, fmt.Errorf("nft binary: %w", err)
+	}
 	var opts []gnft.ConnOption
 	if netns != nil {
 		k.nsFd = int(netns.Fd())
 		opts = append(opts, gnft.WithNetNSFd(k.nsFd))
 	}
-	var err error
 	if k.nl, err = gnft.New(opts...); err != nil {
 		return nil, fmt.Errorf("nftables netlink connection: %w", err)
 	}
@@ -65,8 +72,23 @@ func (k *kernel) run(ctx context.Context, tx *knftables.Transaction) error {
 	return k.do(func() error { return k.nft.Run(ctx, tx) })
 }
 
-func (k *kernel) check(ctx context.Context, tx *knftables.Transaction) error {
-	return k.do(func() error { return k.nft.Check(ctx, tx) })
+// runScript runs an nft script (plan.script) as one transaction; with
+// check, nft only checks it (the kernel too, without committing).
+func (k *kernel) runScript(ctx context.Context, script string, check bool) error {
+	args := []string{"-f", "-"}
+	if check {
+		args = append([]string{"--check"}, args...)
+	}
+	return k.do(func() error {
+		cmd := exec.CommandContext(ctx, k.nftPath, args...)
+		cmd.Stdin = strings.NewReader(script)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("nft: %w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		return nil
+	})
 }
 
 // listElements lists the elements of one of the renderer's sets or maps

@@ -507,9 +507,11 @@ func union[V any](a, b map[netip.Addr]V) map[netip.Addr]bool {
 // again.
 func (r *renderer) apply(ctx context.Context, p *plan, stale *staleFlows) error {
 	if !p.empty() {
-		tx := r.kernel.nft.NewTransaction()
-		p.write(tx)
-		if err := r.kernel.run(ctx, tx); err != nil {
+		script, err := p.script(r.kernel.nft, knftables.InetFamily, r.kernel.table)
+		if err == nil {
+			err = r.kernel.runScript(ctx, script, false)
+		}
+		if err != nil {
 			return fmt.Errorf("apply %d changes to nftables table %s: %w", p.changes, r.kernel.table, err)
 		}
 	}

@@ -1,9 +1,12 @@
 package nftables
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 )
@@ -131,17 +134,101 @@ func objectsHeld(o objects) tableObjects {
 // sets and chains before the rules and elements that refer to them, and
 // deletions of elements before the chains they jump to.
 type plan struct {
-	addSets, addChains, rules, delElems, addElems, purge, delSets, delChains []func(*knftables.Transaction)
+	addSets, addChains, rules, delSets, delChains []func(*knftables.Transaction)
+	delElems, addElems, purge                     []elementOp
 	// changes counts the operations that change the table.
 	changes int
 }
 
-func (p *plan) write(tx *knftables.Transaction) {
-	for _, step := range [][]func(*knftables.Transaction){p.addSets, p.addChains, p.rules, p.delElems, p.addElems, p.purge, p.delSets, p.delChains} {
-		for _, op := range step {
-			op(tx)
+// elementOp is an element to add (with its value, for a map) or delete.
+type elementOp struct {
+	set        string
+	key, value []string
+}
+
+// elementsPerCommand bounds the elements of one nft command, to keep its
+// lines of a reasonable length; nft's cost is per element beyond that.
+const elementsPerCommand = 1000
+
+// script writes the plan as nft's input, one transaction. Sets, chains and
+// rules are written by knftables; elements are written here, many per
+// command ("add element inet t m { k1 : v1, k2 : v2 }"), which knftables
+// cannot do: it writes one command per element, and nft parses ten
+// thousand services' 110,000 commands in seconds more than the same
+// elements in 110 commands.
+func (p *plan) script(nft knftables.Interface, family knftables.Family, table string) (string, error) {
+	var b strings.Builder
+	objects := func(steps ...[]func(*knftables.Transaction)) error {
+		tx := nft.NewTransaction()
+		for _, step := range steps {
+			for _, op := range step {
+				op(tx)
+			}
+		}
+		if tx.NumOperations() == 0 {
+			return nil
+		}
+		// A transaction that knftables refused ends with the reason as a
+		// comment (Transaction.String), which nft would ignore.
+		text := tx.String()
+		if i := strings.Index(text, "# ERROR: "); i >= 0 {
+			return errors.New(strings.TrimSpace(text[i+len("# ERROR: "):]))
+		}
+		b.WriteString(text)
+		return nil
+	}
+	elements := func(verb string, ops []elementOp, withValues bool) {
+		for start := 0; start < len(ops); {
+			set := ops[start].set
+			end := start
+			for end < len(ops) && ops[end].set == set && end-start < elementsPerCommand {
+				end++
+			}
+			fmt.Fprintf(&b, "%s element %s %s %s { ", verb, family, table, set)
+			for i, e := range ops[start:end] {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				writeJoined(&b, e.key)
+				if withValues && len(e.value) > 0 {
+					b.WriteString(" : ")
+					writeJoined(&b, e.value)
+				}
+			}
+			b.WriteString(" }\n")
+			start = end
 		}
 	}
+	if err := objects(p.addSets, p.addChains, p.rules); err != nil {
+		return "", err
+	}
+	sortBySet(p.delElems)
+	sortBySet(p.addElems)
+	sortBySet(p.purge)
+	elements("delete", p.delElems, false)
+	elements("add", p.addElems, true)
+	// An affinity entry is added before it is deleted (plan.purgeAffinity).
+	elements("add", p.purge, true)
+	elements("delete", p.purge, false)
+	if err := objects(p.delSets, p.delChains); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func writeJoined(b *strings.Builder, parts []string) {
+	for i, s := range parts {
+		if i > 0 {
+			b.WriteString(" . ")
+		}
+		b.WriteString(s)
+	}
+}
+
+// sortBySet groups element operations by set, keeping their order within
+// a set.
+func sortBySet(ops []elementOp) {
+	slices.SortStableFunc(ops, func(a, b elementOp) int { return strings.Compare(a.set, b.set) })
 }
 
 func (p *plan) empty() bool { return p.changes == 0 }
@@ -244,11 +331,13 @@ func (p *plan) hairpinDiff(a netip.Addr, had, want bool) {
 }
 
 func (p *plan) addElem(set string, key, value []string) {
-	p.op(&p.addElems, func(tx *knftables.Transaction) { tx.Add(element(set, key, value)) })
+	p.addElems = append(p.addElems, elementOp{set, key, value})
+	p.changes++
 }
 
 func (p *plan) delElem(set string, key []string) {
-	p.op(&p.delElems, func(tx *knftables.Transaction) { tx.Delete(element(set, key, nil)) })
+	p.delElems = append(p.delElems, elementOp{set: set, key: key})
+	p.changes++
 }
 
 // purgeAffinity removes a session affinity entry. The entry may time out
@@ -256,31 +345,8 @@ func (p *plan) delElem(set string, key []string) {
 // fails the whole transaction, so it is added first (a no-op while it
 // exists, since the value is the same) and then deleted.
 func (p *plan) purgeAffinity(m string, key, value []string) {
-	p.op(&p.purge, func(tx *knftables.Transaction) {
-		tx.Add(element(m, key, value))
-		tx.Delete(element(m, key, nil))
-	})
-}
-
-func element(set string, key, value []string) *knftables.Element {
-	e := &knftables.Element{Key: key, Value: value}
-	if isMap(set) {
-		e.Map = set
-	} else {
-		e.Set = set
-	}
-	return e
-}
-
-// isMap tells the table's maps from its sets by name.
-func isMap(name string) bool {
-	for _, m := range []string{setServices, setExternalLocal, setAffinityFrontends, setBackendsLocal, setBackends, mapAffinityPrefix} {
-		// backends4-I, backends-local4-I and affinity4-T too.
-		if len(name) > len(m) && name[:len(m)] == m && (name[len(m)] == '4' || name[len(m)] == '6') {
-			return true
-		}
-	}
-	return false
+	p.purge = append(p.purge, elementOp{m, key, value})
+	p.changes++
 }
 
 func joinKey(key []string) string {

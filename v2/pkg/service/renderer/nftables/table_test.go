@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/pkg/service"
@@ -121,12 +122,14 @@ func TestSCTPServicesPassNftCheck(t *testing.T) {
 	for k, f := range want.frontends {
 		p.frontendDiff(k, nil, f)
 	}
-	tx := r.kernel.nft.NewTransaction()
-	p.write(tx)
-	if !strings.Contains(tx.String(), "backends4-1 { 10.96.0.1 . sctp . 9999 : ") || !strings.Contains(tx.String(), "sctp . 30999") {
+	tx, err := p.script(r.kernel.nft, knftables.InetFamily, r.kernel.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tx, "backends4-1 { 10.96.0.1 . sctp . 9999 : ") || !strings.Contains(tx, "sctp . 30999") {
 		t.Fatalf("the transaction has no SCTP elements:\n%s", tx)
 	}
-	if err := r.kernel.check(t.Context(), tx); err != nil {
+	if err := r.kernel.runScript(t.Context(), tx, true); err != nil {
 		t.Fatalf("nft --check of SCTP services: %v\n%s", err, tx)
 	}
 }
