@@ -126,7 +126,8 @@ func TestSCTPServicesPassNftCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(tx, "backends4-1 { 10.96.0.1 . sctp . 9999 : ") || !strings.Contains(tx, "sctp . 30999") {
+	backends := regexp.MustCompile(`(?m)^add element inet vcoil-services backends4-1 \{ .*10\.96\.0\.1 \. sctp \. 9999 : `)
+	if !backends.MatchString(tx) || !strings.Contains(tx, "sctp . 30999") {
 		t.Fatalf("the transaction has no SCTP elements:\n%s", tx)
 	}
 	if err := r.kernel.runScript(t.Context(), tx, true); err != nil {
