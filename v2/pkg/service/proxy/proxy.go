@@ -87,7 +87,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 	if err := conntrack.Apply(ctx, opts.Conntrack, conntrack.Files("/"), log.WithName("conntrack")); err != nil {
 		return nil, fmt.Errorf("service proxy: %w", err)
 	}
-	nft, err := nftables.New(nftables.Config{Netns: opts.Netns, PodIfPrefix: opts.PodIfPrefix, Registry: opts.Registry}, log.WithName("nftables"))
+	nft, err := nftables.New(nftables.Config{
+		Netns: opts.Netns, PodIfPrefix: opts.PodIfPrefix, Registry: opts.Registry,
+		DropInvalid: new(!opts.Conntrack.TCPBeLiberal),
+	}, log.WithName("nftables"))
 	if err != nil {
 		return nil, fmt.Errorf("service proxy: %w", err)
 	}
@@ -210,4 +213,3 @@ func localAddresses(netns string) ([]netip.Addr, error) {
 	}
 	return out, nil
 }
-

@@ -175,6 +175,7 @@ func (o *objects) chain(name string) *chainDef {
 type layout struct {
 	podIfPrefix string
 	mark        uint32
+	dropInvalid bool
 }
 
 func (l layout) objects(node *service.Node, uses map[use]int) objects {
@@ -369,7 +370,12 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 	base(chainAffinityPre, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority+"+10", "ct state new ct status dnat jump "+chainAffinityRecord)
 	base(chainAffinityOut, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority+"+10", "ct state new ct status dnat jump "+chainAffinityRecord)
 	base(chainFilterInput, knftables.FilterType, knftables.InputHook, knftables.FilterPriority+"-10", checkNoEndpoints)
-	base(chainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority+"-10", checkNoEndpoints)
+	var forward []string
+	if l.dropInvalid {
+		forward = append(forward, "ct state invalid drop")
+	}
+	forward = append(forward, checkNoEndpoints)
+	base(chainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority+"-10", forward...)
 	base(chainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.FilterPriority+"-10", checkNoEndpoints)
 	base(chainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority, post...)
 	return o

@@ -47,6 +47,13 @@ type Config struct {
 	// changes made behind vcoil's back (kube-proxy's periodic full sync).
 	// 0 means DefaultFullResyncPeriod.
 	FullResyncPeriod time.Duration
+	// DropInvalid drops forwarded packets that conntrack finds invalid,
+	// as kube-proxy does unless conntrack's TCP be-liberal mode is on:
+	// conntrack does not translate such a packet (a TCP segment outside
+	// the window), so a reply of a DNATed connection would go out with the
+	// endpoint's address and its receiver would reset the connection.
+	// nil means true.
+	DropInvalid *bool
 }
 
 // DefaultFullResyncPeriod is Config.FullResyncPeriod's default: listing ten
@@ -112,7 +119,7 @@ func New(cfg Config, log logr.Logger) (Renderer, error) {
 	}
 	r := &renderer{
 		log:        log,
-		layout:     layout{podIfPrefix: cfg.PodIfPrefix, mark: cfg.MasqueradeMark},
+		layout:     layout{podIfPrefix: cfg.PodIfPrefix, mark: cfg.MasqueradeMark, dropInvalid: cfg.DropInvalid == nil || *cfg.DropInvalid},
 		metrics:    m,
 		fullResync: cfg.FullResyncPeriod,
 	}

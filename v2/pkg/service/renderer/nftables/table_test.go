@@ -177,3 +177,23 @@ func TestMetricsCountTheTableAndTheSyncs(t *testing.T) {
 		t.Fatalf("metrics: %v", got)
 	}
 }
+
+func TestTheForwardFilterDropsInvalidPacketsUnlessDisabled(t *testing.T) {
+	l := newLab(t)
+	forward := func() string {
+		return l.node.Exec("nft", "list", "chain", "inet", "vcoil-services", "filter-forward")
+	}
+	l.resync(l.renderer(), everything()...)
+	if got := forward(); !strings.Contains(got, "ct state invalid drop") {
+		t.Fatalf("by default, filter-forward lacks the invalid drop:\n%s", got)
+	}
+	keep, err := New(Config{Netns: l.node.Path(), PodIfPrefix: podPrefix, DropInvalid: new(false)}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	l.resync(keep, everything()...)
+	if got := forward(); strings.Contains(got, "invalid") || !strings.Contains(got, "ct state new jump no-endpoints") {
+		t.Fatalf("with DropInvalid false, filter-forward:\n%s", got)
+	}
+}
