@@ -69,7 +69,9 @@ func benchRendererIn(b *testing.B, node *netnstest.NS) Renderer {
 }
 
 // BenchmarkResyncFromScratch is a full sync into an empty table: vcoild
-// starting on a node without the table.
+// starting on a node without the table. On the 2-core development machine:
+// 0.22 s at 1,000 services, 2.2-2.4 s at 10,000 (2.8-3.8 s with one nft
+// command per element), of which nft takes about 2 s.
 func BenchmarkResyncFromScratch(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
@@ -92,7 +94,8 @@ func BenchmarkResyncFromScratch(b *testing.B) {
 
 // BenchmarkResyncAdopting is the first sync of a new renderer over a table
 // that already holds the state: vcoild restarting (it lists the kernel and
-// changes nothing).
+// changes nothing). 0.83-1.4 s at 10,000 services over netlink (7.6 s with
+// nft --json).
 func BenchmarkResyncAdopting(b *testing.B) {
 	node := netnstest.New(b, "node")
 	st := scaleState(10000)
@@ -111,7 +114,8 @@ func BenchmarkResyncAdopting(b *testing.B) {
 }
 
 // BenchmarkResyncPeriodic is vcoild's periodic Resync of an unchanged
-// state: a diff with the mirror, without listing the kernel.
+// state: a diff with the mirror, without listing the kernel. 0.11-0.25 s
+// at 10,000 services.
 func BenchmarkResyncPeriodic(b *testing.B) {
 	r := benchRenderer(b)
 	st := scaleState(10000)
@@ -127,7 +131,8 @@ func BenchmarkResyncPeriodic(b *testing.B) {
 }
 
 // BenchmarkUpdateOneEndpoint replaces one endpoint of one service among
-// 10,000: the hot path of an endpoint change.
+// 10,000: the hot path of an endpoint change. Run it with -benchtime 200x
+// for a meaningful p99: p50 16-19 ms, p99 19-29 ms.
 func BenchmarkUpdateOneEndpoint(b *testing.B) {
 	r := benchRenderer(b)
 	const n = 10000
