@@ -296,7 +296,7 @@ func benchCommand(cfg *cluster.Config) *cobra.Command {
 	o := bench.Options{
 		Changes: 50, ChangeSpacing: 1100 * time.Millisecond, Concurrency: 16,
 		CreateTimeout: 5 * time.Minute, VcoilSyncTimeout: time.Minute, KubeProxySyncTimeout: 4 * time.Minute,
-		ChangeTimeout: 20 * time.Second, CleanupTimeout: 5 * time.Minute,
+		ChangeTimeout: 20 * time.Second, CleanupTimeout: 10 * time.Minute,
 	}
 	var out string
 	cmd := &cobra.Command{

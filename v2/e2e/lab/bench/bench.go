@@ -288,17 +288,15 @@ func vcoildPod(ctx context.Context, cl client.Client, node string) (*corev1.Pod,
 	return nil, fmt.Errorf("no vcoild pod on %s", node)
 }
 
-// deleteServices deletes the benchmark's EndpointSlices and Services.
+// deleteServices deletes the benchmark's Services and their
+// EndpointSlices one by one, Concurrency at a time: one delete of the whole
+// collection of 10,000 slices outlasts a request's timeout.
 func deleteServices(ctx context.Context, o Options) error {
-	if err := o.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(Namespace),
-		client.MatchingLabels{discoveryv1.LabelManagedBy: ManagedBy}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete the EndpointSlices in %s: %w", Namespace, err)
-	}
 	var svcs corev1.ServiceList
 	if err := o.Client.List(ctx, &svcs, client.InNamespace(Namespace)); err != nil {
 		return fmt.Errorf("list the Services in %s: %w", Namespace, err)
 	}
-	next := make(chan *corev1.Service)
+	next := make(chan string)
 	errs := make(chan error, o.Concurrency)
 	var wg sync.WaitGroup
 	for range o.Concurrency {
@@ -306,16 +304,19 @@ func deleteServices(ctx context.Context, o Options) error {
 		go func() {
 			defer wg.Done()
 			var first error
-			for s := range next {
-				if err := o.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) && first == nil {
-					first = fmt.Errorf("delete Service %s: %w", s.Name, err)
+			for name := range next {
+				meta := metav1.ObjectMeta{Namespace: Namespace, Name: name}
+				for _, obj := range []client.Object{&discoveryv1.EndpointSlice{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}} {
+					if err := o.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) && first == nil {
+						first = fmt.Errorf("delete %T %s: %w", obj, name, err)
+					}
 				}
 			}
 			errs <- first
 		}()
 	}
-	for i := range svcs.Items {
-		next <- &svcs.Items[i]
+	for _, s := range svcs.Items {
+		next <- s.Name
 	}
 	close(next)
 	wg.Wait()
