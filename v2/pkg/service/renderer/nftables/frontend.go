@@ -211,7 +211,7 @@ func clusterIPState(s *service.Service, p *service.Port, a netip.Addr, affinity 
 		f.Reject = true
 		return f
 	}
-	f.Cluster, f.Backends = pick(service.FamilyEndpoints(s.InternalEndpoints(p), a), &f.Hairpin)
+	f.Cluster, f.Backends = pick(s.InternalEndpoints(p), a, &f.Hairpin)
 	f.setAffinity(a, affinity)
 	return f
 }
@@ -237,9 +237,9 @@ func externalState(s *service.Service, p *service.Port, a netip.Addr, affinity i
 		f.Reject = true
 		return f
 	}
-	f.Cluster, f.Backends = pick(service.FamilyEndpoints(p.Cluster, a), &f.Hairpin)
+	f.Cluster, f.Backends = pick(p.Cluster, a, &f.Hairpin)
 	if s.ExternalLocal {
-		f.Local, f.LocalBackends = pick(service.FamilyEndpoints(p.Local, a), &f.Hairpin)
+		f.Local, f.LocalBackends = pick(p.Local, a, &f.Hairpin)
 	}
 	f.setAffinity(a, affinity)
 	slices.SortFunc(f.Hairpin, netip.Addr.Compare)
@@ -265,21 +265,33 @@ func (f *frontendState) setAffinity(a netip.Addr, seconds int) {
 	f.Local.Sticky = f.Local.Kind == verdictPick
 }
 
-// pick is the verdict over eps: goto the chain of len(eps) endpoints, whose
-// numgen index i selects eps[i] (the model sorts them, so a restarted
-// renderer computes the same indices); drop when there are none.
-func pick(eps []service.Endpoint, hairpin *[]netip.Addr) (verdict, []netip.AddrPort) {
-	if len(eps) == 0 {
+// pick is the verdict over the endpoints of eps in the family of frontend
+// (service.FamilyEndpoints, filtered here without copying the model's
+// endpoints): goto the chain of their number, whose numgen index i selects
+// the i-th (the model sorts them, so a restarted renderer computes the same
+// indices); drop when there are none.
+func pick(eps []service.Endpoint, frontend netip.Addr, hairpin *[]netip.Addr) (verdict, []netip.AddrPort) {
+	n := 0
+	for i := range eps {
+		if eps[i].Addr.Is4() == frontend.Is4() {
+			n++
+		}
+	}
+	if n == 0 {
 		return verdict{Kind: verdictDrop}, nil
 	}
-	out := make([]netip.AddrPort, len(eps))
-	for i, e := range eps {
-		out[i] = e.Key()
+	out := make([]netip.AddrPort, 0, n)
+	for i := range eps {
+		e := &eps[i]
+		if e.Addr.Is4() != frontend.Is4() {
+			continue
+		}
+		out = append(out, e.Key())
 		if e.Local {
 			*hairpin = append(*hairpin, e.Addr)
 		}
 	}
-	return verdict{Kind: verdictPick, N: len(eps)}, out
+	return verdict{Kind: verdictPick, N: n}, out
 }
 
 // ownerOf chooses, among the services claiming one frontend, the one that

@@ -74,3 +74,35 @@ func TestFrontendsOfAService(t *testing.T) {
 		})
 	}
 }
+
+func TestElementCountIsTheNumberOfElementsWritten(t *testing.T) {
+	node := &service.Node{NodePortAddresses: []netip.Addr{netip.MustParseAddr(v4.node), netip.MustParseAddr(v6.node)}}
+	services := []*service.Service{
+		dual("a", 1, podA, remote),
+		dual("a", 1),
+		externalLocal(withNodePorts(dual("a", 1, podA, remote), 30080, 30053)),
+		externalLocal(withExternalIPs(dual("a", 1, remote))),
+		withLoadBalancer(dual("a", 1, podA), v4.allowed, v6.allowed),
+		withAffinity(dual("a", 1, podA), 90*time.Second),
+	}
+	frontends := 0
+	for _, s := range services {
+		frontendsOf(node, s, func(k frontendKey, f *frontendState) {
+			frontends++
+			n := 0
+			elementsOf(k, f, func(string, []string, []string) { n++ })
+			if got := elementCount(f); got != n {
+				t.Errorf("frontend %v of %s: elementCount %d, elementsOf wrote %d: %+v", k, s.ID, got, n, f)
+			}
+		})
+	}
+	foreign := &frontendState{Cluster: verdict{Kind: verdictOther}, Backends: []netip.AddrPort{{}, netip.MustParseAddrPort("10.0.0.1:80")}, Affinity: -1}
+	n := 0
+	elementsOf(frontendKey{netip.MustParseAddr(v4.cluster(1)), protoTCP, 80}, foreign, func(string, []string, []string) { n++ })
+	if got := elementCount(foreign); got != n {
+		t.Errorf("a frontend read from the kernel with foreign elements: elementCount %d, elementsOf wrote %d", got, n)
+	}
+	if frontends < 10 {
+		t.Fatalf("only %d frontends checked", frontends)
+	}
+}

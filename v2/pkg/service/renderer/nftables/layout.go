@@ -441,6 +441,27 @@ func elementsOf(k frontendKey, f *frontendState, emit func(set string, key, valu
 	}
 }
 
+// elementCount is the number of elements elementsOf emits for f, counted
+// without writing them: the ruleset counts every frontend it holds at every
+// Resync, and writing 110,000 elements' text only to count them was most of
+// a periodic Resync's garbage.
+func elementCount(f *frontendState) int {
+	n := len(f.Allowed)
+	for _, b := range []bool{f.Cluster.Kind != verdictNone, f.Local.Kind != verdictNone, f.Reject, f.Firewalled, f.Affinity != 0} {
+		if b {
+			n++
+		}
+	}
+	for _, l := range [][]netip.AddrPort{f.Backends, f.LocalBackends} {
+		for _, e := range l {
+			if e.IsValid() {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // foreign stands for the value of an element read from the kernel that
 // vcoil does not write; it never equals a wanted value, so the element is
 // replaced.

@@ -59,7 +59,7 @@ func (r *ruleset) count(k frontendKey, f *frontendState, d int) {
 			delete(r.hairpin, a)
 		}
 	}
-	elementsOf(k, f, func(string, []string, []string) { r.elements += d })
+	r.elements += d * elementCount(f)
 }
 
 // overlay is a ruleset with staged frontend changes over a base that stays
