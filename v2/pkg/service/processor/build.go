@@ -199,15 +199,61 @@ func buildPort(m *service.Service, sp corev1.ServicePort, eps []service.Endpoint
 	// per-family proxiers sees only its family's endpoints.
 	for _, fam := range [][]service.Endpoint{familyOf(eps, true), familyOf(eps, false)} {
 		cluster, local := categorize(fam, usesCluster, usesLocal, node)
-		p.Cluster = append(p.Cluster, cluster...)
-		p.Local = append(p.Local, local...)
+		p.Cluster = appendShared(p.Cluster, cluster)
+		p.Local = appendShared(p.Local, local)
+	}
+	// Most often every endpoint is in Cluster: the model then holds one
+	// list, not two equal ones (at ten thousand services of ten endpoints,
+	// 13 MB less). Models are never modified once built, so sharing is safe.
+	if sameEndpoints(p.Cluster, eps) {
+		p.Cluster = eps
+	}
+	if sameEndpoints(p.Local, eps) {
+		p.Local = eps
 	}
 	p.HasEndpoints = len(eps) > 0
 	return p, nil
 }
 
+// sameEndpoints says whether sub, taken from all in order, holds all of
+// them.
+func sameEndpoints(sub, all []service.Endpoint) bool {
+	if len(all) == 0 || len(sub) != len(all) {
+		return false
+	}
+	for i := range sub {
+		if sub[i].Key() != all[i].Key() {
+			return false
+		}
+	}
+	return true
+}
+
+// appendShared appends b to a, returning b itself when a is empty: the
+// lists are read-only, and a copy would only cost memory.
+func appendShared(a, b []service.Endpoint) []service.Endpoint {
+	if len(a) == 0 {
+		return b
+	}
+	return append(slices.Clip(a), b...)
+}
+
+// familyOf returns the endpoints of one family: eps itself when they all
+// are (the usual case), without a copy.
 func familyOf(eps []service.Endpoint, v4 bool) []service.Endpoint {
-	var out []service.Endpoint
+	n := 0
+	for _, e := range eps {
+		if e.Addr.Is4() == v4 {
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return nil
+	case len(eps):
+		return eps
+	}
+	out := make([]service.Endpoint, 0, n)
 	for _, e := range eps {
 		if e.Addr.Is4() == v4 {
 			out = append(out, e)
