@@ -81,6 +81,12 @@ func TrimEndpointSlice(obj any) (any, error) {
 		return obj, nil
 	}
 	trimMeta(&s.ObjectMeta)
+	// The decoder appends endpoints one by one, leaving the slice's
+	// capacity up to twice its length (ten endpoints in room for sixteen):
+	// an exact copy lets the rest go, 5 MB at ten thousand slices.
+	if cap(s.Endpoints) > len(s.Endpoints) {
+		s.Endpoints = append(make([]discoveryv1.Endpoint, 0, len(s.Endpoints)), s.Endpoints...)
+	}
 	for i := range s.Endpoints {
 		e := &s.Endpoints[i]
 		e.TargetRef = nil
