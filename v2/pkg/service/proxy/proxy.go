@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -117,7 +118,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 		return nil, err
 	}
 	view.p = p
-	runnables := []manager.Runnable{checks, closer{nft}}
+	runnables := []manager.Runnable{checks, closer{nft}, memoryReturner{p}}
 	if opts.HealthAddr != "" {
 		runnables = append(runnables, health)
 	}
@@ -184,6 +185,25 @@ func (v *syncView) PendingSince() time.Time {
 		return time.Time{}
 	}
 	return v.p.PendingSince()
+}
+
+// memoryReturner hands the memory of the first sync back to the OS once it
+// completed. That sync decodes every Service and EndpointSlice, builds
+// every model and writes the whole table as nft's text (at ten thousand
+// services several times the heap that stays live), and the Go runtime
+// keeps what it freed mapped, returning it only over minutes: without
+// this, vcoild's RSS after a start stays near its peak (at 10,000
+// Services x 10 endpoints, 229 MB instead of 152 in the memory
+// benchmark). It costs one garbage collection, once.
+type memoryReturner struct{ p *processor.Processor }
+
+func (m memoryReturner) Start(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+	case <-m.p.Synced():
+		debug.FreeOSMemory()
+	}
+	return nil
 }
 
 // closer releases the renderer's namespace when the manager stops.
