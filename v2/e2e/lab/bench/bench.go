@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/client-go/util/retry"
 	"os/exec"
 	"slices"
 	"strings"
@@ -345,7 +346,16 @@ func createServices(ctx context.Context, o Options, from, to int) error {
 			defer wg.Done()
 			for i := range next {
 				for _, obj := range []client.Object{NewService(i), NewEndpointSlice(i)} {
-					if err := o.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+					// A loaded 2-core apiserver times out now and then: retry
+					// those (a create that did land answers AlreadyExists).
+					err := retry.OnError(retry.DefaultBackoff, transient, func() error {
+						err := o.Client.Create(ctx, obj.DeepCopyObject().(client.Object))
+						if apierrors.IsAlreadyExists(err) {
+							return nil
+						}
+						return err
+					})
+					if err != nil {
 						mu.Lock()
 						if first == nil {
 							first = fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
@@ -550,4 +560,13 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 func runIn(ctx context.Context, netns string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns, "--"}, args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// transient says whether a failed apiserver call may succeed when repeated.
+func transient(err error) bool {
+	// A client-side request timeout surfaces as a plain "context deadline
+	// exceeded" from the HTTP body read, not as an API status.
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || strings.Contains(err.Error(), "context deadline exceeded") ||
+		strings.Contains(err.Error(), "connection reset")
 }
