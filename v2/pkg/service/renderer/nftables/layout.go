@@ -355,7 +355,11 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 				hairpin = "snat " + ip + " to " + a.String()
 			}
 		}
-		post = append(post, "ct status dnat "+ip+" saddr . "+ip+" daddr @"+setHairpin+fam+" "+hairpin)
+		// Only a packet going back out through a pod interface is a pod's
+		// hairpin: a host-network endpoint is the node's own address, and
+		// the node reaching it through a service must keep its source
+		// (the NAT loopback is not routable back to the node itself).
+		post = append(post, "ct status dnat oifname "+pod+" "+ip+" saddr . "+ip+" daddr @"+setHairpin+fam+" "+hairpin)
 	}
 	post = append(post,
 		"meta mark & "+mark+" == 0 return",

@@ -368,3 +368,44 @@ func TestAffinityEntriesOfARemovedEndpointAreDeleted(t *testing.T) {
 		t.Fatalf("after the removal: %v %v, want %s", got, err, kept.name)
 	}
 }
+
+func TestAHostNetworkEndpointIsReachedThroughItsServiceFromTheNodeAndItsPods(t *testing.T) {
+	l := newLab(t)
+	// A host-network endpoint is an address of the node: the one the node
+	// itself sends from towards the cluster IPs, so that the node's own
+	// connections have the endpoint's address as source and destination.
+	src := func(dst string) string {
+		out := l.node.Exec("ip", "-o", "route", "get", dst)
+		m := regexp.MustCompile(` src (\S+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no source address in %q", out)
+		}
+		return m[1]
+	}
+	host := backend{"node", src(v4.cluster(1)), src(v6.cluster(1)), true}
+	l.serve(host, l.node)
+	r := l.renderer()
+	l.resync(r, dual("host", 1, host))
+	bothFamilies(t, func(t *testing.T, ip fam) {
+		t.Run("the node reaches it from one of its own addresses (not the NAT loopback, which routes nowhere on the node)", func(t *testing.T) {
+			for _, c := range []struct {
+				port uint16
+				ask  func(context.Context, *netnstest.NS, string) (answer, error)
+			}{{svcTCP, askTCP}, {svcUDP, askUDP}} {
+				poll.Eventually(t, 10*time.Second, func() error {
+					got, err := c.ask(t.Context(), l.node, hostPort(ip.cluster(1), c.port))
+					if err != nil {
+						return err
+					}
+					if got.backend != "node" || got.client == ip.loopback {
+						return poll.Stop(fmt.Errorf("got %s", got))
+					}
+					return nil
+				})
+			}
+		})
+		t.Run("a pod keeps its address", func(t *testing.T) {
+			expect(t, l.podB, ip.cluster(1), svcTCP, svcUDP, answer{"node", ip.podB})
+		})
+	})
+}
