@@ -212,8 +212,12 @@ func (p *Processor) SetNode(n *corev1.Node) {
 	p.wake()
 }
 
-// DeleteNode forgets this node's Node.
-func (p *Processor) DeleteNode() {
+// DeleteNode forgets this node's Node when name is this node's; other
+// Nodes' deletions are ignored (vcoild may cache every Node).
+func (p *Processor) DeleteNode(name string) {
+	if name != p.opts.NodeName {
+		return
+	}
 	p.mu.Lock()
 	p.node = nil
 	p.nodeDirty = true

@@ -293,6 +293,21 @@ func TestProcessorNode(t *testing.T) {
 	if !p.PendingSince().IsZero() {
 		t.Error("another node made a change")
 	}
+
+	t.Log("another node's deletion is ignored too (vcoild with direct routing caches every Node)")
+	p.DeleteNode(other.Name)
+	if !p.PendingSince().IsZero() {
+		t.Error("another node's deletion made a change")
+	}
+
+	t.Log("this node's deletion empties the node model")
+	clock.Advance(time.Second)
+	p.DeleteNode(node.Name)
+	p.step(ctx)
+	calls = r.take()
+	if len(calls) != 1 || calls[0].changes == nil || calls[0].changes.Node == nil || len(calls[0].changes.Node.NodePortAddresses) != 0 {
+		t.Errorf("got %s", callsString(calls))
+	}
 }
 
 func TestProcessorInvalidService(t *testing.T) {

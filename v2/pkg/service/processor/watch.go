@@ -147,7 +147,7 @@ func Setup(mgr manager.Manager, opts Options) (*Processor, error) {
 		err = add(&discoveryv1.EndpointSlice{}, handler(p.SetEndpointSlice, func(s *discoveryv1.EndpointSlice) { p.DeleteEndpointSlice(s.Namespace, s.Name) }))
 	}
 	if err == nil {
-		err = add(&corev1.Node{}, handler(p.SetNode, func(*corev1.Node) { p.DeleteNode() }))
+		err = add(&corev1.Node{}, handler(p.SetNode, func(n *corev1.Node) { p.DeleteNode(n.Name) }))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("service processor: %w", err)
