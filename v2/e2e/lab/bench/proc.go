@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/procstat"
 )
 
 // clockTicks is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
@@ -27,18 +29,12 @@ type Usage struct {
 }
 
 // statFields returns the fields of /proc/PID/stat after the command name
-// (field 3, the state, first).
+// (field 3, the state, first), at least up to the start time.
 func statFields(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := procstat.Fields(pid)
 	if err != nil {
 		return nil, err
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("process %d: bad stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
 		return nil, fmt.Errorf("process %d: short stat", pid)
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vcoil/vcoil/v2/e2e/lab/procstat"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 )
@@ -88,22 +89,8 @@ func readPidFile(path string) (pid int, start uint64, ok bool) {
 	return pid, start, true
 }
 
-// stat returns the fields of /proc/PID/stat after the command name.
-func stat(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("bad stat of %d", pid)
-	}
-	return strings.Fields(s[i+1:]), nil
-}
-
 func startTime(pid int) (uint64, error) {
-	f, err := stat(pid)
+	f, err := procstat.Fields(pid)
 	if err != nil || len(f) < 20 {
 		return 0, fmt.Errorf("no process %d", pid)
 	}
@@ -111,12 +98,12 @@ func startTime(pid int) (uint64, error) {
 }
 
 func isZombie(pid int) bool {
-	f, err := stat(pid)
+	f, err := procstat.Fields(pid)
 	return err != nil || len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
 
 func parentOf(pid int) int {
-	f, err := stat(pid)
+	f, err := procstat.Fields(pid)
 	if err != nil || len(f) < 2 {
 		return 0
 	}
