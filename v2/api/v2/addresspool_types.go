@@ -7,6 +7,17 @@ import (
 // AddressPoolSpec defines the addresses a pool hands out and the size of the
 // blocks it carves them into.
 type AddressPoolSpec struct {
+	// Usage says what the pool's addresses are for: Pods (the default)
+	// carves them into AddressBlocks for nodes; LoadBalancer gives them one
+	// by one to Services of type LoadBalancer. A pool of one usage never
+	// gives addresses for the other, and pools of the two usages must not
+	// overlap. Immutable. The pool named "default" is a Pods pool.
+	//
+	// +kubebuilder:default=Pods
+	// +kubebuilder:validation:Enum=Pods;LoadBalancer
+	// +optional
+	Usage PoolUsage `json:"usage,omitempty"`
+
 	// BlockSizeBits is the size of each address block as a power of two:
 	// blocks hold 2^blockSizeBits addresses of each family (5 gives IPv4 /27
 	// and IPv6 /123 blocks). At most 16. Immutable. The pool named "default"
@@ -26,6 +37,21 @@ type AddressPoolSpec struct {
 	// +listType=atomic
 	Subnets []SubnetSet `json:"subnets"`
 }
+
+// PoolUsage is what an AddressPool's addresses are for.
+type PoolUsage string
+
+const (
+	// UsagePods pools carve AddressBlocks for the pods of nodes.
+	UsagePods PoolUsage = "Pods"
+	// UsageLoadBalancer pools give single addresses to Services of type
+	// LoadBalancer (status.loadBalancer.ingress).
+	UsageLoadBalancer PoolUsage = "LoadBalancer"
+)
+
+// IsLoadBalancer says whether the pool serves LoadBalancer addresses; an
+// empty usage (an object stored before the field existed) is Pods.
+func (s *AddressPoolSpec) IsLoadBalancer() bool { return s.Usage == UsageLoadBalancer }
 
 // SubnetSet is an IPv4 subnet, an IPv6 subnet, or a dual-stack pair of both.
 // In a dual-stack pair both subnets have the same number of host bits, so that
@@ -58,6 +84,16 @@ type AddressPoolStatus struct {
 	// +optional
 	BlocksAllocated int64 `json:"blocksAllocated"`
 
+	// AddressesMax is, for a LoadBalancer pool, the number of addresses its
+	// subnets can give to Services.
+	// +optional
+	AddressesMax int64 `json:"addressesMax,omitempty"`
+
+	// AddressesAllocated is, for a LoadBalancer pool, the number of its
+	// addresses held by Services.
+	// +optional
+	AddressesAllocated int64 `json:"addressesAllocated,omitempty"`
+
 	// LastBlockIndex is the index of the block the controller carved last. The
 	// next block is searched for after it (wrapping at the end), so that a
 	// freed block is not handed out again at once, also across controller
@@ -65,7 +101,8 @@ type AddressPoolStatus struct {
 	// +optional
 	LastBlockIndex *int64 `json:"lastBlockIndex,omitempty"`
 
-	// Conditions: Available is True while the pool has a free block.
+	// Conditions: Available is True while the pool has a free block (a
+	// LoadBalancer pool: a free address).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -78,15 +115,23 @@ const (
 	PoolAvailable = "Available"
 
 	ReasonBlocksFree = "BlocksFree"
+	// ReasonAddressesFree and ReasonExhausted are the reasons of a
+	// LoadBalancer pool's Available condition.
+	ReasonAddressesFree = "AddressesFree"
+	ReasonExhausted     = "Exhausted"
 )
 
 // AddressPool is a set of subnets from which vcoil carves AddressBlocks for
-// nodes. Pods get addresses from the pool named by their namespace's
-// vcoil.io/pool annotation, or from the pool named "default".
+// nodes, or (usage LoadBalancer) from which Services of type LoadBalancer
+// get their addresses. Pods get addresses from the pool named by their
+// namespace's vcoil.io/pool annotation, or from the pool named "default";
+// Services from the pool named by their vcoil.io/lb-pool annotation, or from
+// the default LoadBalancer pool.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,categories=vcoil
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Usage",type=string,JSONPath=`.spec.usage`
 // +kubebuilder:printcolumn:name="Block Size Bits",type=integer,JSONPath=`.spec.blockSizeBits`
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.blocksAllocated`
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.status.blocksMax`

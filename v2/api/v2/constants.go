@@ -25,6 +25,21 @@ const (
 	// comma separated, published by vcoild for the service renderers.
 	AnnotationNATLoopback = "vcoil.io/nat-loopback"
 
+	// LoadBalancerClass is the spec.loadBalancerClass vcoil serves; Services
+	// without a class are served too unless vcoil-controller runs with
+	// --lb-class-only.
+	LoadBalancerClass = "vcoil.io/lb"
+	// AnnotationLBPool on a Service names the LoadBalancer AddressPool its
+	// addresses come from (default: DefaultLBPool).
+	AnnotationLBPool = "vcoil.io/lb-pool"
+	// AnnotationLBIPs on a Service requests its LoadBalancer addresses, at
+	// most one per family, comma separated (spec.loadBalancerIP, deprecated
+	// upstream, is honoured too).
+	AnnotationLBIPs = "vcoil.io/lb-ips"
+	// DefaultLBPool is the LoadBalancer pool used when a Service names
+	// none (vcoil-controller --default-lb-pool changes it).
+	DefaultLBPool = "default-lb"
+
 	// DefaultPool is the pool used when a namespace names none. Its first block
 	// on a node is the node's node subnet.
 	DefaultPool = "default"
