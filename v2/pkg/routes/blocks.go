@@ -20,12 +20,17 @@ type ExporterConfig struct {
 	Netns string
 	// Table is read by the routing daemon; 0 means DefaultExportTable.
 	Table int
-	// Protocol marks the exported routes; 0 means DefaultProtocol.
+	// Protocol marks the exported routes; 0 means DefaultProtocol. Two
+	// exporters of one table must use different protocols.
 	Protocol int
+	// What names the routes in logs and errors; "" means "exported block".
+	What string
 }
 
 // Exporter publishes the node's blocks for a routing daemon: one blackhole
-// route per block ("blackhole 10.64.0.0/26 table 119 proto 30"). The table
+// route per block ("blackhole 10.64.0.0/26 table 119 proto 30"). With
+// another protocol it publishes single addresses as /32 and /128 blocks
+// (the LoadBalancer addresses, proto 32). The table
 // is not consulted for forwarding (no rule points at it); the routing daemon
 // reads it, advertises the blocks, and other nodes route them to this node.
 type Exporter struct {
@@ -35,7 +40,11 @@ type Exporter struct {
 // NewExporter checks cfg and that the namespace can be opened; it changes
 // nothing.
 func NewExporter(cfg ExporterConfig, log logr.Logger) (*Exporter, error) {
-	t, err := newTable(cfg.Netns, or(cfg.Table, DefaultExportTable), or(cfg.Protocol, DefaultProtocol), "exported block", log)
+	what := cfg.What
+	if what == "" {
+		what = "exported block"
+	}
+	t, err := newTable(cfg.Netns, or(cfg.Table, DefaultExportTable), or(cfg.Protocol, DefaultProtocol), what, log)
 	if err != nil {
 		return nil, fmt.Errorf("route exporter: %w", err)
 	}

@@ -8,6 +8,8 @@
 //     pod table (116) of the Linux dataplane, so that a packet to an address
 //     of the node's blocks that no pod holds is refused on the node instead
 //     of following the default route out and back again;
+//     The same Exporter, with protocol 32, exports the LoadBalancer
+//     addresses a node announces (package service/announce decides which);
 //   - DirectRouter (off unless configured): routes to the blocks of other
 //     nodes via their InternalIP, for nodes on one L2 network without a
 //     routing daemon, in a table of their own (118) consulted after the pod
@@ -38,8 +40,15 @@ import (
 // Defaults of the configurations. They are documented in
 // docs/linux-dataplane.md; change both together.
 const (
-	// DefaultProtocol marks every route of this package ("proto 30").
+	// DefaultProtocol marks every route of this package ("proto 30"),
+	// except the exported LoadBalancer addresses.
 	DefaultProtocol = 30
+	// DefaultLBProtocol marks the LoadBalancer addresses a node exports
+	// ("proto 32"): they share the export table with the blocks, and a
+	// protocol of their own lets each exporter sync its routes without
+	// removing the other's. 31 is the Linux dataplane's pod routes'
+	// (constants.PodRouteProtocol).
+	DefaultLBProtocol = 32
 	// DefaultExportTable is the table a routing daemon reads the node's
 	// blocks from.
 	DefaultExportTable = 119
