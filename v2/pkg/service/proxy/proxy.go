@@ -23,7 +23,9 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service"
+	"github.com/vcoil/vcoil/v2/pkg/service/announce"
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
 	"github.com/vcoil/vcoil/v2/pkg/service/healthcheck"
 	"github.com/vcoil/vcoil/v2/pkg/service/processor"
@@ -55,8 +57,15 @@ type Options struct {
 	HealthAddr, StatusAddr string
 	// Conntrack settings, applied once at start.
 	Conntrack conntrack.Config
-	Registry  prometheus.Registerer
-	Log       logr.Logger
+	// AnnounceLoadBalancers makes the node announce the LoadBalancer
+	// addresses it serves through LBExport (package announce).
+	AnnounceLoadBalancers bool
+	// LBExport places the announced addresses: the export table and the
+	// LoadBalancer protocol (routes.DefaultLBProtocol); its Netns is
+	// Options.Netns.
+	LBExport routes.ExporterConfig
+	Registry prometheus.Registerer
+	Log      logr.Logger
 }
 
 // CacheOptions are the cache settings the processor needs (trimmed
@@ -81,7 +90,8 @@ func DisabledOn(node *corev1.Node) bool {
 }
 
 // Setup adds the service proxy to mgr: the processor with the nftables and
-// health check renderers, the health and status servers. It returns the
+// health check renderers (and the LoadBalancer announcer, with the
+// AddressPool watch it needs), the health and status servers. It returns the
 // processor, whose Synced channel tells when the first sync completed.
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.Processor, error) {
 	log := opts.Log
@@ -112,6 +122,16 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 	}, view, log)
 	checks := healthcheck.NewServiceHealthServer(healthcheck.ServiceHealthConfig{Netns: opts.Netns}, health, log)
 	popts.Renderers = []service.Renderer{nft, checks}
+	if opts.AnnounceLoadBalancers {
+		a, err := newAnnouncer(mgr, nft, opts)
+		if err != nil {
+			nft.Close()
+			return nil, fmt.Errorf("service proxy: %w", err)
+		}
+		// The gate takes nft's place: the announcer, last, announces only
+		// what nft rendered successfully.
+		popts.Renderers = []service.Renderer{a.gate, checks, a.announcer}
+	}
 	p, err := processor.Setup(mgr, popts)
 	if err != nil {
 		nft.Close()
@@ -131,6 +151,58 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 		}
 	}
 	return p, nil
+}
+
+type announcer struct {
+	gate      *announce.Gate
+	announcer *announce.Announcer
+}
+
+func newAnnouncer(mgr manager.Manager, nft service.Renderer, opts Options) (announcer, error) {
+	cfg := opts.LBExport
+	cfg.Netns = opts.Netns
+	if cfg.Protocol == 0 {
+		cfg.Protocol = routes.DefaultLBProtocol
+	}
+	if cfg.What == "" {
+		cfg.What = LBRoutes
+	}
+	log := opts.Log.WithName("announce")
+	exporter, err := routes.NewExporter(cfg, log)
+	if err != nil {
+		return announcer{}, err
+	}
+	gate := announce.NewGate(nft)
+	a := announce.New(exporter, gate, log)
+	if err := announce.SetupPoolWatch(mgr, a, log); err != nil {
+		return announcer{}, err
+	}
+	return announcer{gate: gate, announcer: a}, nil
+}
+
+// LBRoutes names the exported LoadBalancer address routes in logs.
+const LBRoutes = "LoadBalancer address"
+
+// WithdrawLoadBalancers removes the LoadBalancer address routes of the
+// protocol from the export table of cfg, for a node that does not announce
+// them (it does not serve Services, or --lb-announce=false): the routing
+// daemon then stops attracting their traffic to it. The protocol must be
+// the LoadBalancer addresses' own: every route of it in the table goes.
+func WithdrawLoadBalancers(ctx context.Context, cfg routes.ExporterConfig, log logr.Logger) error {
+	if cfg.Protocol == 0 {
+		cfg.Protocol = routes.DefaultLBProtocol
+	}
+	if cfg.What == "" {
+		cfg.What = LBRoutes
+	}
+	e, err := routes.NewExporter(cfg, log)
+	if err != nil {
+		return fmt.Errorf("withdraw LoadBalancer addresses: %w", err)
+	}
+	if err := e.Sync(ctx, nil); err != nil {
+		return fmt.Errorf("withdraw LoadBalancer addresses: %w", err)
+	}
+	return nil
 }
 
 // ReadyCheck fails until the processor's first sync completed, so that a
