@@ -21,6 +21,15 @@ import (
 // AddressPoolWebhook defaults and validates AddressPools. Every rejection names
 // the field and the reason.
 //
+// spec.usage is immutable: a pool's addresses are given to pods (as blocks)
+// or to Services, and switching would strand what was given. The pool named
+// "default" gives node subnets and must be a Pods pool. No two pools overlap,
+// whatever their usages, so that an address is never both a pod's and a
+// Service's. A LoadBalancer pool gives single addresses per family, so
+// spec.blockSizeBits is ignored for it (neither checked nor immutable, and its
+// schema default is accepted), and so are the rules that exist for blocks:
+// equal host bits in a dual-stack entry and the same families in every entry.
+//
 // Overlap with other pools is checked against the manager's cache; two pools
 // created in the same instant can both pass, as with any admission check that
 // reads other objects.
@@ -42,7 +51,13 @@ func (w *AddressPoolWebhook) SetupWithManager(mgr ctrl.Manager) error {
 // Default writes subnets in canonical text (an IPv6 address as
 // "fd01:203::", not "FD01:0203::"), so that equal subnets compare equal on
 // later updates. Text that does not parse is left for validation to reject.
+//
+// An empty usage becomes Pods, what it meant before the field existed (the
+// schema default does the same; this covers an object written without it).
 func (w *AddressPoolWebhook) Default(_ context.Context, pool *vcoilv2.AddressPool) error {
+	if pool.Spec.Usage == "" {
+		pool.Spec.Usage = vcoilv2.UsagePods
+	}
 	for i := range pool.Spec.Subnets {
 		for _, s := range []*string{pool.Spec.Subnets[i].IPv4, pool.Spec.Subnets[i].IPv6} {
 			if s == nil {
@@ -65,16 +80,21 @@ func (w *AddressPoolWebhook) ValidateCreate(ctx context.Context, pool *vcoilv2.A
 	return nil, invalid(pool, errs)
 }
 
-// ValidateUpdate also keeps blockSizeBits and the existing subnet entries as
-// they are: blocks already carved must stay inside the pool. Updates that leave
-// the spec alone (finalizers, labels) always pass.
+// ValidateUpdate also keeps the usage, blockSizeBits (of a Pods pool) and the
+// existing subnet entries as they are: blocks already carved, and addresses
+// already given to Services, must stay inside the pool. Updates that leave the
+// spec alone (finalizers, labels) always pass.
 func (w *AddressPoolWebhook) ValidateUpdate(ctx context.Context, old, pool *vcoilv2.AddressPool) (admission.Warnings, error) {
 	if equality.Semantic.DeepEqual(old.Spec, pool.Spec) {
 		return nil, nil
 	}
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
-	if pool.Spec.BlockSizeBits != old.Spec.BlockSizeBits {
+	if was, is := usageOf(old), usageOf(pool); was != is {
+		errs = append(errs, field.Forbidden(spec.Child("usage"),
+			fmt.Sprintf("is immutable (was %s, now %s): the pool's addresses may already be given; create another pool instead", was, is)))
+	}
+	if !pool.Spec.IsLoadBalancer() && pool.Spec.BlockSizeBits != old.Spec.BlockSizeBits {
 		errs = append(errs, field.Forbidden(spec.Child("blockSizeBits"),
 			fmt.Sprintf("is immutable: blocks of 2^%d addresses are already carved", old.Spec.BlockSizeBits)))
 	}
@@ -106,11 +126,16 @@ var fieldIndex = regexp.MustCompile(`^subnets\[(\d+)\](?:\.(ipv4|ipv6))?$`)
 func (w *AddressPoolWebhook) validate(ctx context.Context, pool *vcoilv2.AddressPool) (field.ErrorList, error) {
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
-	parsed, perrs := parsePoolSpec(pool)
+	subnets, perrs := poolSubnets(pool)
 	for _, e := range perrs {
 		errs = append(errs, fieldError(spec, pool, e))
 	}
-	if pool.Name == vcoilv2.DefaultPool && pool.Spec.BlockSizeBits < ipam.MinNodeSubnetBits {
+	switch {
+	case pool.Name == vcoilv2.DefaultPool && pool.Spec.IsLoadBalancer():
+		errs = append(errs, field.Invalid(spec.Child("usage"), pool.Spec.Usage,
+			fmt.Sprintf("the pool named %q gives pods and node subnets their addresses: its usage must be %s",
+				vcoilv2.DefaultPool, vcoilv2.UsagePods)))
+	case pool.Name == vcoilv2.DefaultPool && pool.Spec.BlockSizeBits < ipam.MinNodeSubnetBits:
 		errs = append(errs, field.Invalid(spec.Child("blockSizeBits"), pool.Spec.BlockSizeBits,
 			fmt.Sprintf("the pool named %q gives node subnets, which need blocks of at least %d addresses (blockSizeBits >= %d)",
 				vcoilv2.DefaultPool, 1<<ipam.MinNodeSubnetBits, ipam.MinNodeSubnetBits)))
@@ -128,13 +153,16 @@ func (w *AddressPoolWebhook) validate(ctx context.Context, pool *vcoilv2.Address
 		if o.Name == pool.Name {
 			continue
 		}
-		op, oerrs := parsePoolSpec(o)
+		theirs, oerrs := poolSubnets(o)
 		if oerrs != nil {
 			continue
 		}
-		if idx, fam, with, hit := parsed.Overlaps(op); hit {
+		// Pool.Overlaps looks at the subnets only, which is what both
+		// usages share.
+		mine, other := ipam.Pool{Subnets: subnets}, ipam.Pool{Subnets: theirs}
+		if idx, fam, with, hit := mine.Overlaps(other); hit {
 			errs = append(errs, field.Invalid(spec.Child("subnets").Index(idx).Child(fam), subnetValue(pool, idx, fam),
-				fmt.Sprintf("overlaps %s of address pool %q", with, o.Name)))
+				fmt.Sprintf("overlaps %s of address pool %q (usage %s): no two pools may share addresses", with, o.Name, usageOf(o))))
 		}
 	}
 	return errs, nil

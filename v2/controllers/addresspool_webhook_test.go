@@ -148,3 +148,139 @@ func TestWebhookDefaultsPools(t *testing.T) {
 		t.Errorf("blockSizeBits = %d, want the default 5", q.Spec.BlockSizeBits)
 	}
 }
+
+func lbPoolObject(name string, subnets ...vcoilv2.SubnetSet) *vcoilv2.AddressPool {
+	p := poolObject(name, 5, subnets...) // 5: the schema default, meaningless here
+	p.Spec.Usage = vcoilv2.UsageLoadBalancer
+	return p
+}
+
+func TestWebhookKeepsLoadBalancerAndPodPoolsApart(t *testing.T) {
+	cleanAPIServer(t)
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, poolObject("pods", 5, dual("10.94.0.0/16", "fd00:94::/112"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, lbPoolObject("lb", dual("198.51.100.0/26", "fd00:51::/120"))); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		pool   *vcoilv2.AddressPool
+		field  string
+		reason string
+	}{
+		{"a LoadBalancer pool overlapping a Pods pool", lbPoolObject("a", v4("10.94.1.0/24")),
+			"spec.subnets[0].ipv4", `overlaps 10.94.0.0/16 of address pool "pods" (usage Pods)`},
+		{"a Pods pool overlapping a LoadBalancer pool", poolObject("a", 2, v4("198.51.100.32/27")),
+			"spec.subnets[0].ipv4", `overlaps 198.51.100.0/26 of address pool "lb" (usage LoadBalancer)`},
+		{"a Pods pool overlapping a LoadBalancer pool in IPv6", poolObject("a", 2, v6("fd00:51::/124")),
+			"spec.subnets[0].ipv6", `overlaps fd00:51::/120 of address pool "lb" (usage LoadBalancer)`},
+		{"two LoadBalancer pools that overlap", lbPoolObject("a", v4("198.51.100.63/32")),
+			"spec.subnets[0].ipv4", `overlaps 198.51.100.0/26 of address pool "lb" (usage LoadBalancer)`},
+		{"a LoadBalancer pool named default", lbPoolObject("default", v4("203.0.113.0/28")),
+			"spec.usage", `the pool named "default" gives pods and node subnets their addresses: its usage must be Pods`},
+		{"a LoadBalancer subnet with host bits set", lbPoolObject("a", v4("203.0.113.1/28")),
+			"spec.subnets[0].ipv4", "has host bits set; the subnet is 203.0.113.0/28"},
+		{"LoadBalancer entries that overlap each other", lbPoolObject("a", v6("fd00:52::/120"), dual("203.0.113.0/28", "fd00:52::80/121")),
+			"spec.subnets[1].ipv6", "overlaps ipv6 of subnets[0] (fd00:52::/120)"},
+		{"a LoadBalancer entry without any subnet", lbPoolObject("a", vcoilv2.SubnetSet{}),
+			"spec.subnets[0]", "needs ipv4, ipv6 or both"},
+		{"an unknown usage (schema)", func() *vcoilv2.AddressPool {
+			p := poolObject("a", 5, v4("203.0.113.0/28"))
+			p.Spec.Usage = "Nodes"
+			return p
+		}(), "spec.usage", "Unsupported value"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wantInvalid(t, env.Client.Create(ctx, tc.pool), tc.field, tc.reason)
+		})
+	}
+
+	t.Run("a LoadBalancer pool ignores the rules of blocks", func(t *testing.T) {
+		// Single addresses, a /32 smaller than a block of the default
+		// blockSizeBits, entries of different families, and a dual-stack
+		// entry whose families differ in size.
+		p := lbPoolObject("free", v4("203.0.113.7/32"), v6("fd00:53::/64"), dual("203.0.113.16/28", "fd00:54::/120"))
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		got := &vcoilv2.AddressPool{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "free"}, got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Usage != vcoilv2.UsageLoadBalancer || got.Spec.BlockSizeBits != 5 {
+			t.Fatalf("stored spec = %+v", got.Spec)
+		}
+	})
+	t.Run("a Pods pool that overlaps nothing is accepted next to them", func(t *testing.T) {
+		if err := env.Client.Create(ctx, poolObject("more-pods", 5, v4("10.95.0.0/24"))); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+	})
+}
+
+func TestWebhookKeepsThePoolUsage(t *testing.T) {
+	cleanAPIServer(t)
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, poolObject("pods", 5, v4("10.96.0.0/24"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, lbPoolObject("lb", v4("198.51.100.64/28"))); err != nil {
+		t.Fatal(err)
+	}
+	update := func(name string, mutate func(p *vcoilv2.AddressPool)) error {
+		p := &vcoilv2.AddressPool{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+			t.Fatal(err)
+		}
+		mutate(p)
+		return env.Client.Update(ctx, p)
+	}
+	t.Run("a pool without usage is a Pods pool", func(t *testing.T) {
+		p, err := getPool(t, "pods")
+		if err != nil || p.Spec.Usage != vcoilv2.UsagePods {
+			t.Fatalf("usage = %q (%v), want Pods", p.Spec.Usage, err)
+		}
+	})
+	t.Run("a Pods pool cannot become a LoadBalancer pool", func(t *testing.T) {
+		wantInvalid(t, update("pods", func(p *vcoilv2.AddressPool) { p.Spec.Usage = vcoilv2.UsageLoadBalancer }),
+			"spec.usage", "is immutable (was Pods, now LoadBalancer)")
+	})
+	t.Run("a LoadBalancer pool cannot become a Pods pool", func(t *testing.T) {
+		wantInvalid(t, update("lb", func(p *vcoilv2.AddressPool) { p.Spec.Usage = vcoilv2.UsagePods }),
+			"spec.usage", "is immutable (was LoadBalancer, now Pods)")
+	})
+	t.Run("a LoadBalancer pool's blockSizeBits may change: it means nothing there", func(t *testing.T) {
+		if err := update("lb", func(p *vcoilv2.AddressPool) { p.Spec.BlockSizeBits = 0 }); err != nil {
+			t.Fatalf("update: %v", err)
+		}
+	})
+	t.Run("a LoadBalancer pool's subnets may only be appended", func(t *testing.T) {
+		wantInvalid(t, update("lb", func(p *vcoilv2.AddressPool) { p.Spec.Subnets[0] = v4("198.51.100.80/28") }),
+			"spec.subnets[0]", "existing entries cannot change")
+		if err := update("lb", func(p *vcoilv2.AddressPool) { p.Spec.Subnets = append(p.Spec.Subnets, v6("fd00:55::/120")) }); err != nil {
+			t.Fatalf("append: %v", err)
+		}
+	})
+
+	// An object stored before the field existed has no usage; the webhook
+	// reads it as Pods. The apiserver (schema default, mutating webhook)
+	// never lets such an old object through, so call the validator itself.
+	w := &AddressPoolWebhook{Client: env.Client}
+	stored := poolObject("pods", 5, v4("10.96.0.0/24"))
+	t.Run("an old pool without usage may be written as Pods", func(t *testing.T) {
+		now := stored.DeepCopy()
+		now.Spec.Usage = vcoilv2.UsagePods
+		if _, err := w.ValidateUpdate(ctx, stored, now); err != nil {
+			t.Fatalf("update: %v", err)
+		}
+	})
+	t.Run("an old pool without usage cannot become a LoadBalancer pool", func(t *testing.T) {
+		now := stored.DeepCopy()
+		now.Spec.Usage = vcoilv2.UsageLoadBalancer
+		_, err := w.ValidateUpdate(ctx, stored, now)
+		wantInvalid(t, err, "spec.usage", "is immutable (was Pods, now LoadBalancer)")
+	})
+}
