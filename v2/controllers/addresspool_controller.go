@@ -19,9 +19,14 @@ import (
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 )
 
-// AddressPoolReconciler keeps a finalizer on every AddressPool while any of
-// its blocks exists (Coil v2 design, "Garbage Collection / AddressPool") and
-// keeps the pool's status and metrics current.
+// AddressPoolReconciler keeps a finalizer on every Pods AddressPool while any
+// of its blocks exists (Coil v2 design, "Garbage Collection / AddressPool") and
+// keeps the pool's status and block metrics current.
+//
+// LoadBalancer pools are not block pools: their status and finalizer belong
+// to the LoadBalancer reconciler, and this one leaves them entirely alone
+// (writing block counts there would fight it; a finalizer here would hold the
+// pool forever, as no block ever releases it).
 type AddressPoolReconciler struct {
 	Client  client.Client
 	Metrics *PoolMetrics
@@ -42,6 +47,13 @@ func (r *AddressPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get address pool %q: %w", req.Name, err)
+	}
+	if pool.Spec.IsLoadBalancer() {
+		// Usage is immutable, but a Pods pool of this name may have been
+		// deleted and created again as a LoadBalancer pool: drop its gauges,
+		// so that the LoadBalancer pool never shows as a pool of 0 blocks.
+		r.Metrics.forget(pool.Name)
+		return ctrl.Result{}, nil
 	}
 
 	blocks := &vcoilv2.AddressBlockList{}

@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/poll"
@@ -114,4 +117,86 @@ vcoil_pool_blocks_max{pool="p"} 2
 		}
 		return nil
 	})
+}
+
+// TestAddressPoolReconcilerLeavesLoadBalancerPoolsAlone calls the reconciler
+// itself, so that "it wrote nothing" is a fact when Reconcile returns, not a
+// wait for something that should not happen; the LoadBalancer reconciler,
+// which owns such pools, does not run here.
+func TestAddressPoolReconcilerLeavesLoadBalancerPoolsAlone(t *testing.T) {
+	cleanAPIServer(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	metrics, err := NewPoolMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &AddressPoolReconciler{Client: env.Client, Metrics: metrics}
+	reconcile := func(name string) {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: name}}); err != nil {
+			t.Fatalf("reconcile %s: %v", name, err)
+		}
+	}
+
+	// The control: the same call finalizes a Pods pool and counts its blocks.
+	createPool(t, "pods", 5, v4("10.97.0.0/26"))
+	reconcile("pods")
+	if p, err := getPool(t, "pods"); err != nil || !controllerutil.ContainsFinalizer(p, vcoilv2.Finalizer) || p.Status.BlocksMax != 2 {
+		t.Fatalf("Pods pool after reconcile: %v, %+v", err, p)
+	}
+
+	if err := env.Client.Create(ctx, lbPoolObject("bare", v4("198.51.100.96/28"))); err != nil {
+		t.Fatal(err)
+	}
+	bare, _ := getPool(t, "bare")
+	reconcile("bare")
+	if p, err := getPool(t, "bare"); err != nil || p.ResourceVersion != bare.ResourceVersion {
+		t.Fatalf("a LoadBalancer pool was written: %v, finalizers %v, status %+v", err, p.Finalizers, p.Status)
+	}
+
+	// A pool as the LoadBalancer reconciler keeps it: its finalizer, its
+	// counts. A Pods pool of the same name had gauges before.
+	lb := lbPoolObject("lb", v4("198.51.100.112/28"))
+	lb.Finalizers = []string{vcoilv2.Finalizer}
+	if err := env.Client.Create(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	lb.Status = vcoilv2.AddressPoolStatus{
+		ObservedGeneration: lb.Generation, AddressesMax: 16, AddressesAllocated: 3,
+		Conditions: []metav1.Condition{{Type: vcoilv2.PoolAvailable, Status: metav1.ConditionTrue,
+			Reason: vcoilv2.ReasonAddressesFree, Message: "13 of 16 addresses are free", LastTransitionTime: metav1.Now()}},
+	}
+	if err := env.Client.Status().Update(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	metrics.set("lb", 4, 1)
+	reconcile("lb")
+	if p, err := getPool(t, "lb"); err != nil || p.ResourceVersion != lb.ResourceVersion {
+		t.Fatalf("a LoadBalancer pool was written: %v, finalizers %v, status %+v", err, p.Finalizers, p.Status)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP vcoil_pool_blocks_allocated The number of address blocks carved from the pool.
+# TYPE vcoil_pool_blocks_allocated gauge
+vcoil_pool_blocks_allocated{pool="pods"} 0
+# HELP vcoil_pool_blocks_max The number of address blocks the pool's subnets can hold.
+# TYPE vcoil_pool_blocks_max gauge
+vcoil_pool_blocks_max{pool="pods"} 2
+`)); err != nil {
+		t.Errorf("metrics: the LoadBalancer pools must not be block pools: %v", err)
+	}
+
+	// Being deleted without blocks, a Pods pool would lose its finalizer
+	// here; a LoadBalancer pool keeps it until its owner lets it go.
+	if err := env.Client.Delete(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	deleting, err := getPool(t, "lb")
+	if err != nil || deleting.DeletionTimestamp.IsZero() {
+		t.Fatalf("pool being deleted: %v, %+v", err, deleting)
+	}
+	reconcile("lb")
+	if p, err := getPool(t, "lb"); err != nil || p.ResourceVersion != deleting.ResourceVersion || !controllerutil.ContainsFinalizer(p, vcoilv2.Finalizer) {
+		t.Fatalf("the reconciler released a LoadBalancer pool: %v, %+v", err, p)
+	}
 }
