@@ -99,6 +99,15 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 		return ctrl.Result{}, fmt.Errorf("get address pool %q for block request %q: %w", br.Spec.PoolName, br.Name, err)
 	}
+	if pool.Spec.IsLoadBalancer() {
+		// A claim can only be left from a Pods pool of the same name that
+		// was deleted and created again; its block is not this pool's.
+		if err := r.undoClaim(ctx, br); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonPoolNotForPods,
+			fmt.Sprintf("address pool %q serves LoadBalancer addresses, not pods", pool.Name))
+	}
 	if !pool.DeletionTimestamp.IsZero() {
 		if err := r.undoClaim(ctx, br); err != nil {
 			return ctrl.Result{}, err

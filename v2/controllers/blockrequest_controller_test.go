@@ -137,9 +137,14 @@ func TestBlockRequestFailuresNameTheReason(t *testing.T) {
 		return nil
 	})
 
+	if err := env.Client.Create(context.Background(), lbPoolObject("lb", v4("198.51.100.0/28"))); err != nil {
+		t.Fatal(err)
+	}
+
 	for _, tc := range []struct {
 		name, node, pool, reason, message string
 	}{
+		{"a LoadBalancer pool", "node-1", "lb", vcoilv2.ReasonPoolNotForPods, `address pool "lb" serves LoadBalancer addresses, not pods`},
 		{"an exhausted pool", "node-1", "tiny", vcoilv2.ReasonPoolExhausted, `all 1 blocks of address pool "tiny" are allocated`},
 		{"a pool that does not exist", "node-1", "nope", vcoilv2.ReasonPoolNotFound, `address pool "nope" does not exist`},
 		{"a pool being deleted", "node-1", "deleting", vcoilv2.ReasonPoolDeleting, `address pool "deleting" is being deleted`},
@@ -155,6 +160,10 @@ func TestBlockRequestFailuresNameTheReason(t *testing.T) {
 				t.Fatalf("failed request also completed: %+v", r.Status)
 			}
 		})
+	}
+	var blocks vcoilv2.AddressBlockList
+	if err := env.Client.List(context.Background(), &blocks, client.MatchingLabels{vcoilv2.LabelPool: "lb"}); err != nil || len(blocks.Items) != 0 {
+		t.Fatalf("blocks of the LoadBalancer pool: %d (%v), want none", len(blocks.Items), err)
 	}
 }
 

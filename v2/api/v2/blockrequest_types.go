@@ -26,7 +26,8 @@ type BlockRequestStatus struct {
 	AddressBlockName string `json:"addressBlockName,omitempty"`
 
 	// Conditions: Complete (the block exists and is the node's) or Failed
-	// (with reason PoolExhausted, PoolNotFound, PoolDeleting or NodeNotFound).
+	// (with reason PoolExhausted, PoolNotFound, PoolDeleting, PoolNotForPods
+	// or NodeNotFound).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -43,6 +44,9 @@ const (
 	ReasonPoolNotFound  = "PoolNotFound"
 	ReasonPoolDeleting  = "PoolDeleting"
 	ReasonNodeNotFound  = "NodeNotFound"
+	// ReasonPoolNotForPods: the pool is a LoadBalancer pool, whose addresses
+	// go to Services and are never carved into blocks.
+	ReasonPoolNotForPods = "PoolNotForPods"
 )
 
 // BlockRequest asks vcoil-controller for a new AddressBlock of a pool for a
