@@ -379,6 +379,9 @@ func allocationError(pool, namespace string, err error) error {
 		return cniError(cnirpc.ErrorCode_POOL_EXHAUSTED, err.Error(), "address pool %q (%s) has no free block", pool, from)
 	case errors.Is(err, nodeipam.ErrPoolDeleting):
 		return cniError(cnirpc.ErrorCode_POOL_NOT_FOUND, err.Error(), "address pool %q (%s) is being deleted", pool, from)
+	case errors.Is(err, nodeipam.ErrPoolNotForPods):
+		// There is no pod pool of that name: the same code as a missing one.
+		return cniError(cnirpc.ErrorCode_POOL_NOT_FOUND, err.Error(), "address pool %q (%s) serves LoadBalancer addresses, not pods", pool, from)
 	case errors.Is(err, nodeipam.ErrTimeout), errors.Is(err, nodeipam.ErrNotReady), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, err.Error(), "no address from pool %q yet", pool)
 	}

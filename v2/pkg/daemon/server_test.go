@@ -59,7 +59,13 @@ func createPoolsAndNamespaces(_ context.Context, e *testenv.Env) (func(), error)
 	}); err != nil {
 		return nil, err
 	}
-	for name, pool := range map[string]string{"plain": "", "dmz": "public", "broken": "nope"} {
+	if err := e.Client.Create(c, &vcoilv2.AddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec:       vcoilv2.AddressPoolSpec{Usage: vcoilv2.UsageLoadBalancer, BlockSizeBits: 5, Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To("198.51.100.0/28")}}},
+	}); err != nil {
+		return nil, err
+	}
+	for name, pool := range map[string]string{"plain": "", "dmz": "public", "broken": "nope", "services": "lb"} {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if pool != "" {
 			ns.Annotations = map[string]string{vcoilv2.AnnotationPool: pool}
@@ -276,6 +282,25 @@ func TestPoolComesFromTheNamespaceAnnotation(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(n.srv.metrics.errors.WithLabelValues("ADD", "102")); got != 1 {
 		t.Fatalf("errors_total{ADD,102} = %v, want 1", got)
+	}
+}
+
+func TestAPodOfALoadBalancerPoolIsToldWhy(t *testing.T) {
+	ensureNode(t, "node-b")
+	n := startNode(t, "node-b", t.TempDir(), newFakeDataplane())
+	_, err := n.srv.Add(context.Background(), n.args("d1000001", "services"))
+	if cniCode(err) != cnirpc.ErrorCode_POOL_NOT_FOUND {
+		t.Fatalf("pod of a namespace naming a LoadBalancer pool: %v, want POOL_NOT_FOUND", err)
+	}
+	ce := cni.FromRPCError(err, 0)
+	if want := `address pool "lb" (the pool named by annotation vcoil.io/pool of namespace "services") serves LoadBalancer addresses, not pods`; ce.Msg != want {
+		t.Fatalf("message = %q, want %q", ce.Msg, want)
+	}
+	if !strings.Contains(ce.Details, vcoilv2.ReasonPoolNotForPods) {
+		t.Fatalf("details = %q, want the reason %s", ce.Details, vcoilv2.ReasonPoolNotForPods)
+	}
+	if _, found, _ := n.srv.store.Get("d1000001", "eth0"); found {
+		t.Fatal("a failed ADD left a checkpoint entry")
 	}
 }
 

@@ -28,11 +28,13 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
 
-// Errors callers decide on. A *RequestFailedError wraps the first three.
+// Errors callers decide on. A *RequestFailedError wraps the first four.
 var (
 	ErrPoolNotFound  = errors.New("address pool not found")
 	ErrPoolExhausted = errors.New("address pool exhausted")
 	ErrPoolDeleting  = errors.New("address pool is being deleted")
+	// ErrPoolNotForPods means the pool gives LoadBalancer addresses.
+	ErrPoolNotForPods = errors.New("address pool does not serve pods")
 	// ErrNotReady means the node subnet is not acquired yet.
 	ErrNotReady = errors.New("node IPAM is not ready")
 	// ErrTimeout means no block arrived in time; the caller may retry.
@@ -58,6 +60,8 @@ func (e *RequestFailedError) Unwrap() error {
 		return ErrPoolExhausted
 	case vcoilv2.ReasonPoolDeleting:
 		return ErrPoolDeleting
+	case vcoilv2.ReasonPoolNotForPods:
+		return ErrPoolNotForPods
 	}
 	return nil
 }
