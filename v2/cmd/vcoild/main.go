@@ -57,6 +57,8 @@ type flags struct {
 // serviceFlags configure the service proxy (docs/services.md).
 type serviceFlags struct {
 	enabled, removeKubeProxyTables bool
+	lbAnnounce                     bool
+	lbExportProtocol               int
 	nodePortAddresses              []string
 	minSyncPeriod, syncPeriod      time.Duration
 	healthAddr, statusAddr         string
@@ -112,6 +114,8 @@ func main() {
 	f.services.conntrack = conntrack.DefaultConfig()
 	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy (Linux dataplane only)")
 	fs.BoolVar(&f.services.removeKubeProxyTables, "remove-kube-proxy-tables", false, "at start, delete the nftables tables kube-proxy leaves behind (for a migration)")
+	fs.BoolVar(&f.services.lbAnnounce, "lb-announce", true, "announce the LoadBalancer addresses this node serves, as /32 and /128 routes in --export-table (for BIRD); false withdraws them")
+	fs.IntVar(&f.services.lbExportProtocol, "lb-export-protocol", routes.DefaultLBProtocol, "route protocol number marking the announced LoadBalancer addresses in --export-table; must differ from --export-protocol and from the pod routes' (31)")
 	fs.StringSliceVar(&f.services.nodePortAddresses, "nodeport-addresses", nil, "CIDRs whose node addresses serve NodePorts (default: the node's primary address of each family)")
 	fs.DurationVar(&f.services.minSyncPeriod, "service-min-sync-period", constants.ServiceMinSyncPeriod, "least time between two syncs of the service rules; changes arriving sooner are batched")
 	fs.DurationVar(&f.services.syncPeriod, "service-sync-period", constants.ServiceSyncPeriod, "period of the full resync of the service rules")
@@ -172,6 +176,12 @@ func run(ctx context.Context, f flags) error {
 	if f.nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
+	// Each exporter of the export table removes every route of its
+	// protocol that it did not ask for: with one protocol, the blocks'
+	// and the LoadBalancer addresses' would remove each other's.
+	if p := f.services.lbExportProtocol; p == f.exportProtocol || p == constants.PodRouteProtocol {
+		return fmt.Errorf("--lb-export-protocol %d: must differ from --export-protocol (%d) and from the pod routes' protocol (%d)", p, f.exportProtocol, constants.PodRouteProtocol)
+	}
 	log := ctrl.Log.WithName("setup")
 	scheme, err := kubescheme.New()
 	if err != nil {
@@ -220,6 +230,13 @@ func run(ctx context.Context, f flags) error {
 	}
 	if err := proxy.RemoveTables(ctx, f.netns, !services && f.dataplane == "linux", f.services.removeKubeProxyTables, ctrl.Log.WithName("services")); err != nil {
 		return err
+	}
+	if !services || !f.services.lbAnnounce {
+		// A node that stopped serving (or announcing) must stop attracting
+		// the traffic of what it announced before.
+		if err := proxy.WithdrawLoadBalancers(ctx, f.lbExport(), ctrl.Log.WithName("services")); err != nil {
+			return err
+		}
 	}
 	if services {
 		opts, err := f.services.options(f)
@@ -338,6 +355,12 @@ func serviceProxyOn(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 	return true, nil
 }
 
+// lbExport places the announced LoadBalancer addresses: the blocks' export
+// table, the LoadBalancer protocol.
+func (f flags) lbExport() routes.ExporterConfig {
+	return routes.ExporterConfig{Netns: f.netns, Table: f.exportTable, Protocol: f.services.lbExportProtocol, What: proxy.LBRoutes}
+}
+
 func (s serviceFlags) options(f flags) (proxy.Options, error) {
 	o := proxy.Options{
 		NodeName: f.nodeName, Netns: f.netns, PodIfPrefix: linux.HostIfPrefix,
@@ -345,6 +368,7 @@ func (s serviceFlags) options(f flags) (proxy.Options, error) {
 		Conntrack: s.conntrack, Registry: metrics.Registry, Log: ctrl.Log.WithName("services"),
 	}
 	o.Conntrack.Netns = f.netns
+	o.AnnounceLoadBalancers, o.LBExport = s.lbAnnounce, f.lbExport()
 	o.Processor.MinSyncPeriod, o.Processor.SyncPeriod = s.minSyncPeriod, s.syncPeriod
 	for _, c := range s.nodePortAddresses {
 		p, err := netip.ParsePrefix(c)
