@@ -105,13 +105,11 @@ func (a *Announcer) Update(ctx context.Context, changes *service.Changes) error 
 
 // SetPools replaces the LoadBalancer pools' subnets and syncs the
 // exporter; the first call enables syncing (with no pool, nothing is
-// announced).
+// announced). It syncs even when the pools did not change, so that the
+// caller's retry of a failed sync does something.
 func (a *Announcer) SetPools(ctx context.Context, pools []netip.Prefix) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.havePools && slices.Equal(pools, a.pools) {
-		return nil
-	}
 	a.pools, a.havePools = slices.Clone(pools), true
 	return a.syncLocked(ctx)
 }
