@@ -21,7 +21,8 @@ type AddressPoolSpec struct {
 	// BlockSizeBits is the size of each address block as a power of two:
 	// blocks hold 2^blockSizeBits addresses of each family (5 gives IPv4 /27
 	// and IPv6 /123 blocks). At most 16. Immutable. The pool named "default"
-	// needs at least 2: its blocks hold node subnets.
+	// needs at least 2: its blocks hold node subnets. LoadBalancer pools
+	// give single addresses and ignore it.
 	//
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=0
@@ -76,11 +77,13 @@ type AddressPoolStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// BlocksMax is the number of blocks the pool's subnets can hold.
+	// BlocksMax is the number of blocks the pool's subnets can hold (0 for
+	// a LoadBalancer pool).
 	// +optional
 	BlocksMax int64 `json:"blocksMax"`
 
-	// BlocksAllocated is the number of AddressBlocks carved from the pool.
+	// BlocksAllocated is the number of AddressBlocks carved from the pool
+	// (0 for a LoadBalancer pool).
 	// +optional
 	BlocksAllocated int64 `json:"blocksAllocated"`
 
@@ -111,7 +114,8 @@ type AddressPoolStatus struct {
 
 // Condition types and reasons of an AddressPool.
 const (
-	// PoolAvailable is True while at least one block of the pool is free.
+	// PoolAvailable is True while at least one block of the pool (of a
+	// LoadBalancer pool: one address) is free.
 	PoolAvailable = "Available"
 
 	ReasonBlocksFree = "BlocksFree"
@@ -132,9 +136,11 @@ const (
 // +kubebuilder:resource:scope=Cluster,categories=vcoil
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Usage",type=string,JSONPath=`.spec.usage`
-// +kubebuilder:printcolumn:name="Block Size Bits",type=integer,JSONPath=`.spec.blockSizeBits`
-// +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.blocksAllocated`
-// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.status.blocksMax`
+// +kubebuilder:printcolumn:name="Block Size Bits",type=integer,JSONPath=`.spec.blockSizeBits`,priority=1
+// +kubebuilder:printcolumn:name="Blocks",type=integer,JSONPath=`.status.blocksAllocated`
+// +kubebuilder:printcolumn:name="Max Blocks",type=integer,JSONPath=`.status.blocksMax`
+// +kubebuilder:printcolumn:name="Addresses",type=integer,JSONPath=`.status.addressesAllocated`
+// +kubebuilder:printcolumn:name="Max Addresses",type=integer,JSONPath=`.status.addressesMax`
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AddressPool struct {
