@@ -8,13 +8,14 @@
 //	lab kubectl ARGS...
 //	lab demo | demo-matrix
 //	lab bench-services [--sizes 1000,5000,10000] [--out _out/bench]   (vcoil's renderer beside kube-proxy)
-//	lab router --kubeconfig FILE   (run by lab up in the fabric namespace)
+//	lab router --kubeconfig FILE [--peer NETNS=IP[,IP]]...   (run by lab up in the fabric namespace)
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -199,22 +200,49 @@ func accessCommands(cfg *cluster.Config, root *cobra.Command) []*cobra.Command {
 // namespace; it is hidden from users.
 func routerCommand() *cobra.Command {
 	var kubeconfig string
+	var peerFlags []string
 	cmd := &cobra.Command{
-		Use:    "router --kubeconfig FILE",
-		Short:  "keep the fabric's routes to pod blocks (run by up inside the fabric namespace)",
+		Use:    "router --kubeconfig FILE [--peer NETNS=IP[,IP]]...",
+		Short:  "keep the fabric's routes to pod blocks and LoadBalancer addresses (run by up inside the fabric namespace)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			ctrl.SetLogger(zap.New())
+			peers, err := parsePeers(peerFlags)
+			if err != nil {
+				return err
+			}
 			rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 			if err != nil {
 				return err
 			}
-			return router.Run(ctrl.SetupSignalHandler(), rc, ctrl.Log.WithName("router"))
+			return router.Run(ctrl.SetupSignalHandler(), rc, peers, ctrl.Log.WithName("router"))
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the router")
+	cmd.Flags().StringArrayVar(&peerFlags, "peer", nil, "a node whose export table (119, protocol 32) the router reads: its network namespace's path = its InternalIPs, comma-separated (repeatable)")
 	return cmd
+}
+
+// parsePeers reads --peer NETNS=IP[,IP] values.
+func parsePeers(values []string) ([]router.Peer, error) {
+	peers := make([]router.Peer, 0, len(values))
+	for _, v := range values {
+		path, ips, ok := strings.Cut(v, "=")
+		if !ok || path == "" {
+			return nil, fmt.Errorf("--peer %q: want NETNS=IP[,IP]", v)
+		}
+		p := router.Peer{Netns: path}
+		for _, s := range strings.Split(ips, ",") {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return nil, fmt.Errorf("--peer %q: %w", v, err)
+			}
+			p.NextHops = append(p.NextHops, a)
+		}
+		peers = append(peers, p)
+	}
+	return peers, nil
 }
 
 // demoCommands deploy the sample application and show its connectivity.

@@ -2,8 +2,11 @@
 // BIRD (or a top-of-rack router) plays in production: it watches the
 // AddressBlocks in the apiserver and keeps one route per block, via the
 // InternalIP of the block's node, in the fabric namespace's main table. With
-// it, traffic from a pod to the external host finds its way back. It runs
-// inside the fabric namespace (lab router) and touches only that namespace.
+// it, traffic from a pod to the external host finds its way back. It also
+// learns the LoadBalancer addresses the nodes export (LBRouter), as BIRD
+// would from each node's export table, and routes each across all the
+// nodes announcing it. It runs inside the fabric namespace (lab router) and
+// changes only that namespace; the nodes' namespaces it only reads.
 package router
 
 import (
@@ -67,9 +70,23 @@ func DesiredRoutes(blocks []vcoilv2.AddressBlock, nodes []corev1.Node) map[netip
 	return out
 }
 
-// Run keeps the routes until ctx ends. It starts before vcoil's CRDs exist
-// and outlives apiserver hiccups: every failure is retried after a pause.
-func Run(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
+// Run keeps the routes of the blocks and of the LoadBalancer addresses the
+// peers export until ctx ends, in the namespace it runs in. It starts before
+// vcoil's CRDs exist and outlives apiserver hiccups: every failure is
+// retried after a pause.
+func Run(ctx context.Context, cfg *rest.Config, peers []Peer, log logr.Logger) error {
+	fabric, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("netlink handle of the fabric: %w", err)
+	}
+	defer fabric.Close()
+	lb := NewLBRouter(fabric, peers, log.WithName("lb"))
+	lbDone := make(chan struct{})
+	go func() {
+		defer close(lbDone)
+		lb.Run(ctx, LBPeriod)
+	}()
+	defer func() { <-lbDone }()
 	for {
 		err := runOnce(ctx, cfg, log)
 		if ctx.Err() != nil {
