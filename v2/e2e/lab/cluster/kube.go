@@ -161,24 +161,32 @@ func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
 	return apply(ctx, cl, rest)
 }
 
-// createDefaultPool makes the default AddressPool once vcoil-controller's
-// webhook answers.
-func createDefaultPool(ctx context.Context, cl client.Client) error {
-	pool := &vcoilv2.AddressPool{
+// createDefaultPools makes the default AddressPool of the pods and the
+// default LoadBalancer pool once vcoil-controller's webhook answers.
+func createDefaultPools(ctx context.Context, cl client.Client) error {
+	pools := []*vcoilv2.AddressPool{{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec: vcoilv2.AddressPoolSpec{
 			BlockSizeBits: topology.BlockSizeBits,
 			Subnets:       []vcoilv2.SubnetSet{{IPv4: ptr.To(topology.PodPool.String())}},
 		},
-	}
-	if err := poll.Until(ctx, 3*time.Minute, pollInterval, func(ctx context.Context) error {
-		err := cl.Create(ctx, pool.DeepCopy())
-		if err == nil || strings.Contains(err.Error(), "already exists") {
-			return nil
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Name: vcoilv2.DefaultLBPool},
+		Spec: vcoilv2.AddressPoolSpec{
+			Usage:   vcoilv2.UsageLoadBalancer,
+			Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To(topology.LBPool.String())}},
+		},
+	}}
+	for _, pool := range pools {
+		if err := poll.Until(ctx, 3*time.Minute, pollInterval, func(ctx context.Context) error {
+			err := cl.Create(ctx, pool.DeepCopy())
+			if err == nil || strings.Contains(err.Error(), "already exists") {
+				return nil
+			}
+			return err
+		}); err != nil {
+			return fmt.Errorf("AddressPool %s created (vcoil-controller's webhook answering): %w", pool.Name, err)
 		}
-		return err
-	}); err != nil {
-		return fmt.Errorf("AddressPool default created (vcoil-controller's webhook answering): %w", err)
 	}
 	return nil
 }

@@ -11,7 +11,9 @@ import (
 // and routes between it and the external network 203.0.113.0/24, where the
 // external host lives. Every link is a veth pair made inside the fabric
 // namespace with its other end moved into a lab namespace: nothing is ever
-// created in the machine's root namespace.
+// created in the machine's root namespace. The fabric hashes multipath
+// routes (the LoadBalancer addresses that several nodes announce) on the
+// ports too, so that the connections of one client spread over the nodes.
 func (c Config) buildNetwork() error {
 	topo := c.Topology
 	for _, ns := range topo.Netns() {
@@ -29,6 +31,9 @@ func (c Config) buildNetwork() error {
 		ip(fabric, "addr", "add", fmt.Sprintf("%s/%d", topology.FabricIP, bits), "dev", "br0"),
 		ip(fabric, "link", "set", "br0", "up"),
 		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
+		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.fib_multipath_hash_policy=1"),
+		// -e: a kernel without IPv6 has no such key.
+		inNetns(fabric, "sysctl", "-q", "-e", "-w", "net.ipv6.fib_multipath_hash_policy=1"),
 	}
 	// attach puts ns on the bridge with address addr, routed via the fabric.
 	attach := func(ns, port string, addr string) {

@@ -69,7 +69,7 @@ func (c Config) Up(ctx context.Context) error {
 		return err
 	}
 	done()
-	done = c.step("fabric router (routes to pod blocks, as BIRD would) and the external host's agent")
+	done = c.step("fabric router (routes to pod blocks and LoadBalancer addresses, as BIRD would) and the external host's agent")
 	if err := c.startRouterAndAgent(); err != nil {
 		return err
 	}
@@ -224,17 +224,22 @@ func (c Config) startNodes(ctx context.Context, cl client.Client, runtimes <-cha
 }
 
 // startRouterAndAgent starts the fabric's router, which routes to the pod
-// blocks as BIRD would, and the network test agent on the external host.
+// blocks and to the LoadBalancer addresses the nodes export (it reads every
+// node's namespace) as BIRD would, and the network test agent on the
+// external host.
 func (c Config) startRouterAndAgent() error {
-	if err := c.start(daemon{name: "router", netns: topology.FabricNetns,
-		args: []string{c.Self, "router", "--kubeconfig", c.path("router.kubeconfig")}}); err != nil {
+	args := []string{c.Self, "router", "--kubeconfig", c.path("router.kubeconfig")}
+	for _, n := range c.Topology.NodeList() {
+		args = append(args, "--peer", netnsPath(n.Netns)+"="+n.IP.String())
+	}
+	if err := c.start(daemon{name: "router", netns: topology.FabricNetns, args: args}); err != nil {
 		return err
 	}
 	return c.start(daemon{name: "external-agent", netns: topology.ExternalNetns, uts: c.utsNS(externalHostname),
 		args: []string{c.Agent, "serve", "--tcp", fmt.Sprint(topology.AgentTCPPort), "--udp", fmt.Sprint(topology.AgentUDPPort), "--http", fmt.Sprint(topology.AgentHTTPPort)}})
 }
 
-// deployVcoil applies vcoil's overlay and the default pool, and waits until
+// deployVcoil applies vcoil's overlay and the default pools, and waits until
 // the controller, every vcoild and every node are ready.
 func (c Config) deployVcoil(ctx context.Context, cl client.Client) error {
 	if err := c.installVcoil(ctx, cl); err != nil {
@@ -245,7 +250,7 @@ func (c Config) deployVcoil(ctx context.Context, cl client.Client) error {
 	if err := waitDeployment(ctx, cl, "kube-system", "vcoil-controller", 3*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
-	if err := createDefaultPool(ctx, cl); err != nil {
+	if err := createDefaultPools(ctx, cl); err != nil {
 		return err
 	}
 	if err := waitDaemonSet(ctx, cl, "kube-system", "vcoil-daemon", int32(c.Topology.Nodes), 3*time.Minute); err != nil {

@@ -421,6 +421,7 @@ func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir, agent s
 	w("VCOIL_LAB_NODE_IPS", strings.Join(ips, ","))
 	w("VCOIL_LAB_SERVICE_CIDR", topology.ServiceCIDR.String())
 	w("VCOIL_LAB_POD_POOL", topology.PodPool.String())
+	w("VCOIL_LAB_LB_POOL", topology.LBPool.String())
 	w("VCOIL_LAB_DNS_IP", topology.DNSServiceIP.String())
 	// The settings of the e2e suite (v2/e2e/suite).
 	w("VCOIL_E2E_KUBECONFIG", kubeconfig)

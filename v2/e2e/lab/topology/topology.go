@@ -8,6 +8,8 @@
 //
 //	198.18.0.0/24   the fabric: .1 the fabric router, .2 the control plane, .11... the nodes
 //	198.18.16.0/20  Service ClusterIPs (.1 kubernetes, .10 cluster DNS)
+//	198.18.32.0/24  the default LoadBalancer AddressPool (default-lb)
+//	198.18.64.0/24  left free: the e2e suite's own small pools
 //	198.19.0.0/16   the default AddressPool (blocks of 32 addresses)
 //	203.0.113.0/24  the external network: .1 the fabric, .10 the external host
 package topology
@@ -40,6 +42,10 @@ var (
 	DNSServiceIP = netip.MustParseAddr("198.18.16.10")
 
 	PodPool = netip.MustParsePrefix("198.19.0.0/16")
+	// LBPool is the default-lb AddressPool's: Services of type
+	// LoadBalancer get their addresses from it, and the fabric router
+	// learns them from the nodes that announce them.
+	LBPool = netip.MustParsePrefix("198.18.32.0/24")
 )
 
 const (

@@ -35,7 +35,10 @@ func TestNodeCountIsBounded(t *testing.T) {
 
 func TestRangesDoNotOverlapAndAvoidTheMachinesNetwork(t *testing.T) {
 	machine := netip.MustParsePrefix("192.0.2.0/24")
-	ranges := []netip.Prefix{FabricNet, ExternalNet, ServiceCIDR, PodPool}
+	// The e2e suite's own small pools use 198.18.64.0/24 (its default
+	// VCOIL_E2E_SPARE_CIDR).
+	suiteSpare := netip.MustParsePrefix("198.18.64.0/24")
+	ranges := []netip.Prefix{FabricNet, ExternalNet, ServiceCIDR, PodPool, LBPool, suiteSpare}
 	for i, a := range ranges {
 		if a.Overlaps(machine) {
 			t.Errorf("%s overlaps the machine's network", a)
