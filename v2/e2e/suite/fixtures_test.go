@@ -272,7 +272,8 @@ func hostPortAddr(a netip.Addr, port int) string {
 	return netip.AddrPortFrom(a, uint16(port)).String()
 }
 
-// service creates a ClusterIP or NodePort service from port to targetPort.
+// service creates a ClusterIP, NodePort or LoadBalancer service from port
+// to targetPort.
 func (k *cluster) service(t *testing.T, ns, svcName string, selector map[string]string, port, target int, typ corev1.ServiceType, local bool) *corev1.Service {
 	t.Helper()
 	s := &corev1.Service{

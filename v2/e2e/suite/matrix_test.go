@@ -63,17 +63,7 @@ func TestConnectivityMatrix(t *testing.T) {
 	by, why := k.serviceProxy(t, w)
 	serviceRows(t, k, w, by, why)
 
-	for _, name := range []string{
-		"pod -> own external LB, no remap, policy=local", "pod -> own external LB, no remap, same VM",
-		"pod -> own external LB, no remap, other VM", "pod -> own external LB, remap, policy=local",
-		"pod -> own external LB, remap, same VM", "pod -> own external LB, remap, other VM",
-		"VM -> external LB",
-		"public -> external LB, no remap, policy=local", "public -> external LB, no remap, policy=global",
-		"public -> external LB, remap, policy=local", "public -> external LB, remap, policy=global",
-		"public -> external LB, manual backend",
-	} {
-		listed(groupMatrix, name, statusNotImplemented, "vcoil implements no LoadBalancer addresses yet")
-	}
+	loadBalancerRows(t, k, w, by)
 	publicNodePortRows(t, k, w, by, why)
 }
 
@@ -253,7 +243,7 @@ func publicNodePortRows(t *testing.T, k *cluster, w *world, by, why string) {
 	// a2 runs on node A, b1 on node B (serviceRows labelled them).
 	local := k.service(t, w.ns, "p-local", map[string]string{"grp-other-same": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, true)
 	global := k.service(t, w.ns, "p-global", map[string]string{"grp-other-other": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, false)
-	manual := k.manualService(t, w.ns, "p-manual", podIP(w.b1), portHTTP)
+	manual := k.manualService(t, w.ns, "p-manual", corev1.ServiceTypeNodePort, podIP(w.b1), portHTTP)
 	nodePort := map[string]int32{}
 	poll.Eventually(t, time.Minute, func() error {
 		for _, s := range []*corev1.Service{local, global, manual} {
@@ -312,14 +302,14 @@ func publicNodePortRows(t *testing.T, k *cluster, w *world, by, why string) {
 	})
 }
 
-// manualService is a NodePort service without selector whose one endpoint,
-// addr:port, the suite writes itself ("manual backend").
-func (k *cluster) manualService(t *testing.T, ns, name string, addr netip.Addr, port int) *corev1.Service {
+// manualService is a NodePort or LoadBalancer service without selector
+// whose one endpoint, addr:port, the suite writes itself ("manual backend").
+func (k *cluster) manualService(t *testing.T, ns, name string, typ corev1.ServiceType, addr netip.Addr, port int) *corev1.Service {
 	t.Helper()
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.ServiceSpec{
-			Type:  corev1.ServiceTypeNodePort,
+			Type:  typ,
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt(port)}},
 		},
 	}
