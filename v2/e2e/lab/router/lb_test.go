@@ -239,3 +239,63 @@ func TestRunLearnsAnAnnouncementWithinAFewPeriods(t *testing.T) {
 		return nil
 	})
 }
+
+// The route the router writes carries traffic: with the lab's L4 multipath
+// hash in the fabric, the connections of one external client to an address
+// both nodes announce reach both nodes.
+func TestConnectionsFromOneClientSpreadOverTheAnnouncingNodes(t *testing.T) {
+	l := newLab(t)
+	l.fabric.Sysctl("net.ipv4.ip_forward", "1")
+	l.fabric.Sysctl("net.ipv4.fib_multipath_hash_policy", "1")
+	ext := netnstest.New(t, "ext")
+	netnstest.Veth(t, l.fabric, "ext0", ext, "eth0")
+	l.fabric.AddAddr("ext0", "203.0.113.1/24")
+	ext.AddAddr("eth0", "203.0.113.10/24")
+	ext.IP("route", "add", "default", "via", "203.0.113.1")
+	accepted := make([]chan struct{}, len(l.nodes))
+	for i, n := range l.nodes {
+		// The node serves the address itself, as vcoild's DNAT would.
+		n.IP("addr", "add", "198.18.32.5/32", "dev", "lo")
+		n.IP("route", "add", "default", "via", "198.18.0.1")
+		announce(n, "198.18.32.5/32")
+		ln := n.Listen("tcp4", "198.18.32.5:8080")
+		accepted[i] = make(chan struct{}, 64)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted[i] <- struct{}{}
+				c.Close()
+			}
+		}()
+	}
+	l.sync(t)
+	const conns = 32
+	for range conns {
+		c, err := ext.Dial(t.Context(), "tcp4", "198.18.32.5:8080")
+		if err != nil {
+			t.Fatalf("external client to 198.18.32.5:8080: %v", err)
+		}
+		c.Close()
+	}
+	// Every connection was accepted by one node or the other.
+	counts := make([]int, len(l.nodes))
+	poll.Eventually(t, 5*time.Second, func() error {
+		for i := range accepted {
+			for len(accepted[i]) > 0 {
+				<-accepted[i]
+				counts[i]++
+			}
+		}
+		if counts[0]+counts[1] != conns {
+			return fmt.Errorf("accepted %v of %d connections", counts, conns)
+		}
+		return nil
+	})
+	// With the ports hashed, all 32 on one node has odds of 2^-31.
+	if counts[0] == 0 || counts[1] == 0 {
+		t.Errorf("connections per node %v: the multipath route did not spread them", counts)
+	}
+}
