@@ -17,6 +17,22 @@ type Options struct {
 	Webhooks bool
 	// Metrics receives the pool gauges.
 	Metrics *PoolMetrics
+	// LoadBalancer configures the addresses of Services of type
+	// LoadBalancer.
+	LoadBalancer LoadBalancerOptions
+}
+
+// LoadBalancerOptions configure the LoadBalancer address allocator.
+type LoadBalancerOptions struct {
+	// Enabled gives Services of type LoadBalancer addresses from
+	// LoadBalancer pools (and keeps those pools).
+	Enabled bool
+	// ClassOnly serves only Services whose loadBalancerClass is
+	// vcoil.io/lb, leaving those without a class to another implementation.
+	ClassOnly bool
+	// DefaultPool is the pool of Services without the vcoil.io/lb-pool
+	// annotation.
+	DefaultPool string
 }
 
 // Leader election and the webhook certificate live in the controller's own
@@ -35,6 +51,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.NodeGCInterval <= 0 || opts.BlockRequestConcurrency <= 0 || opts.Metrics == nil {
 		return fmt.Errorf("controller options need a positive GC interval, a positive concurrency and metrics: %+v", opts)
 	}
+	if opts.LoadBalancer.Enabled && opts.LoadBalancer.DefaultPool == "" {
+		return fmt.Errorf("the LoadBalancer allocator needs a default pool name")
+	}
 	if err := (&BlockRequestReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -51,6 +70,19 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Interval:  opts.NodeGCInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the node garbage collector: %w", err)
+	}
+	if opts.LoadBalancer.Enabled {
+		if err := (&LoadBalancerReconciler{
+			Client:      mgr.GetClient(),
+			Recorder:    mgr.GetEventRecorder("vcoil-controller"),
+			ClassOnly:   opts.LoadBalancer.ClassOnly,
+			DefaultPool: opts.LoadBalancer.DefaultPool,
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the LoadBalancer address reconciler: %w", err)
+		}
+		if err := (&LoadBalancerPoolReconciler{Client: mgr.GetClient(), Metrics: opts.Metrics}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the LoadBalancer pool reconciler: %w", err)
+		}
 	}
 	if opts.Webhooks {
 		if err := (&AddressPoolWebhook{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {

@@ -1,6 +1,7 @@
 // Command vcoil-controller answers BlockRequests with AddressBlocks, keeps
-// AddressPools and their metrics, collects the blocks of deleted nodes and
-// serves the AddressPool webhooks. See docs/vcoil-controller.md.
+// AddressPools and their metrics, collects the blocks of deleted nodes,
+// gives Services of type LoadBalancer their addresses and serves the
+// AddressPool webhooks. See docs/vcoil-controller.md.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/controllers"
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
@@ -35,6 +37,9 @@ type flags struct {
 	gcInterval                time.Duration
 	concurrency               int
 	webhookSecret, webhookSvc string
+	lb                        bool
+	lbClassOnly               bool
+	defaultLBPool             string
 }
 
 func main() {
@@ -62,6 +67,9 @@ func main() {
 	fs.IntVar(&f.concurrency, "block-request-concurrency", constants.BlockRequestConcurrency, "number of BlockRequests answered at once")
 	fs.StringVar(&f.webhookSecret, "webhook-cert-secret", constants.WebhookCertSecret, "Secret holding the webhook certificate (with --self-signed-cert)")
 	fs.StringVar(&f.webhookSvc, "webhook-service", constants.WebhookService, "Service in front of the webhook server; its DNS names go into the certificate")
+	fs.BoolVar(&f.lb, "lb", true, "give Services of type LoadBalancer addresses from LoadBalancer AddressPools")
+	fs.BoolVar(&f.lbClassOnly, "lb-class-only", false, "serve only LoadBalancer Services whose loadBalancerClass is "+vcoilv2.LoadBalancerClass+", not those without a class")
+	fs.StringVar(&f.defaultLBPool, "default-lb-pool", vcoilv2.DefaultLBPool, "LoadBalancer AddressPool of Services without the "+vcoilv2.AnnotationLBPool+" annotation")
 	goFlags := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	fs.AddGoFlagSet(goFlags)
@@ -134,6 +142,11 @@ func run(ctx context.Context, f flags) error {
 		BlockRequestConcurrency: f.concurrency,
 		Webhooks:                true,
 		Metrics:                 poolMetrics,
+		LoadBalancer: controllers.LoadBalancerOptions{
+			Enabled:     f.lb,
+			ClassOnly:   f.lbClassOnly,
+			DefaultPool: f.defaultLBPool,
+		},
 	}); err != nil {
 		return err
 	}
@@ -145,6 +158,7 @@ func run(ctx context.Context, f flags) error {
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return err
 	}
-	log.Info("starting vcoil-controller", "leaderElect", f.leaderElect, "namespace", f.namespace)
+	log.Info("starting vcoil-controller", "leaderElect", f.leaderElect, "namespace", f.namespace,
+		"lb", f.lb, "lbClassOnly", f.lbClassOnly, "defaultLBPool", f.defaultLBPool)
 	return mgr.Start(ctx)
 }
