@@ -245,8 +245,10 @@ func (r *LoadBalancerReconciler) rebuild(ctx context.Context, pools lbPools) err
 }
 
 // reconcileUnserved handles a Service vcoil does not serve. One that is no
-// longer of type LoadBalancer loses the vcoil addresses it held (the
-// apiserver does not clear the status on a type change). One of type
+// longer of type LoadBalancer loses the vcoil addresses it held: the
+// apiserver clears status.loadBalancer on such a type change (the test
+// shows it), and whatever status such a Service still shows (written by
+// hand, restored from a backup) loses vcoil's addresses here. One of type
 // LoadBalancer served by someone else is not touched, but addresses of vcoil
 // pools it shows stay taken, so that vcoil never gives them to another.
 func (r *LoadBalancerReconciler) reconcileUnserved(ctx context.Context, svc *corev1.Service, pools lbPools) error {

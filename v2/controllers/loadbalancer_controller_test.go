@@ -97,6 +97,13 @@ func createLBPool(t *testing.T, name string, subnets ...vcoilv2.SubnetSet) {
 
 type svcOpt func(*corev1.Service)
 
+func withFamilies(policy corev1.IPFamilyPolicy, fams ...corev1.IPFamily) svcOpt {
+	return func(s *corev1.Service) {
+		s.Spec.IPFamilyPolicy = ptr.To(policy)
+		s.Spec.IPFamilies = fams
+	}
+}
+
 func withClass(c string) svcOpt {
 	return func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To(c) }
 }
@@ -441,4 +448,34 @@ func TestLoadBalancerRestartKeepsAddressesAndResolvesDuplicateClaims(t *testing.
 	waitEvent(t, ns, "a-young", ReasonLBAddressConflict, ns+"/z-old")
 	stillIngress(t, ns, "z-old", "203.0.113.1")
 	stillIngress(t, ns, "y-old", "203.0.113.2")
+}
+
+func TestLoadBalancerGivesOneAddressPerFamily(t *testing.T) {
+	cleanAPIServer(t)
+	ns := lbNamespace(t)
+	createLBPool(t, vcoilv2.DefaultLBPool, dual("203.0.113.0/30", "fd00:1b::/126"))
+	createLBPool(t, "v4-only", v4("198.51.100.0/30"))
+	startLBController(t, LoadBalancerOptions{})
+
+	// IPv6 first in spec.ipFamilies; the status lists IPv4 first.
+	createLBService(t, ns, "dual", withFamilies(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol))
+	waitIngress(t, ns, "dual", "203.0.113.1", "fd00:1b::")
+	createLBService(t, ns, "v6", withFamilies(corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol))
+	waitIngress(t, ns, "v6", "fd00:1b::1")
+	// Requested: one per family from the annotation.
+	createLBService(t, ns, "requested", withFamilies(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol),
+		withAnnotation(vcoilv2.AnnotationLBIPs, "fd00:1b::3,203.0.113.2"))
+	waitIngress(t, ns, "requested", "203.0.113.2", "fd00:1b::3")
+	// A pool without IPv6: the IPv4 address is still given, with an Event
+	// for IPv6.
+	createLBService(t, ns, "half", withFamilies(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol),
+		withAnnotation(vcoilv2.AnnotationLBPool, "v4-only"))
+	waitIngress(t, ns, "half", "198.51.100.1")
+	waitEvent(t, ns, "half", ReasonLBFamilyNotInPool, "IPv6")
+	// IPv4 exhausted, IPv6 not: the Service gets its IPv6 address and an
+	// Event for IPv4.
+	createLBService(t, ns, "v4-full", withFamilies(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol))
+	waitIngress(t, ns, "v4-full", "fd00:1b::2")
+	waitEvent(t, ns, "v4-full", ReasonLBPoolExhausted, "IPv4")
+	waitLBPoolStatus(t, vcoilv2.DefaultLBPool, 2+4, 6, metav1.ConditionFalse, vcoilv2.ReasonExhausted)
 }

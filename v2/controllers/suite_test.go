@@ -29,7 +29,8 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{Webhooks: true}, &env, startWebhookServer)
+	// Dual-stack Services for the LoadBalancer allocator's family tests.
+	testenv.Main(m, testenv.Options{Webhooks: true, DualStackServices: true}, &env, startWebhookServer)
 }
 
 // startWebhookServer serves the AddressPool webhooks for every test.

@@ -45,7 +45,15 @@ type Env struct {
 type Options struct {
 	// Webhooks installs v2/config/webhook, pointed at Webhook's local server.
 	Webhooks bool
+	// DualStackServices gives the apiserver an IPv6 service range
+	// (DualStackServiceCIDR) after envtest's IPv4 one, so that Services may
+	// be IPv6 or dual-stack.
+	DualStackServices bool
 }
+
+// DualStackServiceCIDR is the apiserver's service range with
+// Options.DualStackServices: envtest's IPv4 range and an IPv6 one.
+const DualStackServiceCIDR = "10.0.0.0/24,fd00:10:96::/112"
 
 // RepoRoot finds the root of the vcoil module from the working directory.
 func RepoRoot() (string, error) {
@@ -150,6 +158,9 @@ func Start(opts Options) (*Env, error) {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			Paths: []string{filepath.Join(root, "v2", "config", "webhook", "manifests.yaml")},
 		}
+	}
+	if opts.DualStackServices {
+		env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", DualStackServiceCIDR)
 	}
 	cfg, err := env.Start()
 	if err != nil {
