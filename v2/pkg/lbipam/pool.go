@@ -170,7 +170,9 @@ func (p Pool) FirstFree(f Family, used []netip.Addr) (netip.Addr, error) {
 			sorted = append(sorted, a)
 		}
 	}
-	slices.SortFunc(sorted, netip.Addr.Compare)
+	if !slices.IsSortedFunc(sorted, netip.Addr.Compare) { // Table.Used is sorted already
+		slices.SortFunc(sorted, netip.Addr.Compare)
+	}
 	for _, s := range subnets {
 		first, last := autoRange(s)
 		cand := first

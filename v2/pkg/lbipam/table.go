@@ -12,11 +12,14 @@ import (
 type Table struct {
 	holder map[netip.Addr]string
 	held   map[string][]netip.Addr
+	// used is every held address per family, kept sorted, so that a
+	// search for a free address costs no sort (see BenchmarkAllocateNext).
+	used map[Family][]netip.Addr
 }
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	return &Table{holder: map[netip.Addr]string{}, held: map[string][]netip.Addr{}}
+	return &Table{holder: map[netip.Addr]string{}, held: map[string][]netip.Addr{}, used: map[Family][]netip.Addr{}}
 }
 
 // Holder is the Service holding a, if any.
@@ -39,6 +42,9 @@ func (t *Table) Assign(a netip.Addr, holder string) bool {
 		return false
 	}
 	t.holder[a] = holder
+	f := FamilyOf(a)
+	i, _ := slices.BinarySearchFunc(t.used[f], a, netip.Addr.Compare)
+	t.used[f] = slices.Insert(t.used[f], i, a)
 	addrs := append(t.held[holder], a)
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	t.held[holder] = addrs
@@ -54,6 +60,10 @@ func (t *Table) Keep(holder string, keep []netip.Addr) []netip.Addr {
 		} else {
 			released = append(released, a)
 			delete(t.holder, a)
+			f := FamilyOf(a)
+			if i, found := slices.BinarySearchFunc(t.used[f], a, netip.Addr.Compare); found {
+				t.used[f] = slices.Delete(t.used[f], i, i+1)
+			}
 		}
 	}
 	if len(kept) == 0 {
@@ -68,16 +78,7 @@ func (t *Table) Keep(holder string, keep []netip.Addr) []netip.Addr {
 func (t *Table) Release(holder string) []netip.Addr { return t.Keep(holder, nil) }
 
 // Used is every held address of family f, sorted, for Pool.FirstFree.
-func (t *Table) Used(f Family) []netip.Addr {
-	var out []netip.Addr
-	for a := range t.holder {
-		if FamilyOf(a) == f {
-			out = append(out, a)
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out
-}
+func (t *Table) Used(f Family) []netip.Addr { return slices.Clone(t.used[f]) }
 
 // Len is the number of held addresses.
 func (t *Table) Len() int { return len(t.holder) }

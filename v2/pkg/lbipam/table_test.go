@@ -27,9 +27,18 @@ func TestTableGivesAnAddressToOneHolder(t *testing.T) {
 	if released := tb.Keep("ns/one", []netip.Addr{b}); !reflect.DeepEqual(released, []netip.Addr{a}) {
 		t.Errorf("Keep released %v, want %v", released, a)
 	}
+	if got := tb.Used(IPv4); len(got) != 0 {
+		t.Errorf("Used(IPv4) after the release = %v, want none", got)
+	}
 	if !tb.Assign(a, "ns/two") {
 		t.Error("a released address could not be given again")
 	}
+	c := netip.MustParseAddr("203.0.113.0")
+	tb.Assign(c, "ns/three")
+	if got := tb.Used(IPv4); !reflect.DeepEqual(got, []netip.Addr{c, a}) {
+		t.Errorf("Used(IPv4) = %v, want %v sorted", got, []netip.Addr{c, a})
+	}
+	tb.Release("ns/three")
 	if released := tb.Release("ns/one"); !reflect.DeepEqual(released, []netip.Addr{b}) || tb.Len() != 1 {
 		t.Errorf("Release = %v, table holds %d; want %v and 1", released, tb.Len(), b)
 	}
