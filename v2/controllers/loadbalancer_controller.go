@@ -201,6 +201,11 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	desired, short := r.allocate(ctx, svc, pools)
 	if err := r.writeIngress(ctx, svc, desired, nil); err != nil {
+		// The table keeps both the old and the new addresses for the
+		// Service until a write succeeds, so none is given twice meanwhile.
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil // changed meanwhile: its event requeues it too
+		}
 		return ctrl.Result{}, err
 	}
 	if released := r.table.Keep(holder, desired); len(released) > 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,13 @@ import (
 // and returns a function that stops it.
 func startLBController(t *testing.T, lb LoadBalancerOptions) func() {
 	t.Helper()
+	stop, _ := startLBControllerWithMetrics(t, lb)
+	return stop
+}
+
+// startLBControllerWithMetrics also returns the registry of its gauges.
+func startLBControllerWithMetrics(t *testing.T, lb LoadBalancerOptions) (func(), *prometheus.Registry) {
+	t.Helper()
 	if lb.DefaultPool == "" {
 		lb.DefaultPool = vcoilv2.DefaultLBPool
 	}
@@ -41,7 +49,8 @@ func startLBController(t *testing.T, lb LoadBalancerOptions) func() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics, err := NewPoolMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	metrics, err := NewPoolMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +72,7 @@ func startLBController(t *testing.T, lb LoadBalancerOptions) func() {
 		}
 	}
 	t.Cleanup(stop)
-	return stop
+	return stop, reg
 }
 
 // lbNamespace creates a namespace for the test's Services and deletes them
@@ -336,11 +345,21 @@ func TestLoadBalancerPoolStatusAndFinalizer(t *testing.T) {
 	cleanAPIServer(t)
 	ns := lbNamespace(t)
 	createLBPool(t, vcoilv2.DefaultLBPool, v4("203.0.113.0/29"), v4("198.51.100.0/31"))
-	startLBController(t, LoadBalancerOptions{})
+	_, reg := startLBControllerWithMetrics(t, LoadBalancerOptions{})
 	waitLBPoolStatus(t, vcoilv2.DefaultLBPool, 6+2, 0, metav1.ConditionTrue, vcoilv2.ReasonAddressesFree)
 	createLBService(t, ns, "a")
 	waitIngress(t, ns, "a", "203.0.113.1")
 	waitLBPoolStatus(t, vcoilv2.DefaultLBPool, 8, 1, metav1.ConditionTrue, vcoilv2.ReasonAddressesFree)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP vcoil_pool_addresses_allocated The number of a LoadBalancer pool's addresses held by Services.
+# TYPE vcoil_pool_addresses_allocated gauge
+vcoil_pool_addresses_allocated{pool="default-lb"} 1
+# HELP vcoil_pool_addresses_max The number of addresses a LoadBalancer pool can give to Services.
+# TYPE vcoil_pool_addresses_max gauge
+vcoil_pool_addresses_max{pool="default-lb"} 8
+`), "vcoil_pool_addresses_allocated", "vcoil_pool_addresses_max"); err != nil {
+		t.Errorf("address gauges: %v", err)
+	}
 
 	// The pool stays while a Service holds one of its addresses, and the
 	// Service keeps it.
@@ -362,6 +381,12 @@ func TestLoadBalancerPoolStatusAndFinalizer(t *testing.T) {
 			return nil
 		}
 		return fmt.Errorf("pool still exists after its last address was released (%v)", err)
+	})
+	poll.Eventually(t, 10*time.Second, func() error {
+		if n := testutil.CollectAndCount(reg, "vcoil_pool_addresses_max", "vcoil_pool_addresses_allocated"); n != 0 {
+			return fmt.Errorf("%d address gauges left after the pool was deleted", n)
+		}
+		return nil
 	})
 }
 
