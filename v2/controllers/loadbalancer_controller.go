@@ -333,9 +333,8 @@ func (r *LoadBalancerReconciler) allocate(ctx context.Context, svc *corev1.Servi
 		} else {
 			warn(ReasonLBPoolNotFound, "LoadBalancer address pool %q does not exist", poolName)
 		}
-		if named {
-			return nil, false
-		}
+		// The addresses the Service holds stay (below): a mistyped or
+		// deleted pool name must not take a serving address away.
 	}
 
 	families := svc.Spec.IPFamilies
@@ -346,6 +345,13 @@ func (r *LoadBalancerReconciler) allocate(ctx context.Context, svc *corev1.Servi
 		r.table.Assign(a, holder)
 		desired = append(desired, a)
 	}
+	// keep gives the Service again the address of family f it holds, if
+	// any, for when its pool is unknown.
+	keep := func(f lbipam.Family) {
+		if i := slices.IndexFunc(current, func(a netip.Addr) bool { return lbipam.FamilyOf(a) == f }); i >= 0 {
+			give(current[i])
+		}
+	}
 	for _, fam := range families {
 		f := lbipam.IPv4
 		if fam == corev1.IPv6Protocol {
@@ -354,7 +360,10 @@ func (r *LoadBalancerReconciler) allocate(ctx context.Context, svc *corev1.Servi
 		if reqErr != nil && slices.Contains(reqErr.Families, f) {
 			continue
 		}
-		if want, ok := request[f]; ok {
+		if want, ok := request[f]; ok && named && !havePool {
+			keep(f)
+			continue
+		} else if ok {
 			var in *lbPool
 			if named {
 				in = &target
@@ -379,6 +388,7 @@ func (r *LoadBalancerReconciler) allocate(ctx context.Context, svc *corev1.Servi
 			continue
 		}
 		if !havePool {
+			keep(f)
 			continue
 		}
 		if !target.addrs.Has(f) {

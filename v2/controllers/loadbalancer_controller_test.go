@@ -299,6 +299,20 @@ func TestLoadBalancerRequestedAddresses(t *testing.T) {
 	deleteService(t, ns, "by-spec")
 	// The release wakes the Service that asked for the address.
 	waitIngress(t, ns, "taken", "203.0.113.5")
+
+	// A Service whose annotation comes to name a pool that does not exist
+	// (a typo) is told so and keeps the address it serves on.
+	s := getService(t, ns, "marker")
+	s.Annotations = map[string]string{vcoilv2.AnnotationLBPool: "typo"}
+	if err := env.Client.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, ns, "marker", ReasonLBPoolNotFound, `"typo"`)
+	// Reconciles run one at a time: once a Service created now has its
+	// address, the marker's reconcile has written its status.
+	createLBService(t, ns, "marker2")
+	waitIngress(t, ns, "marker2", "203.0.113.2")
+	stillIngress(t, ns, "marker", "203.0.113.1")
 }
 
 func TestLoadBalancerPoolExhaustionAndRetry(t *testing.T) {
