@@ -43,41 +43,82 @@ type Pool struct {
 	v4, v6 []netip.Prefix
 }
 
-// ParsePool reads a LoadBalancer AddressPool's subnet entries. Unlike a
-// Pods pool (ipam.ParsePool) it knows no block size, so any subnet size is
-// fine (an IPv6 /64 too), and entries need not pair families: each address
-// is given on its own. Subnets must be in canonical form and must not
-// overlap each other.
+// ParsePool reads a LoadBalancer AddressPool's subnet entries by
+// ValidatePool's rules; the error is the first problem. Unlike a Pods pool
+// (ipam.ParsePool) it knows no block size, so any subnet size is fine (an
+// IPv6 /64 too), and entries need not pair families: each address is given
+// on its own.
 func ParsePool(entries []ipam.SubnetSpec) (Pool, error) {
-	var p Pool
-	if len(entries) == 0 {
-		return Pool{}, errors.New("subnets: at least one subnet is required")
+	sets, errs := ValidatePool(entries)
+	if len(errs) > 0 {
+		return Pool{}, errs[0]
 	}
-	for i, e := range entries {
-		if e.IPv4 == nil && e.IPv6 == nil {
-			return Pool{}, fmt.Errorf("subnets[%d]: needs ipv4, ipv6 or both", i)
+	var p Pool
+	for _, set := range sets {
+		if set.IPv4.IsValid() {
+			p.v4 = append(p.v4, set.IPv4)
 		}
-		for _, fam := range []struct {
-			name string
-			s    *string
-			list *[]netip.Prefix
-		}{{"ipv4", e.IPv4, &p.v4}, {"ipv6", e.IPv6, &p.v6}} {
-			if fam.s == nil {
-				continue
-			}
-			prefix, err := ipam.ParsePrefix(*fam.s, fam.name == "ipv6")
-			if err != nil {
-				return Pool{}, fmt.Errorf("subnets[%d].%s: %w", i, fam.name, err)
-			}
-			for _, other := range *fam.list {
-				if other.Overlaps(prefix) {
-					return Pool{}, fmt.Errorf("subnets[%d].%s: %s overlaps %s", i, fam.name, prefix, other)
-				}
-			}
-			*fam.list = append(*fam.list, prefix)
+		if set.IPv6.IsValid() {
+			p.v6 = append(p.v6, set.IPv6)
 		}
 	}
 	return p, nil
+}
+
+// ValidatePool checks a LoadBalancer pool's subnet entries and returns
+// them, keeping every problem with the field it concerns (for the
+// webhook). Its addresses are given one at a time and per family, so the rules that make
+// blocks fit and pair up (blockSizeBits, equal host bits in a dual-stack
+// entry, the same families in every entry, the block count) do not apply:
+// each entry needs a subnet, every subnet must parse in canonical form, and
+// no two may overlap.
+func ValidatePool(entries []ipam.SubnetSpec) ([]ipam.SubnetSet, []*ipam.FieldError) {
+	var errs []*ipam.FieldError
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, &ipam.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	if len(entries) == 0 {
+		fail("subnets", "at least one subnet is required")
+	}
+	sets := make([]ipam.SubnetSet, 0, len(entries))
+	for i, s := range entries {
+		field := fmt.Sprintf("subnets[%d]", i)
+		if s.IPv4 == nil && s.IPv6 == nil {
+			fail(field, "needs ipv4, ipv6 or both")
+			continue
+		}
+		var set ipam.SubnetSet
+		ok := true
+		parse := func(family string, text *string, ipv6 bool) netip.Prefix {
+			if text == nil {
+				return netip.Prefix{}
+			}
+			p, err := ipam.ParsePrefix(*text, ipv6)
+			if err != nil {
+				fail(field+"."+family, "%v", err)
+				ok = false
+			}
+			return p
+		}
+		set.IPv4 = parse("ipv4", s.IPv4, false)
+		set.IPv6 = parse("ipv6", s.IPv6, true)
+		if !ok {
+			continue
+		}
+		for j, other := range sets {
+			if set.IPv4.IsValid() && other.IPv4.IsValid() && set.IPv4.Overlaps(other.IPv4) {
+				fail(field+".ipv4", "overlaps ipv4 of subnets[%d] (%s)", j, other.IPv4)
+			}
+			if set.IPv6.IsValid() && other.IPv6.IsValid() && set.IPv6.Overlaps(other.IPv6) {
+				fail(field+".ipv6", "overlaps ipv6 of subnets[%d] (%s)", j, other.IPv6)
+			}
+		}
+		sets = append(sets, set)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return sets, nil
 }
 
 // Subnets are the pool's subnets of family f, in order.
