@@ -16,10 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/poll"
@@ -40,39 +37,8 @@ func startLBControllerWithMetrics(t *testing.T, lb LoadBalancerOptions) (func(),
 		lb.DefaultPool = vcoilv2.DefaultLBPool
 	}
 	lb.Enabled = true
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	metrics, err := NewPoolMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Setup(mgr, Options{NodeGCInterval: time.Hour, BlockRequestConcurrency: 1, Metrics: metrics, LoadBalancer: lb}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller manager: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop, reg
+	c := runController(t, Options{NodeGCInterval: time.Hour, BlockRequestConcurrency: 1, LoadBalancer: lb})
+	return c.stop, c.registry
 }
 
 // lbNamespace creates a namespace for the test's Services and deletes them

@@ -88,6 +88,12 @@ type controllerInstance struct {
 
 func startController(t *testing.T, gcInterval time.Duration) *controllerInstance {
 	t.Helper()
+	return runController(t, Options{NodeGCInterval: gcInterval, BlockRequestConcurrency: 4})
+}
+
+// runController starts a vcoil-controller with opts and metrics of its own.
+func runController(t *testing.T, opts Options) *controllerInstance {
+	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -102,7 +108,8 @@ func startController(t *testing.T, gcInterval time.Duration) *controllerInstance
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Setup(mgr, Options{NodeGCInterval: gcInterval, BlockRequestConcurrency: 4, Metrics: metrics}); err != nil {
+	opts.Metrics = metrics
+	if err := Setup(mgr, opts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
