@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/vcoil/vcoil/v2/internal/ipnet"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 )
 
@@ -161,7 +162,7 @@ func (r *LBRouter) exported(i int) ([]netip.Prefix, error) {
 	}
 	out := make([]netip.Prefix, 0, len(have))
 	for _, rt := range have {
-		if p, ok := prefixOf(rt.Dst); ok {
+		if p, ok := ipnet.Prefix(rt.Dst); ok {
 			out = append(out, p)
 		}
 	}
@@ -178,7 +179,7 @@ func (r *LBRouter) apply(want map[netip.Prefix][]netip.Addr) error {
 	var errs []error
 	seen := map[netip.Prefix]bool{}
 	for _, rt := range have {
-		dst, ok := prefixOf(rt.Dst)
+		dst, ok := ipnet.Prefix(rt.Dst)
 		if !ok {
 			continue
 		}
@@ -247,16 +248,4 @@ func nextHopsOf(rt netlink.Route) []netip.Addr {
 	}
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return out
-}
-
-func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/vcoil/vcoil/v2/internal/ipnet"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 )
@@ -120,7 +121,7 @@ func (l *lab) fabricRoutes(t *testing.T) map[string]string {
 	}
 	out := map[string]string{}
 	for _, r := range rs {
-		dst, _ := prefixOf(r.Dst)
+		dst, _ := ipnet.Prefix(r.Dst)
 		var hops []string
 		for _, h := range nextHopsOf(r) {
 			hops = append(hops, h.String())

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/vcoil/vcoil/v2/internal/ipnet"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
@@ -124,7 +125,7 @@ func (k *netlinkKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix
 	}
 	var removed []netip.Prefix
 	for _, r := range existing {
-		p, ok := prefixOf(r.Dst)
+		p, ok := ipnet.Prefix(r.Dst)
 		if ok && slices.Contains(blocks, p) && host != nil && r.LinkIndex == host.Attrs().Index {
 			continue
 		}
@@ -385,16 +386,4 @@ func podRoutes(pod dataplane.Pod, index int) []netlink.Route {
 func isDefault(dst *net.IPNet) bool {
 	ones, _ := dst.Mask.Size()
 	return ones == 0
-}
-
-func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
 }
