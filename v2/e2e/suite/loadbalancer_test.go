@@ -202,12 +202,8 @@ func (k *cluster) waitIngress(t *testing.T, svcs map[string]*corev1.Service) (ma
 			if s.Spec.Selector == nil {
 				continue
 			}
-			ep := &corev1.Endpoints{}
-			if err := k.c.Get(c, client.ObjectKeyFromObject(s), ep); err != nil {
+			if err := k.readyEndpoints(c, s); err != nil {
 				return err
-			}
-			if len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) == 0 {
-				return fmt.Errorf("service %s has no ready endpoints", s.Name)
 			}
 		}
 		return nil

@@ -115,16 +115,8 @@ func serviceRows(t *testing.T, k *cluster, w *world, by, why string) {
 	// Wait until every service has its endpoints.
 	poll.Eventually(t, time.Minute, func() error {
 		for _, s := range created {
-			ep := &corev1.Endpoints{}
-			if err := k.c.Get(c, client.ObjectKeyFromObject(s), ep); err != nil {
+			if err := k.readyEndpoints(c, s); err != nil {
 				return err
-			}
-			n := 0
-			for _, ss := range ep.Subsets {
-				n += len(ss.Addresses)
-			}
-			if n == 0 {
-				return fmt.Errorf("service %s has no ready endpoints", s.Name)
 			}
 		}
 		return nil
@@ -254,12 +246,8 @@ func publicNodePortRows(t *testing.T, k *cluster, w *world, by, why string) {
 			if s.Spec.Selector == nil {
 				continue
 			}
-			ep := &corev1.Endpoints{}
-			if err := k.c.Get(c, client.ObjectKeyFromObject(s), ep); err != nil {
+			if err := k.readyEndpoints(c, s); err != nil {
 				return err
-			}
-			if len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) == 0 {
-				return fmt.Errorf("service %s has no ready endpoints", s.Name)
 			}
 		}
 		return nil
@@ -366,4 +354,18 @@ func (k *cluster) clientIPFromOutside(t *testing.T, addr, want string) error {
 		}
 		return nil
 	})
+}
+
+// readyEndpoints fails until the Service has a ready endpoint.
+func (k *cluster) readyEndpoints(c context.Context, s *corev1.Service) error {
+	ep := &corev1.Endpoints{}
+	if err := k.c.Get(c, client.ObjectKeyFromObject(s), ep); err != nil {
+		return err
+	}
+	for _, ss := range ep.Subsets {
+		if len(ss.Addresses) > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("service %s has no ready endpoints", s.Name)
 }
