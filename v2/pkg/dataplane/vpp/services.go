@@ -1,0 +1,108 @@
+package vpp
+
+import (
+	"context"
+	"net/netip"
+
+	"go.fd.io/govpp/api"
+)
+
+// Incarnation names one VPP process on one connection of the driver: it
+// changes when VPP restarts and when the driver reconnects. What a renderer
+// made in VPP (static mappings, ACL indexes) belongs to one incarnation; a
+// renderer that sees another one must sync from scratch.
+type Incarnation uint64
+
+// NoInterface is the sw_if_index of an interface that does not exist (no
+// uplink configured).
+const NoInterface = ^uint32(0)
+
+// NodeInterfaces are the sw_if_index of the node's own interfaces in one
+// incarnation.
+type NodeInterfaces struct {
+	Incarnation Incarnation
+	// Uplink is NoInterface when no uplink is configured.
+	Uplink           uint32
+	HostInterconnect uint32
+	Loopback         uint32
+}
+
+// ACLOwner names a component that puts ACLs on interfaces. Each interface
+// has one ACL list in VPP (ACLInterfaceSetACLList); the driver owns it and
+// merges what every owner asks for, in the order of the owners' constants
+// (policies first), so that no renderer overwrites another's ACLs.
+type ACLOwner uint8
+
+const (
+	// ACLPolicy: the network policy renderer (its ACLs come first).
+	ACLPolicy ACLOwner = iota + 1
+	// ACLServices: the services renderer (loadBalancerSourceRanges).
+	ACLServices
+)
+
+// The addresses that refuse or drop traffic to a service frontend without
+// backends. VPP has no reject action, so the services renderer maps such a
+// frontend (VIP:port) to one of these. RejectSinkIPv4 is held by the
+// node's kernel on its end of the host interconnect, where an nftables rule
+// answers every new connection to it with a TCP reset or an ICMP port
+// unreachable; VPP routes it to the host interconnect. DropSinkIPv4 is
+// routed to drop in VPP (eTP=Local frontends without local endpoints drop,
+// as kube-proxy does). Link-local like the interconnect's addresses, the
+// same on every node.
+var (
+	RejectSinkIPv4 = netip.MustParseAddr("169.254.101.1")
+	DropSinkIPv4   = netip.MustParseAddr("169.254.101.2")
+)
+
+// ServiceNetwork is what the services renderer asks the dataplane to route
+// for it; the driver keeps it as desired state and replays it after a VPP
+// restart.
+type ServiceNetwork struct {
+	// CIDRs are the cluster's service CIDRs. The node's kernel routes them
+	// into VPP through the host interconnect, with Source as its source
+	// address, so that the node's processes (the kubelet, hostNetwork
+	// pods) reach cluster IPs. VPP routes them back to the kernel: traffic
+	// to a cluster IP that no static mapping translates (a port the service
+	// lacks) is rejected there, and never loops.
+	CIDRs []netip.Prefix
+	// Source is the node's IPv4 NAT loopback (invalid while the node has
+	// none): the kernel's source address towards service CIDRs. It is
+	// routed to this node by every node (it lies in the node's subnet), so
+	// remote backends' replies come back; the kernel holds it on its end of
+	// the host interconnect and VPP routes its /32 there.
+	Source netip.Addr
+	// Sinks: when true, the reject and drop sinks exist (the kernel's
+	// address and nftables rule, VPP's routes).
+	Sinks bool
+}
+
+// Services is the part of the VPP dataplane that the services (and later
+// the policy) renderers use: their own API channels on the driver's
+// connection, the node's interfaces, NAT roles, routes and the ACL lists of
+// interfaces. The renderers program NAT44-ED and ACLs themselves; the
+// driver owns interfaces, routes and the kernel.
+type Services interface {
+	// Channel waits (at most Config.ReadyWait, no longer than ctx) until VPP
+	// is connected and the node synced, and returns a new API channel on
+	// the current connection with room for maxInFlight pipelined requests,
+	// and the node's interfaces (with the incarnation) it talks to. The
+	// caller closes the channel; it fails once the connection is lost.
+	Channel(ctx context.Context, maxInFlight int) (api.Channel, NodeInterfaces, error)
+	// Resynced returns a channel that receives a value (without blocking
+	// the driver: it holds at most one) each time the driver synced a new
+	// incarnation, so that renderers resync promptly after a VPP restart.
+	Resynced() <-chan Incarnation
+	// SetPodNATRoles makes every pod a NAT frontend and the pods holding
+	// one of backends (IPv4 addresses of local service endpoints) also a
+	// NAT backend; pods wired later get their roles at SetupPod. Kept as
+	// desired state.
+	SetPodNATRoles(ctx context.Context, backends []netip.Addr) error
+	// SetServiceNetwork routes what net describes (see ServiceNetwork).
+	SetServiceNetwork(ctx context.Context, net ServiceNetwork) error
+	// SetInterfaceACLs makes input the input ACLs of owner on the node
+	// interface iface in incarnation inc (a stale incarnation fails,
+	// changing nothing), keeping the other owners' ACLs. Lists are not
+	// replayed after a restart: ACL indexes die with VPP, and the owners
+	// resync.
+	SetInterfaceACLs(ctx context.Context, inc Incarnation, iface NodeInterface, owner ACLOwner, input []uint32) error
+}
