@@ -66,6 +66,9 @@ type Processor struct {
 	synced         chan struct{}
 	syncedOnce     sync.Once
 	renderFailures atomic.Uint64
+	// resyncRequested makes the next step resync every renderer
+	// (RequestResync).
+	resyncRequested atomic.Bool
 
 	mu         sync.Mutex
 	services   map[service.ID]*corev1.Service
@@ -244,6 +247,16 @@ func (p *Processor) wake() {
 	}
 }
 
+// RequestResync makes the next round, which it starts at once, a full
+// Resync of every renderer, whatever the sync periods say: a renderer's
+// target lost its state (VPP restarted) and must be rebuilt now rather than
+// at the next periodic resync. It may be called from any goroutine; calls
+// before the round starts make one resync.
+func (p *Processor) RequestResync() {
+	p.resyncRequested.Store(true)
+	p.wake()
+}
+
 // LastSync is when the last round that left every renderer in sync
 // completed; zero before the first.
 func (p *Processor) LastSync() time.Time {
@@ -302,7 +315,8 @@ func (p *Processor) step(ctx context.Context) time.Time {
 	p.mu.Lock()
 	pending := len(p.dirty) > 0 || p.nodeDirty
 	p.mu.Unlock()
-	full := p.lastResync.IsZero() || !now.Before(p.lastResync.Add(p.opts.SyncPeriod))
+	requested := p.resyncRequested.Swap(false)
+	full := requested || p.lastResync.IsZero() || !now.Before(p.lastResync.Add(p.opts.SyncPeriod))
 	update := pending && !now.Before(p.lastRound.Add(p.opts.MinSyncPeriod))
 	retry := slices.ContainsFunc(p.renderers, func(r *rendererState) bool { return r.needResync && !now.Before(r.retryAt) })
 	if !full && !update && !retry {

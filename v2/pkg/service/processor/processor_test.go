@@ -436,3 +436,92 @@ func TestProcessorRun(t *testing.T) {
 	wait("update", func(c call) bool { return c.changes != nil && len(c.changes.Upsert) == 1 })
 	wait("periodic resync", func(c call) bool { return c.resync != nil && len(c.resync.Services) == 2 })
 }
+
+// A requested resync is the next round, at once, for every renderer, even
+// within the min sync period and long before the periodic one; pending
+// changes go with it, and the periodic resync counts from it.
+func TestRequestResyncResyncsEveryRendererAtTheNextRound(t *testing.T) {
+	ctx := context.Background()
+	a, b := &recordingRenderer{}, &recordingRenderer{}
+	p, clock, _ := newTestProcessor(t, a, b)
+	p.SetService(svcOf(named("a")))
+	p.step(ctx)
+	a.take()
+	b.take()
+
+	clock.Advance(100 * time.Millisecond)
+	p.SetService(svcOf(named("b")))
+	if calls := a.take(); len(calls) != 0 {
+		t.Fatalf("calls before the step: %s", callsString(calls))
+	}
+	if next := p.step(ctx); !next.Equal(clock.now.Add(900 * time.Millisecond)) {
+		t.Fatalf("without a request the change waits for the min sync period; next round at %v", next)
+	}
+	if calls := a.take(); len(calls) != 0 {
+		t.Fatalf("a round within the min sync period: %s", callsString(calls))
+	}
+	// Two requests before the round make one resync.
+	p.RequestResync()
+	p.RequestResync()
+	select {
+	case <-p.kick:
+	default:
+		t.Fatal("RequestResync did not wake the loop")
+	}
+	next := p.step(ctx)
+	for name, r := range map[string]*recordingRenderer{"first": a, "second": b} {
+		if got := callsString(r.take()); got != "[resync [default/a default/b]]" {
+			t.Fatalf("%s renderer after RequestResync: %s", name, got)
+		}
+	}
+	if !next.Equal(clock.now.Add(30 * time.Second)) {
+		t.Errorf("next round at %v, want a sync period after the requested resync", next)
+	}
+	clock.Advance(time.Second)
+	p.step(ctx)
+	if calls := a.take(); len(calls) != 0 {
+		t.Fatalf("a second round after one request: %s", callsString(calls))
+	}
+}
+
+// RequestResync from other goroutines reaches a running loop promptly.
+func TestRequestResyncWhileRunning(t *testing.T) {
+	r := &recordingRenderer{}
+	p, err := New(Options{NodeName: "node-a", Renderers: []service.Renderer{r}, MinSyncPeriod: time.Second, SyncPeriod: time.Hour, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-p.Synced()
+	poll.Eventually(t, 5*time.Second, func() error {
+		if n := len(r.take()); n != 1 {
+			return fmt.Errorf("%d calls, want the first resync", n)
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(p.RequestResync)
+	}
+	wg.Wait()
+	start := time.Now()
+	poll.Eventually(t, 5*time.Second, func() error {
+		for _, c := range r.take() {
+			if c.resync != nil {
+				return nil
+			}
+		}
+		return errors.New("no resync yet")
+	})
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("the requested resync took %v (the sync period is an hour)", d)
+	}
+}
