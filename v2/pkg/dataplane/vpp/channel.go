@@ -21,26 +21,45 @@ type channel interface {
 	Close()
 }
 
-// dialer opens one connection to VPP: a channel and the function that
-// closes the channel and the connection.
-type dialer func(ctx context.Context) (channel, func(), error)
+// connection is one connection to VPP: the driver's own channel, a way to
+// open more channels on it (for the renderers, Channel), and the function
+// that closes it (the driver's channel, and the connection, which makes
+// the renderers' channels fail).
+type connection struct {
+	ch channel
+	// open returns a new channel on this connection whose request and
+	// reply queues hold buffer messages.
+	open  func(buffer int) (api.Channel, error)
+	close func()
+}
+
+// dialer opens one connection to VPP.
+type dialer func(ctx context.Context) (connection, error)
 
 // socketDialer connects through the binary API socket at path.
 func socketDialer(path string, replyTimeout time.Duration) dialer {
-	return func(context.Context) (channel, func(), error) {
+	return func(context.Context) (connection, error) {
 		client := socketclient.NewVppClient(path)
 		client.SetClientName("vcoild")
 		conn, err := core.Connect(client)
 		if err != nil {
-			return nil, nil, fmt.Errorf("connect to VPP at %s: %w", path, err)
+			return connection{}, fmt.Errorf("connect to VPP at %s: %w", path, err)
 		}
 		ch, err := conn.NewAPIChannel()
 		if err != nil {
 			conn.Disconnect()
-			return nil, nil, fmt.Errorf("open an API channel to VPP at %s: %w", path, err)
+			return connection{}, fmt.Errorf("open an API channel to VPP at %s: %w", path, err)
 		}
 		ch.SetReplyTimeout(replyTimeout)
-		return ch, func() { ch.Close(); conn.Disconnect() }, nil
+		open := func(buffer int) (api.Channel, error) {
+			c, err := conn.NewAPIChannelBuffered(buffer, buffer)
+			if err != nil {
+				return nil, fmt.Errorf("open an API channel to VPP at %s: %w", path, err)
+			}
+			c.SetReplyTimeout(replyTimeout)
+			return c, nil
+		}
+		return connection{ch: ch, open: open, close: func() { ch.Close(); conn.Disconnect() }}, nil
 	}
 }
 

@@ -42,6 +42,18 @@ const (
 	// host interconnect ("proto 32"), apart from the exporter's (30) and the
 	// Linux dataplane's (31).
 	BlockRouteProtocol = 32
+	// ServiceRouteProtocol marks the node's routes to the service CIDRs
+	// through the host interconnect ("proto 33"), apart from the block
+	// routes, whose sync deletes every route of its own protocol.
+	ServiceRouteProtocol = 33
+	// ServiceTable is the nftables table (family ip) in the node's
+	// namespace that refuses connections to RejectSinkIPv4 and to service
+	// ports that VPP sends back to the kernel.
+	ServiceTable = "vcoil-vpp"
+	// SinkReplyTable is the node's routing table for what the kernel sends
+	// from RejectSinkIPv4 (its refusals): a default route back into VPP,
+	// which un-NATs them, whatever the kernel's own routes to the client.
+	SinkReplyTable = 117
 )
 
 // The addresses of the host interconnect and of vcoil's loopback in VPP.

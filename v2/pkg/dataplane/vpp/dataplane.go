@@ -10,17 +10,20 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/memclnt"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
 // Dataplane is vcoil's VPP dataplane: the pod contract of package
-// dataplane, the routes of the node's blocks, and the NAT44 roles of
-// interfaces that the services renderer sets.
+// dataplane, the routes of the node's blocks, and what the services
+// renderer uses (NAT44 roles of interfaces, API channels, the service
+// network's routes, interface ACL lists).
 type Dataplane interface {
 	dataplane.Dataplane
 	NATRoles
+	Services
 	// Blocks routes the node's blocks (the daemon's BlockExporter).
 	Blocks() BlockRoutes
 	// Close disconnects from VPP and stops the connection's supervision.
@@ -53,8 +56,15 @@ type driver struct {
 	// change under it.
 	mu sync.Mutex
 	ch channel
+	// open opens more channels on ch's connection (Channel).
+	open func(buffer int) (api.Channel, error)
 	// pid is the VPP process ch talks to (from the control ping).
 	pid uint32
+	// incarnation counts the connections and VPP processes synced with
+	// (Services); announced is the last one sent on resynced.
+	incarnation Incarnation
+	announced   Incarnation
+	resynced    chan Incarnation
 	// synced is true when VPP and the kernel match the desired state; ready
 	// is closed then, and replaced when that ends.
 	synced  bool
@@ -70,6 +80,20 @@ type driver struct {
 	blocksKnown bool
 	nodeRoles   map[NodeInterface]NATRole
 	node        nodeState
+
+	// podRolesKnown: SetPodNATRoles was called; before that, pods get no
+	// role (services are off). backends are its IPv4 addresses.
+	podRolesKnown bool
+	backends      map[netip.Addr]bool
+	// serviceNet is SetServiceNetwork's desired state, once known.
+	serviceNet      ServiceNetwork
+	serviceNetKnown bool
+	loggedIPv6      bool
+	// acls are the owners' input ACLs per node interface; aclsSent the
+	// merged list sent in this incarnation (absent: unknown, so that the
+	// first list set is sent whatever VPP holds from an earlier vcoild).
+	acls     map[NodeInterface]map[ACLOwner][]uint32
+	aclsSent map[NodeInterface][]uint32
 }
 
 // podState is a desired pod and what the driver knows of its wiring on the
@@ -102,7 +126,8 @@ func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel) *driver {
 		cfg: cfg, log: log, dial: dial, kernel: k,
 		ready: make(chan struct{}), why: errors.New("not started: Init was not called"), initial: true,
 		pods: map[dataplane.PodKey]*podState{}, nodeRoles: map[NodeInterface]NATRole{},
-		done: make(chan struct{}),
+		done: make(chan struct{}), resynced: make(chan Incarnation, 1),
+		acls: map[NodeInterface]map[ACLOwner][]uint32{}, aclsSent: map[NodeInterface][]uint32{},
 	}
 }
 
@@ -259,7 +284,7 @@ func (d *driver) setReady() {
 func (d *driver) supervise(ctx context.Context) {
 	backoff := newBackoff()
 	for ctx.Err() == nil {
-		ch, closeCh, err := d.dial(ctx)
+		conn, err := d.dial(ctx)
 		if err != nil {
 			d.mu.Lock()
 			d.setNotReady(fmt.Errorf("VPP at %s is unreachable: %w", d.cfg.APISocket, err))
@@ -269,8 +294,8 @@ func (d *driver) supervise(ctx context.Context) {
 			_ = wait(ctx, delay)
 			continue
 		}
-		if err := checkMessages(ch); err != nil {
-			closeCh()
+		if err := checkMessages(conn.ch); err != nil {
+			conn.close()
 			d.mu.Lock()
 			d.fatal = err
 			d.setNotReady(err)
@@ -282,18 +307,21 @@ func (d *driver) supervise(ctx context.Context) {
 		d.mu.Lock()
 		d.fatal = nil
 		d.mu.Unlock()
-		d.serve(ctx, ch)
-		closeCh()
+		d.serve(ctx, conn)
+		conn.close()
 		backoff.reset()
 	}
 	d.mu.Lock()
 	d.setNotReady(errors.New("vcoild is stopping"))
-	d.ch = nil
+	d.ch, d.open = nil, nil
 	d.mu.Unlock()
 }
 
-// serve syncs VPP through ch and pings it until the connection is lost.
-func (d *driver) serve(ctx context.Context, ch channel) {
+// serve syncs VPP through conn and pings it until the connection is lost.
+// A new connection or VPP process is a new incarnation: what renderers
+// made belongs to the old one, and the ACL lists start empty.
+func (d *driver) serve(ctx context.Context, conn connection) {
+	ch := conn.ch
 	backoff := newBackoff()
 	needSync := true
 	for ctx.Err() == nil {
@@ -301,7 +329,7 @@ func (d *driver) serve(ctx context.Context, ch channel) {
 		pid, err := ping(ch)
 		if err != nil {
 			d.setNotReady(fmt.Errorf("lost VPP (pid %d) at %s: %w", d.pid, d.cfg.APISocket, err))
-			d.ch = nil
+			d.ch, d.open = nil, nil
 			d.mu.Unlock()
 			d.log.Info("lost the connection to VPP; reconnecting", "pid", d.pid, "error", err.Error())
 			return
@@ -312,7 +340,9 @@ func (d *driver) serve(ctx context.Context, ch channel) {
 			} else {
 				d.log.Info("connected to VPP", "pid", pid, "socket", d.cfg.APISocket)
 			}
-			d.ch, d.pid = ch, pid
+			d.ch, d.open, d.pid = ch, conn.open, pid
+			d.incarnation++
+			d.resetACLs()
 			d.setNotReady(fmt.Errorf("syncing with VPP (pid %d)", pid))
 			needSync = true
 		}
@@ -330,7 +360,8 @@ func (d *driver) serve(ctx context.Context, ch channel) {
 			backoff.reset()
 			d.initial = false
 			d.setReady()
-			d.log.Info("synced with VPP", "pid", pid, "pods", len(d.pods), "took", time.Since(start).String())
+			d.announce()
+			d.log.Info("synced with VPP", "pid", pid, "incarnation", d.incarnation, "pods", len(d.pods), "took", time.Since(start).String())
 		}
 		d.mu.Unlock()
 		_ = wait(ctx, d.cfg.PingInterval)

@@ -18,7 +18,16 @@
 // VPP's tags. A supervisor connects with retries, checks that VPP knows
 // every message the driver sends, pings VPP and, after a reconnection or a
 // new VPP PID, replays the whole state while CNI calls wait (or fail with
-// ErrNotReady). It does not allocate addresses, read vcoild's checkpoint,
-// render services or policies (the renderers will), or export routes to
-// other nodes. docs/vpp.md describes deployment and operation.
+// ErrNotReady).
+//
+// For the services renderer (Services) it hands out API channels on its
+// connection with the incarnation they belong to, announces each new
+// incarnation, keeps the pods' NAT roles and the service network (the
+// service CIDRs' routes between the kernel and VPP, the sinks that refuse
+// or drop frontends without backends, the nftables table ServiceTable) as
+// desired state replayed after a restart, and owns the node interfaces' ACL
+// lists, merging what each owner asks for. It does not allocate addresses,
+// read vcoild's checkpoint, program NAT44 mappings or ACLs (the renderers
+// do), or export routes to other nodes. docs/vpp.md describes deployment
+// and operation.
 package vpp

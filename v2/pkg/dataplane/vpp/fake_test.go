@@ -11,8 +11,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/af_packet"
 	"go.fd.io/govpp/binapi/fib_types"
 	interfaces "go.fd.io/govpp/binapi/interface"
@@ -47,6 +49,13 @@ type fakeVPP struct {
 	failWhen func(api.Message) int32
 	down     bool
 	unknown  []string
+	// gen counts VPP processes: a renderer's channel (Channel) fails once
+	// the VPP it was opened on is gone, as GoVPP's do when the
+	// connection drops. opened are the buffer sizes of those channels.
+	gen    int
+	opened []int
+	// aclLists are the interfaces' ACL lists: n_input, then the indexes.
+	aclLists map[uint32][]uint32
 }
 
 type fakeIf struct {
@@ -75,14 +84,20 @@ func (f *fakeVPP) reset() {
 	f.neigh = map[string]bool{}
 	f.nat = false
 	f.natFeat = map[uint32]map[nat_types.NatConfigFlags]bool{}
+	f.aclLists = map[uint32][]uint32{}
 }
 
-// restart is a VPP that died and came back: empty, with another PID.
-func (f *fakeVPP) restart() {
+// restart is a VPP that died and came back: empty, with another PID, and
+// what startup.conf makes (boot).
+func (f *fakeVPP) restart(boot ...func(*fakeVPP)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reset()
+	for _, b := range boot {
+		b(f)
+	}
 	f.pid++
+	f.gen++
 	f.down = false
 }
 
@@ -93,13 +108,22 @@ func (f *fakeVPP) setDown(down bool) {
 }
 
 func (f *fakeVPP) dialer() dialer {
-	return func(context.Context) (channel, func(), error) {
+	return func(context.Context) (connection, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.down {
-			return nil, nil, errors.New("dial unix api.sock: connect: connection refused")
+			return connection{}, errors.New("dial unix api.sock: connect: connection refused")
 		}
-		return &fakeChannel{f: f}, func() {}, nil
+		// The fake's connection survives a restart (the driver sees the
+		// new PID in its ping), so a renderer's channel belongs to the VPP
+		// process it was opened on.
+		open := func(buffer int) (api.Channel, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.opened = append(f.opened, buffer)
+			return &fakeChannel{f: f, gen: f.gen, renderer: true}, nil
+		}
+		return connection{ch: &fakeChannel{f: f}, open: open, close: func() {}}, nil
 	}
 }
 
@@ -118,9 +142,25 @@ func (f *fakeVPP) take() []string {
 	return out
 }
 
-type fakeChannel struct{ f *fakeVPP }
+// fakeChannel is a channel to the fake VPP: the driver's, or one a
+// renderer got from Channel, which works only while the VPP process it
+// was opened on lives.
+type fakeChannel struct {
+	f        *fakeVPP
+	gen      int
+	renderer bool
+}
 
 func (c *fakeChannel) Close() {}
+
+func (c *fakeChannel) SetReplyTimeout(time.Duration) {}
+
+func (c *fakeChannel) SubscribeNotification(chan api.Message, api.Message) (api.SubscriptionCtx, error) {
+	return nil, errors.New("fake VPP: no notifications")
+}
+
+// gone reports whether the channel's VPP is gone; the caller holds c.f.mu.
+func (c *fakeChannel) gone() bool { return c.f.down || (c.renderer && c.gen != c.f.gen) }
 
 func (c *fakeChannel) CheckCompatiblity(msgs ...api.Message) error {
 	c.f.mu.Lock()
@@ -169,7 +209,7 @@ func (c *fakeChannel) SendRequest(msg api.Message) api.RequestCtx {
 	defer c.f.mu.Unlock()
 	c.f.sent = append(c.f.sent, msg)
 	recordSent(msg)
-	if c.f.down {
+	if c.gone() {
 		return &fakeReply{err: errors.New("VPP API socket closed")}
 	}
 	reply, retval := c.f.handle(msg)
@@ -190,7 +230,7 @@ func (c *fakeChannel) SendMultiRequest(msg api.Message) api.MultiRequestCtx {
 	defer c.f.mu.Unlock()
 	c.f.sent = append(c.f.sent, msg)
 	recordSent(msg)
-	if c.f.down {
+	if c.gone() {
 		return &fakeMulti{err: errors.New("VPP API socket closed")}
 	}
 	return &fakeMulti{replies: c.f.handleDump(msg)}
@@ -339,6 +379,9 @@ func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
 			f.natFeat[sw] = map[nat_types.NatConfigFlags]bool{}
 		}
 		if m.IsAdd {
+			if f.natFeat[sw][m.Flags] {
+				return &nat44_ed.Nat44InterfaceAddDelFeatureReply{}, int32(api.VALUE_EXIST)
+			}
 			f.natFeat[sw][m.Flags] = true
 		} else {
 			if !f.natFeat[sw][m.Flags] {
@@ -347,6 +390,15 @@ func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
 			delete(f.natFeat[sw], m.Flags)
 		}
 		return &nat44_ed.Nat44InterfaceAddDelFeatureReply{}, 0
+	case *acl.ACLInterfaceSetACLList:
+		if f.ifs[uint32(m.SwIfIndex)] == nil {
+			return &acl.ACLInterfaceSetACLListReply{}, int32(api.INVALID_SW_IF_INDEX)
+		}
+		if int(m.Count) != len(m.Acls) || m.NInput > m.Count {
+			return &acl.ACLInterfaceSetACLListReply{}, int32(api.INVALID_VALUE)
+		}
+		f.aclLists[uint32(m.SwIfIndex)] = append([]uint32{uint32(m.NInput)}, m.Acls...)
+		return &acl.ACLInterfaceSetACLListReply{}, 0
 	}
 	panic(fmt.Sprintf("fake VPP: no handler for %T", msg))
 }
@@ -464,6 +516,8 @@ func msgString(msg api.Message) string {
 		return fmt.Sprintf("nat44_ed_plugin_enable_disable enable=%t sessions=%d", m.Enable, m.Sessions)
 	case *nat44_ed.Nat44InterfaceAddDelFeature:
 		return fmt.Sprintf("nat44_interface_add_del_feature add=%t %d flags=%d", m.IsAdd, m.SwIfIndex, m.Flags)
+	case *acl.ACLInterfaceSetACLList:
+		return fmt.Sprintf("acl_interface_set_acl_list %d count=%d n_input=%d acls=%v", m.SwIfIndex, m.Count, m.NInput, m.Acls)
 	case *memclnt.ControlPing:
 		return "control_ping"
 	}
@@ -544,6 +598,9 @@ func (k *fakeKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix) (
 	}
 	k.blocks = slices.Clone(blocks)
 	return removed, nil
+}
+func (k *fakeKernel) SyncServiceNetwork(_ context.Context, net ServiceNetwork) error {
+	return k.record("SyncServiceNetwork cidrs=%v source=%s sinks=%t", net.CIDRs, net.Source, net.Sinks)
 }
 func (k *fakeKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, node string, mac net.HardwareAddr, mtu int) error {
 	if err := k.record("CreatePodVeth %s %s/%s mac=%s mtu=%d", node, pod.Netns, pod.IfName, mac, mtu); err != nil {

@@ -24,6 +24,13 @@ type kernel interface {
 	// exactly blocks, via VPP's end of the host interconnect, and returns
 	// the prefixes it removed.
 	SyncBlockRoutes(ctx context.Context, blocks []netip.Prefix) (removed []netip.Prefix, err error)
+	// SyncServiceNetwork makes the node's side of the service network
+	// exactly net (whose CIDRs are IPv4): routes marked
+	// ServiceRouteProtocol to the CIDRs via VPP's end of the host
+	// interconnect with net.Source as source, net.Source and, with
+	// net.Sinks, RejectSinkIPv4 as /32 addresses of HostInterconnectName,
+	// and, with net.Sinks, the nftables table ServiceTable.
+	SyncServiceNetwork(ctx context.Context, net ServiceNetwork) error
 
 	// CreatePodVeth makes an af_packet pod's veth pair: node end `node`
 	// (alias from the key, up, no IPv6 of its own) and pod end pod.IfName in

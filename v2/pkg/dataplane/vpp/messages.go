@@ -6,6 +6,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/af_packet"
 	interfaces "go.fd.io/govpp/binapi/interface"
 	"go.fd.io/govpp/binapi/ip"
@@ -21,7 +22,7 @@ const VPPVersion = "25.10"
 
 // ErrIncompatible is returned (wrapped, naming the messages) when the VPP at
 // the socket does not know every message the driver sends: another release
-// than VPPVersion, or a plugin (nat, af_packet) missing.
+// than VPPVersion, or a plugin (nat, af_packet, acl) missing.
 var ErrIncompatible = errors.New("VPP is incompatible with vcoil")
 
 // ErrNotReady is returned (wrapped) by SetupPod, CheckPod, TeardownPod and
@@ -61,6 +62,8 @@ func messages() []api.Message {
 
 		&nat44_ed.Nat44EdPluginEnableDisable{}, &nat44_ed.Nat44EdPluginEnableDisableReply{},
 		&nat44_ed.Nat44InterfaceAddDelFeature{}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{},
+
+		&acl.ACLInterfaceSetACLList{}, &acl.ACLInterfaceSetACLListReply{},
 	}
 }
 

@@ -134,7 +134,11 @@ func (d *driver) applyRole(sw uint32, add, remove NATRole) error {
 			}
 			req := &nat44_ed.Nat44InterfaceAddDelFeature{IsAdd: isAdd, Flags: c.flags, SwIfIndex: index(sw)}
 			err := call(d.ch, req, &nat44_ed.Nat44InterfaceAddDelFeatureReply{})
-			if !isAdd {
+			if isAdd {
+				// A VPP that outlived vcoild holds the features of the
+				// pods it kept, whose roles vcoild does not know.
+				err = ignoreRetval(err, api.VALUE_EXIST)
+			} else {
 				err = ignoreRetval(err, api.NO_SUCH_ENTRY, api.INVALID_SW_IF_INDEX)
 			}
 			if err != nil {

@@ -89,6 +89,11 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 	var role NATRole
 	if st != nil {
 		role = st.role
+	}
+	if d.podRolesKnown {
+		role = d.podRole(pod.IPv4)
+	}
+	if st != nil {
 		if err := d.unwire(ctx, st); err != nil {
 			return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: remove its old wiring: %w", describe(pod.PodKey), err)
 		}

@@ -17,8 +17,9 @@ import (
 // resync makes VPP and the kernel match the desired state after a
 // (re)connection: the node set-up, then every pod (kept when VPP holds it
 // as wanted, made again when it is missing or differs, removed when VPP
-// holds it unwanted), the af_packet veths, the blocks' routes and the node
-// interfaces' NAT roles. On the first sync since vcoild started, VPP's
+// holds it unwanted, each with its NAT role), the af_packet veths, the
+// blocks' routes, the node interfaces' NAT roles and the service network.
+// The ACL lists are not replayed: their indexes died with the old VPP. On the first sync since vcoild started, VPP's
 // tagged pods that vcoild does not know are adopted instead of removed:
 // the daemon's recovery decides on them through ListPods. A pod that cannot
 // be wired (its namespace is gone) is logged and left for its DEL; it does
@@ -63,7 +64,13 @@ func (d *driver) resync(ctx context.Context) error {
 	if err := d.syncBlocks(ctx); err != nil {
 		return err
 	}
-	return d.applyNodeRoles()
+	if err := d.applyNodeRoles(); err != nil {
+		return err
+	}
+	if err := d.syncServiceNetwork(ctx); err != nil {
+		return fmt.Errorf("route the service network: %w", err)
+	}
+	return nil
 }
 
 // podInterfaces returns VPP's pod interfaces by key, from their tags. A

@@ -1,0 +1,67 @@
+package vpp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+// SetPodNATRoles records the pods' roles as desired state and gives the
+// wired pods theirs, sending only what changes. A pod that fails keeps its
+// previous role (what VPP holds) and the others are still set; the error
+// names each that failed.
+func (d *driver) SetPodNATRoles(ctx context.Context, backends []netip.Addr) error {
+	if err := d.lockReady(ctx); err != nil {
+		return fmt.Errorf("set the pods' NAT roles: %w", err)
+	}
+	defer d.mu.Unlock()
+	d.podRolesKnown = true
+	d.backends = make(map[netip.Addr]bool, len(backends))
+	for _, a := range backends {
+		if a.Is4() {
+			d.backends[a] = true
+		}
+	}
+	var errs []error
+	for _, st := range sortedPods(d.pods) {
+		role := d.podRole(st.pod.IPv4)
+		if !st.wired {
+			st.role = role
+			continue
+		}
+		if err := d.applyRole(st.swIfIndex, role&^st.role, st.role&^role); err != nil {
+			errs = append(errs, fmt.Errorf("set NAT role %s of pod %s: %w", role, describe(st.pod.PodKey), err))
+			continue
+		}
+		st.role = role
+	}
+	return errors.Join(errs...)
+}
+
+// podRole is the role SetPodNATRoles asks for a pod with address ipv4:
+// every pod is a frontend (its clients' traffic to services is DNATed),
+// and a pod that backs a service is a backend too. The caller holds d.mu.
+func (d *driver) podRole(ipv4 netip.Addr) NATRole {
+	if !d.podRolesKnown {
+		return 0
+	}
+	if d.backends[ipv4] {
+		return NATFrontend | NATBackend
+	}
+	return NATFrontend
+}
+
+// sortedPods returns the pods in key order, so that the messages of a
+// change are in a stable order.
+func sortedPods(pods map[dataplane.PodKey]*podState) []*podState {
+	out := make([]*podState, 0, len(pods))
+	for _, st := range pods {
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b *podState) int { return compareKeys(a.pod.PodKey, b.pod.PodKey) })
+	return out
+}

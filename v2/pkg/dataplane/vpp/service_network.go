@@ -1,0 +1,153 @@
+package vpp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"go.fd.io/govpp/binapi/fib_types"
+	"go.fd.io/govpp/binapi/ip"
+)
+
+// SetServiceNetwork records net as desired state and, when VPP is synced,
+// routes it now; every resync routes it again (a restarted VPP, or a new
+// host interconnect, has lost it). While VPP is not synced it only records
+// it.
+func (d *driver) SetServiceNetwork(ctx context.Context, net ServiceNetwork) error {
+	if s := net.Source; s.IsValid() && !s.Is4() {
+		return fmt.Errorf("service network: source %s is not IPv4", s)
+	}
+	for _, p := range net.CIDRs {
+		if !p.IsValid() {
+			return errors.New("service network: a CIDR is invalid")
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, Sinks: net.Sinks}
+	d.serviceNetKnown = true
+	if !d.synced {
+		return nil
+	}
+	if err := d.syncServiceNetwork(ctx); err != nil {
+		return fmt.Errorf("route the service network: %w", err)
+	}
+	return nil
+}
+
+// serviceCIDRs are the IPv4 service CIDRs, masked; IPv6 ones are dropped
+// (logged once): NAT44-ED serves IPv4 only. The caller holds d.mu.
+func (d *driver) serviceCIDRs() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range d.serviceNet.CIDRs {
+		if !p.Addr().Is4() {
+			if !d.loggedIPv6 {
+				d.loggedIPv6 = true
+				d.log.Info("IPv6 service CIDRs are not routed into VPP: its NAT44 serves IPv4 services only", "cidr", p)
+			}
+			continue
+		}
+		if m := p.Masked(); !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out
+}
+
+// serviceRoute is one route of the service network in VPP.
+type serviceRoute struct {
+	dst  netip.Prefix
+	drop bool // else via the node's end of the host interconnect
+}
+
+// syncServiceNetwork makes the node's kernel and VPP route the service
+// network: the kernel (through the kernel interface) sends the service
+// CIDRs into VPP with the NAT loopback as source and holds the sinks'
+// rules; VPP sends the CIDRs, the NAT loopback and the reject sink back to
+// the kernel and drops the drop sink. VPP's routes to the node's end of
+// the interconnect that are not wanted (an earlier CIDR or NAT loopback)
+// are deleted: only the service network and the default route use that
+// next hop. The caller holds d.mu.
+func (d *driver) syncServiceNetwork(ctx context.Context) error {
+	if !d.serviceNetKnown {
+		return nil
+	}
+	net := d.serviceNet
+	cidrs := d.serviceCIDRs()
+	kerr := d.kernel.SyncServiceNetwork(ctx, ServiceNetwork{CIDRs: cidrs, Source: net.Source, Sinks: net.Sinks})
+
+	var want []serviceRoute
+	for _, p := range cidrs {
+		want = append(want, serviceRoute{dst: p})
+	}
+	if net.Source.IsValid() {
+		want = append(want, serviceRoute{dst: hostPrefix(net.Source)})
+	}
+	if net.Sinks {
+		want = append(want, serviceRoute{dst: hostPrefix(RejectSinkIPv4)}, serviceRoute{dst: hostPrefix(DropSinkIPv4), drop: true})
+	}
+	have, err := d.serviceRoutes()
+	if err != nil {
+		return errors.Join(kerr, err)
+	}
+	errs := []error{kerr}
+	host := InterconnectHostIPv4.Addr()
+	for _, r := range have {
+		if slices.Contains(want, r) {
+			continue
+		}
+		path := viaPath(d.node.interconnect, host)
+		if r.drop {
+			path = dropPath(r.dst.Addr())
+		}
+		if err := delRoute(d.ch, r.dst, path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, r := range want {
+		if slices.Contains(have, r) {
+			continue
+		}
+		path := viaPath(d.node.interconnect, host)
+		if r.drop {
+			path = dropPath(r.dst.Addr())
+		}
+		if err := addRoute(d.ch, r.dst, path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// serviceRoutes reads VPP's IPv4 main table and returns the routes that
+// are the service network's: through the host interconnect to the node's
+// end (except the default route), and the drop sink's drop.
+func (d *driver) serviceRoutes() ([]serviceRoute, error) {
+	var out []serviceRoute
+	host := InterconnectHostIPv4.Addr()
+	err := dump(d.ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: false}},
+		func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
+		func(m *ip.IPRouteDetails) {
+			p := fromVPPPrefix(m.Route.Prefix)
+			// The dump has every entry of the table: the interconnect's
+			// own (its subnet, the node end's neighbor) are not routes.
+			if p.Bits() == 0 || len(m.Route.Paths) != 1 || p.Overlaps(InterconnectVPPIPv4.Masked()) {
+				return
+			}
+			path := m.Route.Paths[0]
+			switch {
+			case path.Type == fib_types.FIB_API_PATH_TYPE_DROP && p == hostPrefix(DropSinkIPv4):
+				out = append(out, serviceRoute{dst: p, drop: true})
+			case path.Type == fib_types.FIB_API_PATH_TYPE_NORMAL && path.SwIfIndex == d.node.interconnect &&
+				netip.AddrFrom4(path.Nh.Address.GetIP4()) == host:
+				out = append(out, serviceRoute{dst: p})
+			}
+		})
+	if err != nil {
+		return nil, fmt.Errorf("list VPP's routes: %w", err)
+	}
+	return out, nil
+}

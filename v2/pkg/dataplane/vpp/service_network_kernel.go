@@ -1,0 +1,240 @@
+package vpp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+
+	"github.com/vcoil/vcoil/v2/internal/ipnet"
+	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+)
+
+// SyncServiceNetwork makes the node's side of the service network net: the
+// /32 addresses of the host interconnect first (a route's source must be
+// local), then the routes, the sink replies' rule and the nftables table.
+// It holds no state: what it made is recognised by the route protocol, the
+// /32 prefix length on the interconnect, the rule's table and the table's
+// name, so that a restarted vcoild cleans up after its predecessor.
+func (k *netlinkKernel) SyncServiceNetwork(ctx context.Context, net ServiceNetwork) error {
+	node, err := k.openNode()
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	host, err := node.FindLink(HostInterconnectName)
+	if err != nil {
+		return err
+	}
+	if host == nil {
+		return fmt.Errorf("service network: host interconnect %s is missing in %s", HostInterconnectName, node.Path)
+	}
+	var addrs []netip.Prefix
+	if net.Source.IsValid() {
+		addrs = append(addrs, hostPrefix(net.Source))
+	}
+	if net.Sinks {
+		addrs = append(addrs, hostPrefix(RejectSinkIPv4))
+	}
+	if err := syncHostAddresses(node, host, addrs); err != nil {
+		return err
+	}
+	if len(addrs) > 0 {
+		// VPP hands the kernel packets from the NAT loopback, which the
+		// kernel holds (the node's own clients of a refused frontend), and
+		// from clients whose routes do not point at the interconnect.
+		if err := node.SetSysctls(
+			kernelns.Sysctl{Key: "net/ipv4/conf/" + HostInterconnectName + "/accept_local", Value: "1"},
+			kernelns.Sysctl{Key: "net/ipv4/conf/" + HostInterconnectName + "/rp_filter", Value: "2"},
+		); err != nil {
+			return err
+		}
+	}
+	if err := syncServiceRoutes(node, host, net); err != nil {
+		return err
+	}
+	if err := syncSinkReplies(node, host, net.Sinks); err != nil {
+		return err
+	}
+	return syncServiceTable(ctx, node, net)
+}
+
+// syncHostAddresses makes the interconnect's IPv4 /32 addresses exactly
+// want; its /30 stays.
+func syncHostAddresses(node *kernelns.Namespace, host netlink.Link, want []netip.Prefix) error {
+	have, err := node.NL.AddrList(host, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list addresses of %s in %s: %w", HostInterconnectName, node.Path, err)
+	}
+	var present []netip.Prefix
+	for _, a := range have {
+		p, ok := ipnet.Prefix(a.IPNet)
+		if !ok || p.Bits() != 32 {
+			continue
+		}
+		if slices.Contains(want, p) {
+			present = append(present, p)
+			continue
+		}
+		if err := node.NL.AddrDel(host, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("delete %s from %s in %s: %w", p, HostInterconnectName, node.Path, err)
+		}
+	}
+	for _, p := range want {
+		if slices.Contains(present, p) {
+			continue
+		}
+		if err := node.NL.AddrAdd(host, &netlink.Addr{IPNet: kernelns.IPNet(p)}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add %s to %s in %s: %w", p, HostInterconnectName, node.Path, err)
+		}
+	}
+	return nil
+}
+
+// syncServiceRoutes makes the routes of protocol ServiceRouteProtocol in
+// the main table exactly net's CIDRs via VPP's end of the interconnect,
+// with net.Source as their source.
+func syncServiceRoutes(node *kernelns.Namespace, host netlink.Link, net ServiceNetwork) error {
+	existing, err := node.NL.RouteListFiltered(netlink.FAMILY_V4,
+		&netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: ServiceRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return fmt.Errorf("list service routes in %s: %w", node.Path, err)
+	}
+	src := net.Source.AsSlice()
+	for _, r := range existing {
+		p, ok := ipnet.Prefix(r.Dst)
+		if ok && slices.Contains(net.CIDRs, p) && r.LinkIndex == host.Attrs().Index && r.Src.Equal(src) {
+			continue
+		}
+		if err := node.NL.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("delete service route %v in %s: %w", r.Dst, node.Path, err)
+		}
+	}
+	for _, p := range net.CIDRs {
+		r := netlink.Route{
+			LinkIndex: host.Attrs().Index, Dst: kernelns.IPNet(p), Gw: InterconnectVPPIPv4.Addr().AsSlice(),
+			Src: src, Table: unix.RT_TABLE_MAIN, Protocol: ServiceRouteProtocol,
+		}
+		if err := node.NL.RouteReplace(&r); err != nil {
+			return fmt.Errorf("add route %s via %s dev %s src %s in %s: %w", p, InterconnectVPPIPv4.Addr(), HostInterconnectName, net.Source, node.Path, err)
+		}
+	}
+	return nil
+}
+
+// syncSinkReplies routes what the kernel sends from the reject sink back
+// into VPP (rule "from RejectSinkIPv4 lookup SinkReplyTable", whose
+// default route goes through the interconnect), or removes both.
+func syncSinkReplies(node *kernelns.Namespace, host netlink.Link, on bool) error {
+	rules, err := node.NL.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: SinkReplyTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("list routing rules in %s: %w", node.Path, err)
+	}
+	sink := hostPrefix(RejectSinkIPv4)
+	found := false
+	for _, r := range rules {
+		if p, ok := ipnet.Prefix(r.Src); on && ok && p == sink && r.Dst == nil && !found {
+			found = true
+			continue
+		}
+		if err := node.NL.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("delete routing rule to table %d in %s: %w", SinkReplyTable, node.Path, err)
+		}
+	}
+	route := netlink.Route{
+		LinkIndex: host.Attrs().Index, Dst: kernelns.IPNet(netip.MustParsePrefix("0.0.0.0/0")),
+		Gw: InterconnectVPPIPv4.Addr().AsSlice(), Table: SinkReplyTable, Protocol: ServiceRouteProtocol,
+	}
+	if !on {
+		if err := node.NL.RouteDel(&route); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("delete the default route of table %d in %s: %w", SinkReplyTable, node.Path, err)
+		}
+		return nil
+	}
+	if err := node.NL.RouteReplace(&route); err != nil {
+		return fmt.Errorf("add default via %s dev %s table %d in %s: %w", InterconnectVPPIPv4.Addr(), HostInterconnectName, SinkReplyTable, node.Path, err)
+	}
+	if !found {
+		r := netlink.NewRule()
+		r.Family = netlink.FAMILY_V4
+		r.Src = kernelns.IPNet(sink)
+		r.Table = SinkReplyTable
+		if err := node.NL.RuleAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add rule from %s lookup %d in %s: %w", RejectSinkIPv4, SinkReplyTable, node.Path, err)
+		}
+	}
+	return nil
+}
+
+// serviceRules are the nftables table's chains and rules: the input hook
+// refuses every connection to the reject sink (a TCP reset, an ICMP port
+// unreachable otherwise), and the forward hook refuses what arrives from
+// VPP for a service CIDR (a cluster IP port no mapping translates, which
+// VPP routes back to the kernel: without the rule it would loop).
+func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, rules []*knftables.Rule) {
+	chain := func(name string, hook knftables.BaseChainHook) *knftables.Chain {
+		return &knftables.Chain{Name: name, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(hook),
+			Priority: knftables.PtrTo(knftables.FilterPriority)}
+	}
+	refuse := func(chainName, match string) {
+		rules = append(rules,
+			&knftables.Rule{Chain: chainName, Rule: match + " meta l4proto tcp reject with tcp reset"},
+			&knftables.Rule{Chain: chainName, Rule: match + " reject with icmp type port-unreachable"})
+	}
+	chains = append(chains, chain("input", knftables.InputHook))
+	refuse("input", "ip daddr "+RejectSinkIPv4.String())
+	if len(net.CIDRs) > 0 {
+		chains = append(chains, chain("forward", knftables.ForwardHook))
+		cidrs := make([]string, len(net.CIDRs))
+		for i, p := range net.CIDRs {
+			cidrs[i] = p.String()
+		}
+		refuse("forward", fmt.Sprintf("iifname %q ip daddr { %s }", HostInterconnectName, strings.Join(cidrs, ", ")))
+	}
+	return chains, rules
+}
+
+// syncServiceTable replaces the table ip ServiceTable in one transaction
+// (deleted and made again), or deletes it without sinks. knftables runs
+// nft, which starts in the namespace of the thread that forks it: the
+// calls run on a thread inside the node's namespace.
+func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net ServiceNetwork) error {
+	if _, err := exec.LookPath("nft"); err != nil {
+		if !net.Sinks {
+			return nil // without nft, no table was made either
+		}
+		return fmt.Errorf("the service network's sinks need nft: %w", err)
+	}
+	return node.NS.Do(func(ns.NetNS) error {
+		nft, err := knftables.New(knftables.IPv4Family, ServiceTable)
+		if err != nil {
+			return fmt.Errorf("nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
+		}
+		tx := nft.NewTransaction()
+		// Adding first makes the delete succeed when there is no table.
+		tx.Add(&knftables.Table{})
+		tx.Delete(&knftables.Table{})
+		if net.Sinks {
+			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: refusals of service frontends that VPP sends to the node")})
+			chains, rules := serviceRules(net)
+			for _, c := range chains {
+				tx.Add(c)
+			}
+			for _, r := range rules {
+				tx.Add(r)
+			}
+		}
+		if err := nft.Run(ctx, tx); err != nil {
+			return fmt.Errorf("write nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
+		}
+		return nil
+	})
+}
