@@ -80,7 +80,25 @@ type VPP struct {
 // socket accepts connections. VPP is killed when the test ends.
 func Start(t testing.TB, bin, netnsPath string, startupCLI ...string) *VPP {
 	t.Helper()
-	v := Prepare(t, bin, startupCLI...)
+	return StartWith(t, bin, netnsPath, Options{}, startupCLI...)
+}
+
+// Options change VPP's startup.conf for tests that need more than the
+// defaults (benchmarks holding tens of thousands of NAT mappings).
+type Options struct {
+	// MainHeapSize is memory { main-heap-size }, e.g. "2G"; empty means
+	// DefaultMainHeapSize.
+	MainHeapSize string
+}
+
+// DefaultMainHeapSize is the main heap of the tests' VPP (docs/vpp.md's
+// startup.conf).
+const DefaultMainHeapSize = "512M"
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, bin, netnsPath string, opts Options, startupCLI ...string) *VPP {
+	t.Helper()
+	v := PrepareWith(t, bin, opts, startupCLI...)
 	if err := v.Launch(netnsPath); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +110,15 @@ func Start(t testing.TB, bin, netnsPath string, startupCLI ...string) *VPP {
 // while the test waits for it). VPP is killed when the test ends.
 func Prepare(t testing.TB, bin string, startupCLI ...string) *VPP {
 	t.Helper()
+	return PrepareWith(t, bin, Options{}, startupCLI...)
+}
+
+// PrepareWith is Prepare with opts.
+func PrepareWith(t testing.TB, bin string, opts Options, startupCLI ...string) *VPP {
+	t.Helper()
+	if opts.MainHeapSize == "" {
+		opts.MainHeapSize = DefaultMainHeapSize
+	}
 	// Unix socket paths are short (108 bytes): a directory of our own
 	// under /tmp rather than t.TempDir's long names.
 	dir, err := os.MkdirTemp("", "vcoil-vpp-")
@@ -113,10 +140,10 @@ api-segment { prefix %[2]s }
 socksvr { socket-name %[1]s/api.sock }
 cpu { main-core 0 }
 buffers { buffers-per-numa 16384 page-size 4k }
-memory { main-heap-size 512M main-heap-page-size 4k }
+memory { main-heap-size %[4]s main-heap-page-size 4k }
 statseg { size 32M page-size 4k socket-name %[1]s/stats.sock }
 plugins { plugin dpdk_plugin.so { disable } }
-`, dir, filepath.Base(dir), startup)
+`, dir, filepath.Base(dir), startup, opts.MainHeapSize)
 	if err := os.WriteFile(v.conf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
