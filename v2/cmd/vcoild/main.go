@@ -39,6 +39,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
 )
 
 type flags struct {
@@ -54,7 +55,8 @@ type flags struct {
 	services                              serviceFlags
 }
 
-// serviceFlags configure the service proxy (docs/services.md).
+// serviceFlags configure the service proxy (docs/services.md, and
+// docs/vpp.md for the VPP dataplane).
 type serviceFlags struct {
 	enabled, removeKubeProxyTables bool
 	lbAnnounce                     bool
@@ -63,6 +65,9 @@ type serviceFlags struct {
 	minSyncPeriod, syncPeriod      time.Duration
 	healthAddr, statusAddr         string
 	conntrack                      conntrack.Config
+	// serviceCIDRs and clusterCIDRs: the cluster's service network and
+	// its pod, node and service networks (used on the VPP dataplane).
+	serviceCIDRs, clusterCIDRs []string
 }
 
 // vppFlags configure the VPP dataplane (--dataplane=vpp); docs/vpp.md.
@@ -71,6 +76,9 @@ type vppFlags struct {
 	uplinkAddresses                                   []string
 	uplinkGatewayIPv4, uplinkGatewayIPv6              string
 	gso                                               bool
+	natSessions                                       uint32
+	localBackendWeight                                int
+	snat                                              bool
 }
 
 func main() {
@@ -111,8 +119,13 @@ func main() {
 	fs.StringSliceVar(&f.vpp.uplinkAddresses, "vpp-uplink-address", nil, "prefix to put on the uplink (repeatable)")
 	fs.StringVar(&f.vpp.uplinkGatewayIPv4, "vpp-uplink-gateway-ipv4", "", "VPP's IPv4 default route via this gateway on the uplink (default: through the host)")
 	fs.StringVar(&f.vpp.uplinkGatewayIPv6, "vpp-uplink-gateway-ipv6", "", "VPP's IPv6 default route via this gateway on the uplink (default: through the host)")
+	fs.Uint32Var(&f.vpp.natSessions, "vpp-nat-sessions", constants.VPPNATSessions, "size of VPP's NAT44-ED session table (per worker thread), for the service proxy")
+	fs.IntVar(&f.vpp.localBackendWeight, "vpp-local-backend-weight", constants.VPPLocalBackendWeight, "weight (1..255) of a service's backends on this node against remote ones (1: even, as kube-proxy)")
+	fs.BoolVar(&f.vpp.snat, "vpp-snat", false, "source-NAT pods' traffic leaving the node through the uplink to the uplink's address, except to --cluster-cidr")
 	f.services.conntrack = conntrack.DefaultConfig()
-	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy (Linux dataplane only)")
+	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy")
+	fs.StringSliceVar(&f.services.serviceCIDRs, "service-cidr", nil, "the cluster's service CIDR (repeatable); on VPP, routed from the node into VPP so that the node's own processes reach cluster IPs")
+	fs.StringSliceVar(&f.services.clusterCIDRs, "cluster-cidr", nil, "a CIDR of the cluster's pod, node or service networks (repeatable); never source-NATed by --vpp-snat")
 	fs.BoolVar(&f.services.removeKubeProxyTables, "remove-kube-proxy-tables", false, "at start, delete the nftables tables kube-proxy leaves behind (for a migration)")
 	fs.BoolVar(&f.services.lbAnnounce, "lb-announce", true, "announce the LoadBalancer addresses this node serves, as /32 and /128 routes in --export-table (for BIRD); false withdraws them")
 	fs.IntVar(&f.services.lbExportProtocol, "lb-export-protocol", routes.DefaultLBProtocol, "route protocol number marking the announced LoadBalancer addresses in --export-table; must differ from --export-protocol and from the pod routes' (31)")
@@ -187,13 +200,20 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
-	}
 	dp, local, err := newDataplane(f)
 	if err != nil {
 		return err
+	}
+	vppDP, _ := dp.(vpp.Dataplane)
+	// The service proxy's flags are checked before anything is read or
+	// changed, whether this node serves Services or not.
+	serviceOpts, err := f.services.options(f, vppDP)
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	exporter, err := routes.NewExporter(routes.ExporterConfig{Netns: f.netns, Table: f.exportTable, Protocol: f.exportProtocol}, ctrl.Log.WithName("export"))
 	if err != nil {
@@ -239,11 +259,10 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 	if services {
-		opts, err := f.services.options(f)
-		if err != nil {
-			return err
+		if serviceOpts.VPP != nil && len(serviceOpts.NAT44.ServiceCIDRs) == 0 {
+			log.Info("no --service-cidr: the node's own processes (the kubelet's probes, hostNetwork pods) will not reach Services through VPP")
 		}
-		p, err := proxy.Setup(ctx, mgr, opts)
+		p, err := proxy.Setup(ctx, mgr, serviceOpts)
 		if err != nil {
 			return err
 		}
@@ -281,31 +300,9 @@ func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
 		}
 		return dp, local, nil
 	case "vpp":
-		cfg := vpp.Config{
-			APISocket: f.vpp.apiSocket, NodeNetns: f.netns, MTU: f.mtu, GSO: f.vpp.gso,
-			Allocations:  daemon.Allocations{StateDir: f.stateDir},
-			PodInterface: vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
-			Uplink: f.vpp.uplink,
-		}
-		for _, s := range f.vpp.uplinkAddresses {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, nil, fmt.Errorf("--vpp-uplink-address %q: %w", s, err)
-			}
-			cfg.UplinkAddresses = append(cfg.UplinkAddresses, p)
-		}
-		for flag, s := range map[string]struct {
-			in  string
-			out *netip.Addr
-		}{"--vpp-uplink-gateway-ipv4": {f.vpp.uplinkGatewayIPv4, &cfg.UplinkGatewayIPv4}, "--vpp-uplink-gateway-ipv6": {f.vpp.uplinkGatewayIPv6, &cfg.UplinkGatewayIPv6}} {
-			if s.in == "" {
-				continue
-			}
-			a, err := netip.ParseAddr(s.in)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s %q: %w", flag, s.in, err)
-			}
-			*s.out = a
+		cfg, err := f.vppConfig()
+		if err != nil {
+			return nil, nil, err
 		}
 		dp, err := vpp.New(cfg, ctrl.Log.WithName("vpp"))
 		if err != nil {
@@ -316,17 +313,45 @@ func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
 	return nil, nil, fmt.Errorf("--dataplane %q: want linux or vpp", f.dataplane)
 }
 
+// vppConfig is the VPP dataplane's configuration from the flags; a bad
+// value names its flag.
+func (f flags) vppConfig() (vpp.Config, error) {
+	cfg := vpp.Config{
+		APISocket: f.vpp.apiSocket, NodeNetns: f.netns, MTU: f.mtu, GSO: f.vpp.gso,
+		Allocations:  daemon.Allocations{StateDir: f.stateDir},
+		PodInterface: vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
+		Uplink: f.vpp.uplink, NATSessions: f.vpp.natSessions,
+	}
+	for _, s := range f.vpp.uplinkAddresses {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return cfg, fmt.Errorf("--vpp-uplink-address %q: %w", s, err)
+		}
+		cfg.UplinkAddresses = append(cfg.UplinkAddresses, p)
+	}
+	for flag, s := range map[string]struct {
+		in  string
+		out *netip.Addr
+	}{"--vpp-uplink-gateway-ipv4": {f.vpp.uplinkGatewayIPv4, &cfg.UplinkGatewayIPv4}, "--vpp-uplink-gateway-ipv6": {f.vpp.uplinkGatewayIPv6, &cfg.UplinkGatewayIPv6}} {
+		if s.in == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(s.in)
+		if err != nil {
+			return cfg, fmt.Errorf("%s %q: %w", flag, s.in, err)
+		}
+		*s.out = a
+	}
+	return cfg, nil
+}
+
 // serviceProxyOn decides whether vcoild serves Services on this node: the
-// flag, the dataplane (the VPP renderer is not built yet), and the Node's
-// vcoil.io/service-proxy label, read once at start from the apiserver.
+// flag and the Node's vcoil.io/service-proxy label, read once at start
+// from the apiserver.
 func serviceProxyOn(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, f flags) (bool, error) {
 	log := ctrl.Log.WithName("services")
 	if !f.services.enabled {
 		log.Info("not serving Services: --service-proxy=false")
-		return false, nil
-	}
-	if f.dataplane != "linux" {
-		log.Info("not serving Services: the service renderer of this dataplane is not built yet", "dataplane", f.dataplane)
 		return false, nil
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
@@ -361,7 +386,10 @@ func (f flags) lbExport() routes.ExporterConfig {
 	return routes.ExporterConfig{Netns: f.netns, Table: f.exportTable, Protocol: f.services.lbExportProtocol, What: proxy.LBRoutes}
 }
 
-func (s serviceFlags) options(f flags) (proxy.Options, error) {
+// options are the service proxy's options from the flags; dp is the VPP
+// dataplane when vcoild runs on it (nil on Linux). A bad value names its
+// flag.
+func (s serviceFlags) options(f flags, dp vpp.Dataplane) (proxy.Options, error) {
 	o := proxy.Options{
 		NodeName: f.nodeName, Netns: f.netns, PodIfPrefix: linux.HostIfPrefix,
 		HealthAddr: s.healthAddr, StatusAddr: s.statusAddr,
@@ -376,6 +404,30 @@ func (s serviceFlags) options(f flags) (proxy.Options, error) {
 			return o, fmt.Errorf("--nodeport-addresses %q: %w", c, err)
 		}
 		o.NodePortCIDRs = append(o.NodePortCIDRs, p.Masked())
+	}
+	if dp == nil {
+		return o, nil
+	}
+	o.VPP, o.PodIfPrefix = dp, ""
+	if w := f.vpp.localBackendWeight; w < 1 || w > 255 {
+		return o, fmt.Errorf("--vpp-local-backend-weight %d: want 1..255", w)
+	}
+	o.NAT44 = nat44.Config{LocalWeight: uint8(f.vpp.localBackendWeight), SNAT: f.vpp.snat, Registry: metrics.Registry}
+	for _, c := range []struct {
+		flag string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"--service-cidr", s.serviceCIDRs, &o.NAT44.ServiceCIDRs}, {"--cluster-cidr", s.clusterCIDRs, &o.NAT44.ClusterCIDRs}} {
+		for _, in := range c.in {
+			p, err := netip.ParsePrefix(in)
+			if err != nil {
+				return o, fmt.Errorf("%s %q: %w", c.flag, in, err)
+			}
+			*c.out = append(*c.out, p.Masked())
+		}
+	}
+	if f.vpp.snat && len(o.NAT44.ClusterCIDRs) == 0 {
+		return o, errors.New("--vpp-snat needs --cluster-cidr: without it pods' traffic to other nodes would be source-NATed")
 	}
 	return o, nil
 }

@@ -4,17 +4,24 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
+	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
 )
 
 // vcoild with --dataplane=vpp against a real VPP (VCOIL_VPP_BIN) running in
@@ -171,5 +178,109 @@ func TestVPPFlagsBuildTheVPPDataplane(t *testing.T) {
 				t.Fatalf("newDataplane = %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// With --dataplane=vpp and the service proxy on, the service proxy gets
+// the VPP dataplane and the NAT44 renderer's configuration from the flags
+// (the session table goes to the dataplane), and builds the NAT44
+// renderer; without VPP nothing of it is set.
+func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
+	f := flags{
+		nodeName: "node-a", dataplane: "vpp", stateDir: t.TempDir(),
+		vpp: vppFlags{apiSocket: "/nonexistent/api.sock", podInterface: "af_packet", natSessions: 100000, localBackendWeight: 3},
+		services: serviceFlags{
+			enabled: true, serviceCIDRs: []string{"10.96.0.1/12", "fd00:96::/112"}, clusterCIDRs: []string{"10.0.0.0/8", "198.18.0.0/15"},
+			nodePortAddresses: []string{"198.18.0.0/15"},
+		},
+	}
+	cfg, err := f.vppConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATSessions != 100000 {
+		t.Fatalf("NATSessions = %d, want --vpp-nat-sessions", cfg.NATSessions)
+	}
+	dp, _, err := newDataplane(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vppDP := dp.(vpp.Dataplane)
+	o, err := f.services.options(f, vppDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.VPP != vppDP {
+		t.Fatal("the service proxy did not get the VPP dataplane")
+	}
+	want := nat44.Config{
+		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/112")},
+		LocalWeight:  3,
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("198.18.0.0/15")},
+	}
+	got := o.NAT44
+	got.Registry = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("NAT44 config = %+v\nwant %+v", got, want)
+	}
+	if o.NAT44.Registry == nil {
+		t.Error("the NAT44 renderer has no metrics registry")
+	}
+	if _, err := nat44.New(o.VPP, o.NAT44, logr.Discard()); err != nil {
+		t.Fatalf("the NAT44 renderer refuses the flags' configuration: %v", err)
+	}
+
+	snat := f
+	snat.vpp.snat = true
+	if o, err := snat.services.options(snat, vppDP); err != nil || !o.NAT44.SNAT {
+		t.Fatalf("--vpp-snat: SNAT %t, %v", o.NAT44.SNAT, err)
+	}
+
+	linuxOpts, err := f.services.options(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if linuxOpts.VPP != nil || !reflect.DeepEqual(linuxOpts.NAT44, nat44.Config{}) {
+		t.Fatalf("without VPP the service proxy got %+v", linuxOpts.NAT44)
+	}
+
+	for _, tc := range []struct {
+		name string
+		set  func(*flags)
+		want string
+	}{
+		{"a local weight of 0", func(f *flags) { f.vpp.localBackendWeight = 0 }, "--vpp-local-backend-weight 0"},
+		{"a local weight of 256", func(f *flags) { f.vpp.localBackendWeight = 256 }, "--vpp-local-backend-weight 256"},
+		{"a service CIDR that is no prefix", func(f *flags) { f.services.serviceCIDRs = []string{"10.96.0.1"} }, `--service-cidr "10.96.0.1"`},
+		{"a cluster CIDR that is no prefix", func(f *flags) { f.services.clusterCIDRs = []string{"pods"} }, `--cluster-cidr "pods"`},
+		{"SNAT without cluster CIDRs", func(f *flags) { f.vpp.snat, f.services.clusterCIDRs = true, nil }, "--vpp-snat needs --cluster-cidr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := f
+			tc.set(&bad)
+			if _, err := bad.services.options(bad, vppDP); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("options = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// vcoild refuses bad service proxy flags on VPP at start, naming the flag,
+// before it reads or changes anything.
+func TestVPPServiceProxyFlagsAreCheckedAtStart(t *testing.T) {
+	bin := gobuild.Program(t, vcoildPackage)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--vpp-local-backend-weight", "300"}, "--vpp-local-backend-weight 300: want 1..255"},
+		{[]string{"--service-cidr", "10.96.0.0/33"}, `--service-cidr "10.96.0.0/33"`},
+		{[]string{"--vpp-snat"}, "--vpp-snat needs --cluster-cidr"},
+	} {
+		args := append([]string{"--node-name", "x", "--dataplane=vpp", "--vpp-api-socket=/nonexistent/api.sock", "--vpp-pod-interface=af_packet", "--state-dir", t.TempDir()}, tc.args...)
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("vcoild %s = %v, want it to refuse naming %q:\n%s", tc.args, err, tc.want, out)
+		}
 	}
 }

@@ -108,6 +108,19 @@ const (
 	ServiceSyncPeriod = 30 * time.Second
 )
 
+// The service proxy on the VPP dataplane (vcoild's --vpp-nat-sessions and
+// --vpp-local-backend-weight). docs/vpp.md documents them; change both
+// together.
+const (
+	// VPPNATSessions sizes NAT44-ED's session table (per VPP worker): a
+	// node's worth of connections, four times VPP's own default.
+	VPPNATSessions = 262144
+	// VPPLocalBackendWeight is the weight of a service's backends on the
+	// node relative to remote ones: 1 spreads connections evenly, as
+	// kube-proxy does.
+	VPPLocalBackendWeight = 1
+)
+
 // The nftables service renderer (package service/renderer/nftables).
 // docs/services.md documents them; change both together.
 const (

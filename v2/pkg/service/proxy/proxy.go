@@ -1,8 +1,9 @@
-// Package proxy makes vcoild a replacement for kube-proxy on the Linux
-// dataplane: it wires the service processor to the nftables renderer and the
-// health check node ports, serves kube-proxy's health and status endpoints,
-// and applies kube-proxy's conntrack settings. It holds no service logic of
-// its own; docs/services.md describes the whole.
+// Package proxy makes vcoild a replacement for kube-proxy: it wires the
+// service processor to the dataplane's renderer (nftables on the Linux
+// dataplane, NAT44-ED on the VPP dataplane) and the health check node
+// ports, serves kube-proxy's health and status endpoints, and, on the Linux
+// dataplane, applies kube-proxy's conntrack settings. It holds no service
+// logic of its own; docs/services.md and docs/vpp.md describe the whole.
 package proxy
 
 import (
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service"
@@ -29,6 +31,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
 	"github.com/vcoil/vcoil/v2/pkg/service/healthcheck"
 	"github.com/vcoil/vcoil/v2/pkg/service/processor"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nftables"
 )
 
@@ -55,8 +58,14 @@ type Options struct {
 	// HealthAddr and StatusAddr place kube-proxy's health (/healthz) and
 	// status (/proxyMode) servers; empty disables one.
 	HealthAddr, StatusAddr string
-	// Conntrack settings, applied once at start.
+	// Conntrack settings, applied once at start (not with VPP: its NAT
+	// sessions are not the kernel's connections).
 	Conntrack conntrack.Config
+	// VPP, when set, is the node's VPP dataplane: Services are rendered
+	// into its NAT44-ED plugin (configured by NAT44) instead of the
+	// kernel's nftables, and a VPP restart triggers a resync at once.
+	VPP   vpp.Dataplane
+	NAT44 nat44.Config
 	// AnnounceLoadBalancers makes the node announce the LoadBalancer
 	// addresses it serves through LBExport (package announce).
 	AnnounceLoadBalancers bool
@@ -89,19 +98,14 @@ func DisabledOn(node *corev1.Node) bool {
 	return node != nil && node.Labels[LabelServiceProxy] == Disabled
 }
 
-// Setup adds the service proxy to mgr: the processor with the nftables and
-// health check renderers (and the LoadBalancer announcer, with the
-// AddressPool watch it needs), the health and status servers. It returns the
-// processor, whose Synced channel tells when the first sync completed.
+// Setup adds the service proxy to mgr: the processor with the dataplane's
+// renderer (nftables, or NAT44 with opts.VPP) and the health check
+// renderer (and the LoadBalancer announcer, with the AddressPool watch it
+// needs), the health and status servers. It returns the processor, whose
+// Synced channel tells when the first sync completed.
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.Processor, error) {
 	log := opts.Log
-	if err := conntrack.Apply(ctx, opts.Conntrack, conntrack.Files("/"), log.WithName("conntrack")); err != nil {
-		return nil, fmt.Errorf("service proxy: %w", err)
-	}
-	nft, err := nftables.New(nftables.Config{
-		Netns: opts.Netns, PodIfPrefix: opts.PodIfPrefix, Registry: opts.Registry,
-		DropInvalid: new(!opts.Conntrack.TCPBeLiberal),
-	}, log.WithName("nftables"))
+	r, release, err := dataplaneRenderer(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("service proxy: %w", err)
 	}
@@ -121,24 +125,27 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 		NodeEligible: healthcheck.NodeEligibility(mgr.GetClient(), opts.NodeName),
 	}, view, log)
 	checks := healthcheck.NewServiceHealthServer(healthcheck.ServiceHealthConfig{Netns: opts.Netns}, health, log)
-	popts.Renderers = []service.Renderer{nft, checks}
+	popts.Renderers = []service.Renderer{r, checks}
 	if opts.AnnounceLoadBalancers {
-		a, err := newAnnouncer(mgr, nft, opts)
+		a, err := newAnnouncer(mgr, r, opts)
 		if err != nil {
-			nft.Close()
+			release()
 			return nil, fmt.Errorf("service proxy: %w", err)
 		}
-		// The gate takes nft's place: the announcer, last, announces only
-		// what nft rendered successfully.
+		// The gate takes the renderer's place: the announcer, last,
+		// announces only what the renderer rendered successfully.
 		popts.Renderers = []service.Renderer{a.gate, checks, a.announcer}
 	}
 	p, err := processor.Setup(mgr, popts)
 	if err != nil {
-		nft.Close()
+		release()
 		return nil, err
 	}
 	view.p = p
-	runnables := []manager.Runnable{checks, closer{nft}, memoryReturner{p}}
+	runnables := []manager.Runnable{checks, releaser(release), memoryReturner{p}}
+	if opts.VPP != nil {
+		runnables = append(runnables, resyncOnVPPRestart{dp: opts.VPP, p: p, log: log.WithName("nat44")})
+	}
 	if opts.HealthAddr != "" {
 		runnables = append(runnables, health)
 	}
@@ -153,12 +160,63 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 	return p, nil
 }
 
+// dataplaneRenderer is the renderer of the node's dataplane and what
+// releases it: NAT44 on VPP; else nftables, after the conntrack settings
+// it relies on.
+func dataplaneRenderer(ctx context.Context, opts Options) (service.Renderer, func(), error) {
+	log := opts.Log
+	if opts.VPP != nil {
+		cfg := opts.NAT44
+		if cfg.Registry == nil {
+			cfg.Registry = opts.Registry
+		}
+		r, err := nat44.New(opts.VPP, cfg, log.WithName("nat44"))
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, func() {}, nil
+	}
+	if err := conntrack.Apply(ctx, opts.Conntrack, conntrack.Files("/"), log.WithName("conntrack")); err != nil {
+		return nil, nil, err
+	}
+	nft, err := nftables.New(nftables.Config{
+		Netns: opts.Netns, PodIfPrefix: opts.PodIfPrefix, Registry: opts.Registry,
+		DropInvalid: new(!opts.Conntrack.TCPBeLiberal),
+	}, log.WithName("nftables"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return nft, nft.Close, nil
+}
+
+// resyncOnVPPRestart makes the processor resync its renderers as soon as
+// the VPP dataplane synced a new incarnation (VPP restarted, or vcoild
+// reconnected): the NAT44 renderer's mappings are gone with the old VPP,
+// and the periodic resync may be long.
+type resyncOnVPPRestart struct {
+	dp  vpp.Dataplane
+	p   *processor.Processor
+	log logr.Logger
+}
+
+func (r resyncOnVPPRestart) Start(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case inc := <-r.dp.Resynced():
+			r.log.Info("VPP synced a new incarnation; resyncing the services", "incarnation", inc)
+			r.p.RequestResync()
+		}
+	}
+}
+
 type announcer struct {
 	gate      *announce.Gate
 	announcer *announce.Announcer
 }
 
-func newAnnouncer(mgr manager.Manager, nft service.Renderer, opts Options) (announcer, error) {
+func newAnnouncer(mgr manager.Manager, r service.Renderer, opts Options) (announcer, error) {
 	cfg := opts.LBExport
 	cfg.Netns = opts.Netns
 	if cfg.Protocol == 0 {
@@ -172,7 +230,7 @@ func newAnnouncer(mgr manager.Manager, nft service.Renderer, opts Options) (anno
 	if err != nil {
 		return announcer{}, err
 	}
-	gate := announce.NewGate(nft)
+	gate := announce.NewGate(r)
 	a := announce.New(exporter, gate, log)
 	if err := announce.SetupPoolWatch(mgr, a, log); err != nil {
 		return announcer{}, err
@@ -278,12 +336,13 @@ func (m memoryReturner) Start(ctx context.Context) error {
 	return nil
 }
 
-// closer releases the renderer's namespace when the manager stops.
-type closer struct{ r nftables.Renderer }
+// releaser releases the renderer (the nftables renderer's namespace) when
+// the manager stops.
+type releaser func()
 
-func (c closer) Start(ctx context.Context) error {
+func (r releaser) Start(ctx context.Context) error {
 	<-ctx.Done()
-	c.r.Close()
+	r()
 	return nil
 }
 
