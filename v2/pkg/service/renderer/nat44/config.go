@@ -1,6 +1,7 @@
 package nat44
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -53,8 +54,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("invalid CIDR %v", p)
 		}
 	}
-	if c.SNAT && len(c.ClusterCIDRs) == 0 {
-		return c, fmt.Errorf("SNAT needs ClusterCIDRs: without them pods' traffic to other nodes would be source-NATed")
+	if c.SNAT {
+		return c, errors.New("SNAT is not supported by the NAT44 service renderer yet: NAT44-ED's output feature on the uplink cannot leave the cluster's destinations untranslated without also changing pods' other traffic (docs/vpp.md)")
 	}
 	return c, nil
 }

@@ -1,0 +1,218 @@
+package nat44
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/acl"
+	"go.fd.io/govpp/binapi/acl_types"
+	"go.fd.io/govpp/binapi/ip_types"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/service"
+)
+
+// aclTag marks the renderer's one ACL; at most one ACL with it is
+// vcoil's, the others are left alone.
+const aclTag = "vcoil-svc-source-ranges"
+
+// aclState is the renderer's ACL in the current incarnation.
+type aclState struct {
+	// exists: VPP holds the ACL at index with rules.
+	exists bool
+	index  uint32
+	rules  []acl_types.ACLRule
+	// applied: the outside interfaces' lists hold index.
+	applied bool
+}
+
+// sourceRangeRules are the rules of the loadBalancerSourceRanges ACL
+// (nil when no service has ranges): for each service with ranges, each of
+// its IPv4 LoadBalancer IPs and each TCP or UDP port, a permit from each
+// IPv4 range to the LoadBalancer IP and port, then a deny of every other
+// source (a service without IPv4 ranges drops every IPv4 client, as
+// kube-proxy does); last, a permit of everything else, of both families:
+// the ACL plugin denies what no rule matches, and the input ACL sees every
+// packet of the outside interfaces. Rules are stateless permits: replies
+// need no session.
+//
+// The input ACL runs before NAT44-ED's out2in node, so it sees the
+// LoadBalancer IP before translation; NAT44-ED itself has no source filter.
+func sourceRangeRules(services map[service.ID]*service.Service, ranged map[service.ID]bool) []acl_types.ACLRule {
+	if len(ranged) == 0 {
+		return nil
+	}
+	var rules []acl_types.ACLRule
+	for _, id := range slices.SortedFunc(maps.Keys(ranged), service.ID.Compare) {
+		s := services[id]
+		var from []netip.Prefix
+		for _, p := range s.LoadBalancerSourceRanges {
+			if p.Addr().Is4() {
+				from = append(from, p.Masked())
+			}
+		}
+		slices.SortFunc(from, func(a, b netip.Prefix) int {
+			if c := a.Addr().Compare(b.Addr()); c != 0 {
+				return c
+			}
+			return a.Bits() - b.Bits()
+		})
+		from = slices.Compact(from)
+		for _, lb := range s.LoadBalancerIPs {
+			if !lb.Is4() {
+				continue
+			}
+			to := netip.PrefixFrom(lb, 32)
+			for i := range s.Ports {
+				proto, ok := protoOf(s.Ports[i].Protocol)
+				if !ok {
+					continue
+				}
+				port := s.Ports[i].Port
+				for _, src := range from {
+					rules = append(rules, portRule(acl_types.ACL_ACTION_API_PERMIT, src, to, proto, port))
+				}
+				rules = append(rules, portRule(acl_types.ACL_ACTION_API_DENY, netip.PrefixFrom(netip.IPv4Unspecified(), 0), to, proto, port))
+			}
+		}
+	}
+	return append(rules,
+		anyRule(netip.PrefixFrom(netip.IPv4Unspecified(), 0)),
+		anyRule(netip.PrefixFrom(netip.IPv6Unspecified(), 0)))
+}
+
+func vppPrefix(p netip.Prefix) ip_types.Prefix {
+	return ip_types.Prefix{Address: ip_types.NewAddress(p.Addr().AsSlice()), Len: uint8(p.Bits())}
+}
+
+func portRule(action acl_types.ACLAction, src, dst netip.Prefix, proto uint8, port uint16) acl_types.ACLRule {
+	return acl_types.ACLRule{
+		IsPermit: action, SrcPrefix: vppPrefix(src), DstPrefix: vppPrefix(dst), Proto: ip_types.IPProto(proto),
+		SrcportOrIcmptypeFirst: 0, SrcportOrIcmptypeLast: 65535,
+		DstportOrIcmpcodeFirst: port, DstportOrIcmpcodeLast: port,
+	}
+}
+
+// anyRule permits every packet of all's family (proto 0: any).
+func anyRule(all netip.Prefix) acl_types.ACLRule {
+	return acl_types.ACLRule{
+		IsPermit: acl_types.ACL_ACTION_API_PERMIT, SrcPrefix: vppPrefix(all), DstPrefix: vppPrefix(all),
+		SrcportOrIcmptypeLast: 65535, DstportOrIcmpcodeLast: 65535,
+	}
+}
+
+// sameRules compares rules by meaning (VPP may return the unused bytes of
+// an IPv4 address union differently).
+func sameRules(a, b []acl_types.ACLRule) bool {
+	return slices.EqualFunc(a, b, func(x, y acl_types.ACLRule) bool {
+		x.SrcPrefix, y.SrcPrefix = canonical(x.SrcPrefix), canonical(y.SrcPrefix)
+		x.DstPrefix, y.DstPrefix = canonical(x.DstPrefix), canonical(y.DstPrefix)
+		return x == y
+	})
+}
+
+func canonical(p ip_types.Prefix) ip_types.Prefix {
+	if p.Address.Af == ip_types.ADDRESS_IP4 {
+		var u ip_types.AddressUnion
+		u.SetIP4(p.Address.Un.GetIP4())
+		p.Address.Un = u
+	}
+	return p
+}
+
+// syncACL makes VPP hold the source-ranges ACL on the outside interfaces
+// (input side, through the dataplane, which merges it with the policy
+// renderer's ACLs), or neither the ACL nor its use when no service has
+// ranges. The ACL is replaced in place when its rules change, so that the
+// interfaces' lists stay as they are. full: find the ACL by its tag (after
+// a restart of vcoild or of VPP) and set the interfaces' lists again.
+func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInterfaces, full bool) error {
+	want := sourceRangeRules(r.services, r.ranged)
+	if full {
+		if err := r.findACL(ch); err != nil {
+			return err
+		}
+	}
+	if want == nil {
+		if full || r.acl.applied {
+			if err := r.setInterfaceACLs(ctx, ifs, []uint32{}); err != nil {
+				return err
+			}
+			r.acl.applied = false
+		}
+		if r.acl.exists {
+			if err := call(ch, &acl.ACLDel{ACLIndex: r.acl.index}, &acl.ACLDelReply{}); err != nil {
+				return fmt.Errorf("NAT44 service renderer: delete the source-ranges ACL %d: %w", r.acl.index, err)
+			}
+			r.acl = aclState{}
+		}
+		return nil
+	}
+	if !r.acl.exists || !sameRules(r.acl.rules, want) {
+		index := ^uint32(0)
+		if r.acl.exists {
+			index = r.acl.index
+		}
+		reply := &acl.ACLAddReplaceReply{}
+		req := &acl.ACLAddReplace{ACLIndex: index, Tag: aclTag, Count: uint32(len(want)), R: want}
+		if err := call(ch, req, reply); err != nil {
+			// Whether VPP changed the ACL is unknown: find it again next time.
+			r.synced = false
+			return fmt.Errorf("NAT44 service renderer: write the source-ranges ACL (%d rules, %d services): %w", len(want), len(r.ranged), err)
+		}
+		if !r.acl.exists || reply.ACLIndex != r.acl.index {
+			r.acl.applied = false
+		}
+		r.acl = aclState{exists: true, index: reply.ACLIndex, rules: want, applied: r.acl.applied}
+	}
+	if full || !r.acl.applied {
+		if err := r.setInterfaceACLs(ctx, ifs, []uint32{r.acl.index}); err != nil {
+			return err
+		}
+		r.acl.applied = true
+	}
+	return nil
+}
+
+// findACL adopts the ACL with the renderer's tag that VPP holds, if any.
+func (r *Renderer) findACL(ch api.Channel) error {
+	r.acl = aclState{}
+	var others []uint32
+	err := dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
+		if d.Tag != aclTag {
+			return
+		}
+		if r.acl.exists {
+			others = append(others, d.ACLIndex)
+			return
+		}
+		r.acl = aclState{exists: true, index: d.ACLIndex, rules: d.R}
+	})
+	if err != nil {
+		r.acl = aclState{}
+		return fmt.Errorf("NAT44 service renderer: dump ACLs: %w", err)
+	}
+	if len(others) > 0 {
+		r.log.Info("More than one ACL with the source-ranges tag; using the first", "used", r.acl.index, "others", others)
+	}
+	return nil
+}
+
+func (r *Renderer) setInterfaceACLs(ctx context.Context, ifs vpp.NodeInterfaces, input []uint32) error {
+	for _, c := range []struct {
+		iface vpp.NodeInterface
+		sw    uint32
+	}{{vpp.Uplink, ifs.Uplink}, {vpp.HostInterconnect, ifs.HostInterconnect}} {
+		if c.sw == vpp.NoInterface {
+			continue
+		}
+		if err := r.dp.SetInterfaceACLs(ctx, ifs.Incarnation, c.iface, vpp.ACLServices, input); err != nil {
+			return fmt.Errorf("NAT44 service renderer: set the source-ranges ACL %v on the %s interface: %w", input, c.iface, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,337 @@
+package nat44
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.fd.io/govpp/binapi/nat_types"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/service"
+)
+
+// IP protocol numbers of the mappings. NAT44-ED translates ports of TCP and
+// UDP only: any other protocol is looked up with port 0 (its "unknown
+// protocol" path), so an SCTP port mapping would never match and SCTP ports
+// are left out.
+const (
+	protoTCP uint8 = 6
+	protoUDP uint8 = 17
+)
+
+func protoOf(p service.Protocol) (uint8, bool) {
+	switch p {
+	case service.TCP:
+		return protoTCP, true
+	case service.UDP:
+		return protoUDP, true
+	}
+	return 0, false
+}
+
+// mappingKey is what NAT44-ED looks a static mapping up by (its "o2i" key,
+// always in FIB 0): one frontend of one service port.
+type mappingKey struct {
+	Addr  netip.Addr
+	Proto uint8
+	Port  uint16
+}
+
+func (k mappingKey) String() string {
+	p := strconv.Itoa(int(k.Proto))
+	switch k.Proto {
+	case protoTCP:
+		p = "tcp"
+	case protoUDP:
+		p = "udp"
+	}
+	return p + "/" + netip.AddrPortFrom(k.Addr, k.Port).String()
+}
+
+func compareKeys(a, b mappingKey) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Proto, b.Proto); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Port, b.Port)
+}
+
+// kind is the VPP object a frontend becomes.
+type kind uint8
+
+const (
+	// kindLB: a load-balancing static mapping (two or more backends).
+	kindLB kind = iota + 1
+	// kindStatic: a plain static mapping (one backend).
+	kindStatic
+	// kindReject: a plain static mapping to vpp.RejectSinkIPv4: the
+	// frontend has no endpoint in its family, refused by the node's kernel.
+	kindReject
+	// kindDrop: a plain static mapping to vpp.DropSinkIPv4: the frontend's
+	// service has endpoints, but none for this traffic (a Local policy
+	// without local endpoints), dropped as kube-proxy drops it.
+	kindDrop
+)
+
+var kinds = []kind{kindLB, kindStatic, kindReject, kindDrop}
+
+func (k kind) String() string {
+	switch k {
+	case kindLB:
+		return "lb"
+	case kindStatic:
+		return "static"
+	case kindReject:
+		return "reject"
+	case kindDrop:
+		return "drop"
+	}
+	return "unknown"
+}
+
+// local is one backend of a mapping. Probability is 0 in plain static
+// mappings (VPP has none there).
+type local struct {
+	Addr        netip.Addr
+	Port        uint16
+	Probability uint8
+}
+
+func (l local) key() netip.AddrPort { return netip.AddrPortFrom(l.Addr, l.Port) }
+
+func compareLocals(a, b local) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Port, b.Port)
+}
+
+// mapping is one static mapping as the renderer wants it or found it in
+// VPP. Everything but Service is compared; Service names the service for
+// errors and logs (a dumped mapping only has its tag).
+type mapping struct {
+	Kind kind
+	// Locals are sorted by address and port; one for every kind but kindLB.
+	Locals []local
+	Flags  nat_types.NatConfigFlags
+	// Affinity is the ClientIP affinity in seconds (LB mappings only).
+	Affinity uint32
+	Tag      string
+	Service  service.ID
+}
+
+func (m *mapping) equal(o *mapping) bool {
+	if m == nil || o == nil {
+		return m == o
+	}
+	return m.Kind == o.Kind && m.Flags == o.Flags && m.Affinity == o.Affinity && m.Tag == o.Tag &&
+		slices.Equal(m.Locals, o.Locals)
+}
+
+// name is how errors and logs call the mapping's owner: the service when
+// known, else the tag.
+func (m *mapping) name() string {
+	if m.Service != (service.ID{}) {
+		return m.Service.String()
+	}
+	return m.Tag
+}
+
+// The flags of mappings. Every mapping is OUT2IN_ONLY: it only DNATs
+// traffic to its frontend; without it the backends' own connections would
+// be source-NATed to the frontend, and the frontend would have to be in the
+// NAT pool. VPP applies TWICE_NAT before SELF_TWICE_NAT (a twice-NATed
+// session is source-NATed whoever the client is), and its
+// nat44_add_del_lb_static_mapping handler drops SELF_TWICE_NAT when
+// TWICE_NAT is set, so a mapping carries one of them, never both: what VPP
+// then dumps is what the renderer wants, and the diff stays empty.
+const (
+	// flagsSelf: cluster IPs and eTP=Local external frontends. The client
+	// keeps its address, except a backend reaching itself, which is
+	// source-NATed to the NAT loopback so that its reply comes back
+	// through VPP.
+	flagsSelf = nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE_NAT
+	// flagsTwice: eTP=Cluster external frontends and the sinks. Every
+	// client is source-NATed to the NAT loopback, so that a remote
+	// backend's (or the kernel's) reply comes back through this node's VPP
+	// to be translated back.
+	flagsTwice = nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_TWICE_NAT
+)
+
+// Tags. Every mapping vcoil makes has a tag starting with tagPrefix; the
+// renderer never touches a mapping without one. The tag names the service
+// ("vcoil-svc ns/name"), or, when that exceeds the 63 bytes VPP keeps,
+// a hash of it ("vcoil-svc# <32 hex digits of its SHA-256>"). An LB
+// mapping's tag ends with " affinity=<seconds>" when it has ClientIP
+// affinity: VPP 25.10 does not return the affinity in its dump
+// (nat44_lb_static_mapping_details.affinity stays 0), and the renderer needs
+// it to diff after a restart.
+const (
+	tagPrefix      = "vcoil-svc"
+	tagMaxLen      = 63
+	affinitySuffix = " affinity="
+)
+
+func mappingTag(id service.ID, affinity uint32) string {
+	suffix := ""
+	if affinity > 0 {
+		suffix = affinitySuffix + strconv.FormatUint(uint64(affinity), 10)
+	}
+	tag := tagPrefix + " " + id.String() + suffix
+	if len(tag) <= tagMaxLen {
+		return tag
+	}
+	sum := sha256.Sum256([]byte(id.String()))
+	return tagPrefix + "# " + hex.EncodeToString(sum[:16]) + suffix
+}
+
+// isOurTag says whether a mapping with tag belongs to vcoil.
+func isOurTag(tag string) bool { return strings.HasPrefix(tag, tagPrefix) }
+
+// tagAffinity reads the affinity mappingTag put in tag (0 without).
+func tagAffinity(tag string) uint32 {
+	i := strings.LastIndex(tag, affinitySuffix)
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.ParseUint(tag[i+len(affinitySuffix):], 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
+}
+
+// rendered is one service's mappings.
+type rendered struct {
+	mappings map[mappingKey]*mapping
+	// backends are the IPv4 addresses of the service's local endpoints:
+	// the pods that must be NAT backends (inside).
+	backends []netip.Addr
+	// skippedSCTP counts SCTP frontends left out.
+	skippedSCTP int
+}
+
+// render is the renderer's version of Contiv's ServiceToDNAT: one service
+// in, its static mappings out. Per IPv4 frontend of each TCP or UDP port:
+// each cluster IP with the internal endpoints; each external IP and
+// LoadBalancer IP, and the node port on each of this node's IPv4
+// NodePortAddresses, with the external endpoints (node ports of other
+// nodes are theirs: mappings would otherwise grow with the cluster's size).
+//
+// Unlike kube-proxy, NAT44 cannot tell a pod client from an outside client
+// of an external frontend: an eTP=Local service sends everybody to its
+// local endpoints (a pod on a node without one is dropped where kube-proxy
+// would use the cluster-wide endpoints).
+func render(node *service.Node, s *service.Service, localWeight uint8) *rendered {
+	r := &rendered{mappings: map[mappingKey]*mapping{}}
+	affinity := uint32(0)
+	if s.AffinityTimeout > 0 {
+		affinity = uint32(math.Ceil(s.AffinityTimeout.Seconds()))
+	}
+	put := func(a netip.Addr, proto uint8, port uint16, eps []service.Endpoint, p *service.Port, flags nat_types.NatConfigFlags) {
+		if !a.Is4() {
+			return
+		}
+		k := mappingKey{a, proto, port}
+		if _, dup := r.mappings[k]; dup {
+			return
+		}
+		r.mappings[k] = frontendMapping(s.ID, p, k, service.FamilyEndpoints(eps, a), flags, affinity, localWeight)
+	}
+	for i := range s.Ports {
+		p := &s.Ports[i]
+		proto, ok := protoOf(p.Protocol)
+		if !ok {
+			r.skippedSCTP++
+			continue
+		}
+		for _, e := range p.Endpoints {
+			if e.Local && e.Addr.Is4() {
+				r.backends = append(r.backends, e.Addr)
+			}
+		}
+		external := flagsTwice
+		if s.ExternalLocal {
+			external = flagsSelf
+		}
+		for _, a := range s.ClusterIPs {
+			put(a, proto, p.Port, s.InternalEndpoints(p), p, flagsSelf)
+		}
+		for _, a := range s.ExternalIPs {
+			put(a, proto, p.Port, s.ExternalEndpoints(p), p, external)
+		}
+		for _, a := range s.LoadBalancerIPs {
+			put(a, proto, p.Port, s.ExternalEndpoints(p), p, external)
+		}
+		if p.NodePort != 0 {
+			for _, a := range node.NodePortAddresses {
+				put(a, proto, p.NodePort, s.ExternalEndpoints(p), p, external)
+			}
+		}
+	}
+	slices.SortFunc(r.backends, netip.Addr.Compare)
+	r.backends = slices.Compact(r.backends)
+	return r
+}
+
+// frontendMapping is the mapping of the frontend k whose traffic goes to
+// eps (already of k's family). A sink keeps the frontend's port.
+func frontendMapping(id service.ID, p *service.Port, k mappingKey, eps []service.Endpoint, flags nat_types.NatConfigFlags, affinity uint32, localWeight uint8) *mapping {
+	switch len(eps) {
+	case 0:
+		// No endpoint at all in the family: refused. Endpoints exist, but
+		// none for this traffic: dropped.
+		m := &mapping{Kind: kindReject, Flags: flagsTwice, Service: id}
+		sink := vpp.RejectSinkIPv4
+		if hasEndpoints(p, k.Addr) {
+			m.Kind, sink = kindDrop, vpp.DropSinkIPv4
+		}
+		m.Locals = []local{{Addr: sink, Port: k.Port}}
+		m.Tag = mappingTag(id, 0)
+		return m
+	case 1:
+		return &mapping{Kind: kindStatic, Flags: flags, Service: id, Tag: mappingTag(id, 0),
+			Locals: []local{{Addr: eps[0].Addr, Port: eps[0].Port}}}
+	}
+	m := &mapping{Kind: kindLB, Flags: flags, Affinity: affinity, Service: id, Tag: mappingTag(id, affinity),
+		Locals: make([]local, 0, len(eps))}
+	for _, e := range eps {
+		prob := uint8(1)
+		if e.Local {
+			prob = localWeight
+		}
+		m.Locals = append(m.Locals, local{Addr: e.Addr, Port: e.Port, Probability: prob})
+	}
+	slices.SortFunc(m.Locals, compareLocals)
+	// An endpoint listed twice (two slices) is one local; VPP refuses
+	// duplicates.
+	m.Locals = slices.CompactFunc(m.Locals, func(x, y local) bool { return x.key() == y.key() })
+	if len(m.Locals) == 1 {
+		m.Kind, m.Affinity, m.Tag = kindStatic, 0, mappingTag(id, 0)
+		m.Locals[0].Probability = 0
+	}
+	return m
+}
+
+// hasEndpoints is Port.HasEndpoints for the family of frontend: a
+// dual-stack service whose endpoints are all of the other family refuses,
+// as kube-proxy's per-family proxiers do.
+func hasEndpoints(p *service.Port, frontend netip.Addr) bool {
+	if !p.HasEndpoints {
+		return false
+	}
+	for _, e := range p.Endpoints {
+		if e.Addr.Is4() == frontend.Is4() {
+			return true
+		}
+	}
+	return false
+}
