@@ -151,7 +151,7 @@ func (m *mapping) name() string {
 // NAT pool. VPP applies TWICE_NAT before SELF_TWICE_NAT (a twice-NATed
 // session is source-NATed whoever the client is), and its
 // nat44_add_del_lb_static_mapping handler drops SELF_TWICE_NAT when
-// TWICE_NAT is set, so a mapping carries one of them, never both: what VPP
+// TWICE_NAT is set, so a mapping carries at most one of them: what VPP
 // then dumps is what the renderer wants, and the diff stays empty.
 const (
 	// flagsSelf: cluster IPs and eTP=Local external frontends. The client
@@ -159,11 +159,18 @@ const (
 	// source-NATed to the NAT loopback so that its reply comes back
 	// through VPP.
 	flagsSelf = nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE_NAT
-	// flagsTwice: eTP=Cluster external frontends and the sinks. Every
-	// client is source-NATed to the NAT loopback, so that a remote
-	// backend's (or the kernel's) reply comes back through this node's VPP
-	// to be translated back.
+	// flagsTwice: eTP=Cluster external frontends. Every client is
+	// source-NATed to the NAT loopback, so that a remote backend's reply
+	// comes back through this node's VPP to be translated back.
 	flagsTwice = nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_TWICE_NAT
+	// flagsSink: the reject and drop sinks. Not twice-NATed: the node's
+	// kernel holds the NAT loopback (the source of its own service
+	// traffic), so a packet from it would be dropped there as a martian.
+	// The dataplane routes the kernel's answers from the reject sink back
+	// into VPP (policy routing by that source), where they are translated
+	// back; the node's own connections to a frontend without endpoints,
+	// which come from the NAT loopback, time out instead of being refused.
+	flagsSink = nat_types.NAT_IS_OUT2IN_ONLY
 )
 
 // Tags. Every mapping vcoil makes has a tag starting with tagPrefix; the
@@ -284,12 +291,21 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 
 // frontendMapping is the mapping of the frontend k whose traffic goes to
 // eps (already of k's family). A sink keeps the frontend's port.
+//
+// The probabilities of an LB mapping's locals are the weights (1 for
+// remote backends, localWeight for local ones) scaled up to VPP's u8 range
+// (255 / localWeight for remote ones), never 1: VPP draws a backend with
+// "1 + random % sum of probabilities" from an LCG whose low bit alternates,
+// and a twice-NATed session draws once more (its port), so with
+// probabilities 1 and 1 every twice-NATed connection went to the same
+// backend (seen on VPP 25.10). The scale depends on the configuration only,
+// so that a backend appearing or leaving never changes the others'.
 func frontendMapping(id service.ID, p *service.Port, k mappingKey, eps []service.Endpoint, flags nat_types.NatConfigFlags, affinity uint32, localWeight uint8) *mapping {
 	switch len(eps) {
 	case 0:
 		// No endpoint at all in the family: refused. Endpoints exist, but
 		// none for this traffic: dropped.
-		m := &mapping{Kind: kindReject, Flags: flagsTwice, Service: id}
+		m := &mapping{Kind: kindReject, Flags: flagsSink, Service: id}
 		sink := vpp.RejectSinkIPv4
 		if hasEndpoints(p, k.Addr) {
 			m.Kind, sink = kindDrop, vpp.DropSinkIPv4
@@ -303,10 +319,11 @@ func frontendMapping(id service.ID, p *service.Port, k mappingKey, eps []service
 	}
 	m := &mapping{Kind: kindLB, Flags: flags, Affinity: affinity, Service: id, Tag: mappingTag(id, affinity),
 		Locals: make([]local, 0, len(eps))}
+	remote := 255 / localWeight
 	for _, e := range eps {
-		prob := uint8(1)
+		prob := remote
 		if e.Local {
-			prob = localWeight
+			prob = localWeight * remote
 		}
 		m.Locals = append(m.Locals, local{Addr: e.Addr, Port: e.Port, Probability: prob})
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.fd.io/govpp/binapi/nat_types"
+
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -47,7 +49,7 @@ func TestRenderChoosesKindFlagsAndLocalsPerFrontend(t *testing.T) {
 	s.Ports = append(s.Ports, service.Port{Protocol: service.SCTP, Port: 90, Endpoints: s.Ports[0].Endpoints, Cluster: s.Ports[0].Cluster, HasEndpoints: true})
 	r := render(&testNode, s, 3)
 	lb := func(flags string) string {
-		return "lb " + flags + " [10.1.0.2:8080 p3, 10.2.0.3:8080 p1] vcoil-svc default/web"
+		return "lb " + flags + " [10.1.0.2:8080 p255, 10.2.0.3:8080 p85] vcoil-svc default/web"
 	}
 	want := map[string]string{
 		"tcp/10.96.0.10:80":     lb("self"),
@@ -79,22 +81,22 @@ func TestRenderSinks(t *testing.T) {
 	s := svc(webID)
 	s.Ports[0].NodePort = 30080
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80":     "reject twice [169.254.101.1:80 p0] vcoil-svc default/web",
-		"tcp/198.18.0.11:30080": "reject twice [169.254.101.1:30080 p0] vcoil-svc default/web",
-		"tcp/198.18.1.11:30080": "reject twice [169.254.101.1:30080 p0] vcoil-svc default/web",
+		"tcp/10.96.0.10:80":     "reject sink [169.254.101.1:80 p0] vcoil-svc default/web",
+		"tcp/198.18.0.11:30080": "reject sink [169.254.101.1:30080 p0] vcoil-svc default/web",
+		"tcp/198.18.1.11:30080": "reject sink [169.254.101.1:30080 p0] vcoil-svc default/web",
 	})
 	// Endpoints elsewhere only, eTP=Local and iTP=Local: dropped.
 	s = svc(webID, ep("10.2.0.3", 8080, false))
 	s.ExternalLocal, s.InternalLocal = true, true
 	s.LoadBalancerIPs = []netip.Addr{addr("198.51.100.7")}
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80":   "drop twice [169.254.101.2:80 p0] vcoil-svc default/web",
-		"tcp/198.51.100.7:80": "drop twice [169.254.101.2:80 p0] vcoil-svc default/web",
+		"tcp/10.96.0.10:80":   "drop sink [169.254.101.2:80 p0] vcoil-svc default/web",
+		"tcp/198.51.100.7:80": "drop sink [169.254.101.2:80 p0] vcoil-svc default/web",
 	})
 	// IPv6 endpoints only: the IPv4 frontend refuses.
 	s = svc(webID, ep("fd00:1::2", 8080, true))
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80": "reject twice [169.254.101.1:80 p0] vcoil-svc default/web",
+		"tcp/10.96.0.10:80": "reject sink [169.254.101.1:80 p0] vcoil-svc default/web",
 	})
 }
 
@@ -102,7 +104,7 @@ func TestRenderAffinityIsInTheTagOfLBMappingsOnly(t *testing.T) {
 	s := svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false))
 	s.AffinityTimeout = 10800 * time.Second
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80": "lb self [10.1.0.2:8080 p1, 10.1.0.3:8080 p1] affinity 10800 vcoil-svc default/web affinity=10800",
+		"tcp/10.96.0.10:80": "lb self [10.1.0.2:8080 p255, 10.1.0.3:8080 p255] affinity 10800 vcoil-svc default/web affinity=10800",
 	})
 	s = svc(webID, ep("10.1.0.2", 8080, false))
 	s.AffinityTimeout = 10800 * time.Second
@@ -152,7 +154,7 @@ func checkRendered(t *testing.T, r *rendered, want map[string]string) {
 }
 
 func describe(m *mapping) string {
-	flags := map[bool]string{true: "twice", false: "self"}[m.Flags == flagsTwice]
+	flags := map[nat_types.NatConfigFlags]string{flagsTwice: "twice", flagsSelf: "self", flagsSink: "sink"}[m.Flags]
 	var ls []string
 	for _, l := range m.Locals {
 		ls = append(ls, l.key().String()+" p"+itoa(int(l.Probability)))
