@@ -85,17 +85,31 @@ func dump[T api.Message](ch api.Channel, req api.Message, newDetail func() T, ea
 	}
 }
 
-// op is one request of a sync with what it is about, for errors.
+// op is one request of a sync with what it is about, for errors (the text
+// is made only when one is needed).
 type op struct {
 	req, reply api.Message
-	// what says what the request does, naming the mapping and its service.
-	what string
 	// del: VPP answering NO_SUCH_ENTRY means it is already done.
 	del bool
+	key mappingKey
+	m   *mapping
+	// backend: the request adds or deletes this local of m.
+	backend *local
+}
+
+// what says what the request does, naming the mapping and its service.
+func (o *op) what() string {
+	verb := "add"
+	if o.del {
+		verb = "delete"
+	}
+	if o.backend != nil {
+		return fmt.Sprintf("%s backend %s of LB mapping %s of %s", verb, o.backend.key(), o.key, o.m.name())
+	}
+	return fmt.Sprintf("%s %s mapping %s of %s", verb, o.m.Kind, o.key, o.m.name())
 }
 
 func addMapping(k mappingKey, m *mapping) op {
-	what := fmt.Sprintf("add %s mapping %s of %s", m.Kind, k, m.name())
 	if m.Kind == kindLB {
 		req := &nat44_ed.Nat44AddDelLbStaticMapping{
 			IsAdd: true, Flags: m.Flags, ExternalAddr: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
@@ -105,43 +119,37 @@ func addMapping(k mappingKey, m *mapping) op {
 		for i, l := range m.Locals {
 			req.Locals[i] = nat44_ed.Nat44LbAddrPort{Addr: ip4(l.Addr), Port: l.Port, Probability: l.Probability}
 		}
-		return op{req: req, reply: &nat44_ed.Nat44AddDelLbStaticMappingReply{}, what: what}
+		return op{req: req, reply: &nat44_ed.Nat44AddDelLbStaticMappingReply{}, key: k, m: m}
 	}
 	l := m.Locals[0]
 	return op{req: &nat44_ed.Nat44AddDelStaticMappingV2{
 		IsAdd: true, Flags: m.Flags, LocalIPAddress: ip4(l.Addr), LocalPort: l.Port,
 		ExternalIPAddress: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
 		ExternalSwIfIndex: noInterface, Tag: m.Tag,
-	}, reply: &nat44_ed.Nat44AddDelStaticMappingV2Reply{}, what: what}
+	}, reply: &nat44_ed.Nat44AddDelStaticMappingV2Reply{}, key: k, m: m}
 }
 
 // delMapping deletes m with the flags it was added with: VPP checks them
 // (and removes an inside-to-outside key unless OUT2IN_ONLY is among them).
 func delMapping(k mappingKey, m *mapping) op {
-	what := fmt.Sprintf("delete %s mapping %s of %s", m.Kind, k, m.name())
 	if m.Kind == kindLB {
 		return op{req: &nat44_ed.Nat44AddDelLbStaticMapping{
 			Flags: m.Flags, ExternalAddr: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
-		}, reply: &nat44_ed.Nat44AddDelLbStaticMappingReply{}, what: what, del: true}
+		}, reply: &nat44_ed.Nat44AddDelLbStaticMappingReply{}, del: true, key: k, m: m}
 	}
 	l := m.Locals[0]
 	return op{req: &nat44_ed.Nat44AddDelStaticMappingV2{
 		Flags: m.Flags, LocalIPAddress: ip4(l.Addr), LocalPort: l.Port,
 		ExternalIPAddress: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
 		ExternalSwIfIndex: noInterface,
-	}, reply: &nat44_ed.Nat44AddDelStaticMappingV2Reply{}, what: what, del: true}
+	}, reply: &nat44_ed.Nat44AddDelStaticMappingV2Reply{}, del: true, key: k, m: m}
 }
 
 func addDelLocal(k mappingKey, m *mapping, l local, isAdd bool) op {
-	verb := "add"
-	if !isAdd {
-		verb = "delete"
-	}
 	return op{req: &nat44_ed.Nat44LbStaticMappingAddDelLocal{
 		IsAdd: isAdd, ExternalAddr: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
 		Local: nat44_ed.Nat44LbAddrPort{Addr: ip4(l.Addr), Port: l.Port, Probability: l.Probability},
-	}, reply: &nat44_ed.Nat44LbStaticMappingAddDelLocalReply{},
-		what: fmt.Sprintf("%s backend %s of LB mapping %s of %s", verb, l.key(), k, m.name()), del: !isAdd}
+	}, reply: &nat44_ed.Nat44LbStaticMappingAddDelLocalReply{}, del: !isAdd, key: k, m: m, backend: &l}
 }
 
 // change appends the requests that turn old into new at k (either may be

@@ -218,12 +218,28 @@ func tagAffinity(tag string) uint32 {
 
 // rendered is one service's mappings.
 type rendered struct {
-	mappings map[mappingKey]*mapping
+	// mappings are few per service: a slice is cheaper than a map.
+	mappings []entry
 	// backends are the IPv4 addresses of the service's local endpoints:
 	// the pods that must be NAT backends (inside).
 	backends []netip.Addr
 	// skippedSCTP counts SCTP frontends left out.
 	skippedSCTP int
+}
+
+type entry struct {
+	key mappingKey
+	m   *mapping
+}
+
+// get returns the service's mapping at k (nil if none).
+func (r *rendered) get(k mappingKey) *mapping {
+	for i := range r.mappings {
+		if r.mappings[i].key == k {
+			return r.mappings[i].m
+		}
+	}
+	return nil
 }
 
 // render is the renderer's version of Contiv's ServiceToDNAT: one service
@@ -238,21 +254,12 @@ type rendered struct {
 // local endpoints (a pod on a node without one is dropped where kube-proxy
 // would use the cluster-wide endpoints).
 func render(node *service.Node, s *service.Service, localWeight uint8) *rendered {
-	r := &rendered{mappings: map[mappingKey]*mapping{}}
+	r := &rendered{}
 	affinity := uint32(0)
 	if s.AffinityTimeout > 0 {
 		affinity = uint32(math.Ceil(s.AffinityTimeout.Seconds()))
 	}
-	put := func(a netip.Addr, proto uint8, port uint16, eps []service.Endpoint, p *service.Port, flags nat_types.NatConfigFlags) {
-		if !a.Is4() {
-			return
-		}
-		k := mappingKey{a, proto, port}
-		if _, dup := r.mappings[k]; dup {
-			return
-		}
-		r.mappings[k] = frontendMapping(s.ID, p, k, service.FamilyEndpoints(eps, a), flags, affinity, localWeight)
-	}
+	t := tags{plain: mappingTag(s.ID, 0), lb: mappingTag(s.ID, affinity)}
 	for i := range s.Ports {
 		p := &s.Ports[i]
 		proto, ok := protoOf(p.Protocol)
@@ -265,22 +272,39 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 				r.backends = append(r.backends, e.Addr)
 			}
 		}
-		external := flagsTwice
+		internal, external := s.InternalEndpoints(p), s.ExternalEndpoints(p)
+		intLocals := locals4(internal, localWeight)
+		extLocals := intLocals
+		if len(external) != len(internal) || (len(external) > 0 && &external[0] != &internal[0]) {
+			extLocals = locals4(external, localWeight)
+		}
+		has := hasEndpoints(p, netip.IPv4Unspecified())
+		put := func(a netip.Addr, port uint16, ls []local, flags nat_types.NatConfigFlags) {
+			if !a.Is4() {
+				return
+			}
+			k := mappingKey{a, proto, port}
+			if r.get(k) != nil {
+				return
+			}
+			r.mappings = append(r.mappings, entry{k, frontendMapping(s.ID, k, ls, has, flags, affinity, t)})
+		}
+		extFlags := flagsTwice
 		if s.ExternalLocal {
-			external = flagsSelf
+			extFlags = flagsSelf
 		}
 		for _, a := range s.ClusterIPs {
-			put(a, proto, p.Port, s.InternalEndpoints(p), p, flagsSelf)
+			put(a, p.Port, intLocals, flagsSelf)
 		}
 		for _, a := range s.ExternalIPs {
-			put(a, proto, p.Port, s.ExternalEndpoints(p), p, external)
+			put(a, p.Port, extLocals, extFlags)
 		}
 		for _, a := range s.LoadBalancerIPs {
-			put(a, proto, p.Port, s.ExternalEndpoints(p), p, external)
+			put(a, p.Port, extLocals, extFlags)
 		}
 		if p.NodePort != 0 {
 			for _, a := range node.NodePortAddresses {
-				put(a, proto, p.NodePort, s.ExternalEndpoints(p), p, external)
+				put(a, p.NodePort, extLocals, extFlags)
 			}
 		}
 	}
@@ -289,53 +313,71 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 	return r
 }
 
-// frontendMapping is the mapping of the frontend k whose traffic goes to
-// eps (already of k's family). A sink keeps the frontend's port.
+// tags are a service's tags without and with its affinity.
+type tags struct{ plain, lb string }
+
+// locals4 are the IPv4 endpoints of eps as locals of an LB mapping,
+// sorted, each once.
 //
-// The probabilities of an LB mapping's locals are the weights (1 for
-// remote backends, localWeight for local ones) scaled up to VPP's u8 range
-// (255 / localWeight for remote ones), never 1: VPP draws a backend with
-// "1 + random % sum of probabilities" from an LCG whose low bit alternates,
-// and a twice-NATed session draws once more (its port), so with
-// probabilities 1 and 1 every twice-NATed connection went to the same
-// backend (seen on VPP 25.10). The scale depends on the configuration only,
-// so that a backend appearing or leaving never changes the others'.
-func frontendMapping(id service.ID, p *service.Port, k mappingKey, eps []service.Endpoint, flags nat_types.NatConfigFlags, affinity uint32, localWeight uint8) *mapping {
-	switch len(eps) {
-	case 0:
-		// No endpoint at all in the family: refused. Endpoints exist, but
-		// none for this traffic: dropped.
-		m := &mapping{Kind: kindReject, Flags: flagsSink, Service: id}
-		sink := vpp.RejectSinkIPv4
-		if hasEndpoints(p, k.Addr) {
-			m.Kind, sink = kindDrop, vpp.DropSinkIPv4
+// The probabilities are the weights (1 for remote backends, localWeight
+// for local ones) scaled up to VPP's u8 range (255 / localWeight for remote
+// ones), never 1: VPP draws a backend with "1 + random % sum of
+// probabilities" from an LCG whose low bit alternates, and a twice-NATed
+// session draws once more (its port), so with probabilities 1 and 1 every
+// twice-NATed connection went to the same backend (seen on VPP 25.10). The
+// scale depends on the configuration only, so that a backend appearing or
+// leaving never changes the others'.
+func locals4(eps []service.Endpoint, localWeight uint8) []local {
+	n := 0
+	for i := range eps {
+		if eps[i].Addr.Is4() {
+			n++
 		}
-		m.Locals = []local{{Addr: sink, Port: k.Port}}
-		m.Tag = mappingTag(id, 0)
-		return m
-	case 1:
-		return &mapping{Kind: kindStatic, Flags: flags, Service: id, Tag: mappingTag(id, 0),
-			Locals: []local{{Addr: eps[0].Addr, Port: eps[0].Port}}}
 	}
-	m := &mapping{Kind: kindLB, Flags: flags, Affinity: affinity, Service: id, Tag: mappingTag(id, affinity),
-		Locals: make([]local, 0, len(eps))}
+	if n == 0 {
+		return nil
+	}
 	remote := 255 / localWeight
-	for _, e := range eps {
+	ls := make([]local, 0, n)
+	for i := range eps {
+		e := &eps[i]
+		if !e.Addr.Is4() {
+			continue
+		}
 		prob := remote
 		if e.Local {
 			prob = localWeight * remote
 		}
-		m.Locals = append(m.Locals, local{Addr: e.Addr, Port: e.Port, Probability: prob})
+		ls = append(ls, local{Addr: e.Addr, Port: e.Port, Probability: prob})
 	}
-	slices.SortFunc(m.Locals, compareLocals)
+	if !slices.IsSortedFunc(ls, compareLocals) {
+		slices.SortFunc(ls, compareLocals)
+	}
 	// An endpoint listed twice (two slices) is one local; VPP refuses
 	// duplicates.
-	m.Locals = slices.CompactFunc(m.Locals, func(x, y local) bool { return x.key() == y.key() })
-	if len(m.Locals) == 1 {
-		m.Kind, m.Affinity, m.Tag = kindStatic, 0, mappingTag(id, 0)
-		m.Locals[0].Probability = 0
+	return slices.CompactFunc(ls, func(x, y local) bool { return x.key() == y.key() })
+}
+
+// frontendMapping is the mapping of the frontend k whose traffic goes to
+// the locals ls (IPv4). has says whether the port has IPv4 endpoints
+// anywhere. A sink keeps the frontend's port.
+func frontendMapping(id service.ID, k mappingKey, ls []local, has bool, flags nat_types.NatConfigFlags, affinity uint32, t tags) *mapping {
+	switch len(ls) {
+	case 0:
+		// No endpoint at all in the family: refused. Endpoints exist, but
+		// none for this traffic: dropped.
+		m := &mapping{Kind: kindReject, Flags: flagsSink, Service: id, Tag: t.plain}
+		sink := vpp.RejectSinkIPv4
+		if has {
+			m.Kind, sink = kindDrop, vpp.DropSinkIPv4
+		}
+		m.Locals = []local{{Addr: sink, Port: k.Port}}
+		return m
+	case 1:
+		return &mapping{Kind: kindStatic, Flags: flags, Service: id, Tag: t.plain,
+			Locals: []local{{Addr: ls[0].Addr, Port: ls[0].Port}}}
 	}
-	return m
+	return &mapping{Kind: kindLB, Flags: flags, Affinity: affinity, Service: id, Tag: t.lb, Locals: ls}
 }
 
 // hasEndpoints is Port.HasEndpoints for the family of frontend: a

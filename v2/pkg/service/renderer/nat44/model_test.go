@@ -138,8 +138,8 @@ func TestTags(t *testing.T) {
 func checkRendered(t *testing.T, r *rendered, want map[string]string) {
 	t.Helper()
 	got := map[string]string{}
-	for k, m := range r.mappings {
-		got[k.String()] = describe(m)
+	for _, e := range r.mappings {
+		got[e.key.String()] = describe(e.m)
 	}
 	for k, w := range want {
 		if got[k] != w {

@@ -52,9 +52,9 @@ func send(ch api.Channel, ops []op, maxInFlight int) error {
 		return nil
 	}
 	if failed > 1 {
-		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[first].what, firstErr, failed-1, len(ops))
+		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[first].what(), firstErr, failed-1, len(ops))
 	}
-	return fmt.Errorf("%s: %w", ops[first].what, firstErr)
+	return fmt.Errorf("%s: %w", ops[first].what(), firstErr)
 }
 
 // isRetval reports whether err is VPP's answer code want.

@@ -67,17 +67,17 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 		return nil, fmt.Errorf("NAT44 service renderer: register metrics: %w", err)
 	}
 	r := &Renderer{dp: dp, cfg: cfg, log: log, metrics: m}
-	r.reset(service.Node{})
+	r.reset(service.Node{}, 0)
 	return r, nil
 }
 
-// reset empties the desired state.
-func (r *Renderer) reset(node service.Node) {
+// reset empties the desired state, making room for n services.
+func (r *Renderer) reset(node service.Node, n int) {
 	r.node = node
-	r.services = map[service.ID]*service.Service{}
-	r.perService = map[service.ID]*rendered{}
-	r.claims = map[mappingKey][]service.ID{}
-	r.desired = map[mappingKey]*mapping{}
+	r.services = make(map[service.ID]*service.Service, n)
+	r.perService = make(map[service.ID]*rendered, n)
+	r.claims = make(map[mappingKey][]service.ID, n)
+	r.desired = make(map[mappingKey]*mapping, n)
 	r.backends = map[netip.Addr]int{}
 	r.ranged = map[service.ID]bool{}
 }
@@ -87,8 +87,8 @@ func (r *Renderer) reset(node service.Node) {
 // difference, with the node's NAT configuration and the source-ranges ACL.
 func (r *Renderer) Resync(ctx context.Context, state *service.State) (err error) {
 	defer func(start time.Time) { r.metrics.observe("resync", start, err) }(time.Now())
-	r.reset(state.Node)
-	dirty := map[mappingKey]bool{}
+	r.reset(state.Node, len(state.Services))
+	dirty := make(map[mappingKey]bool, len(state.Services))
 	for _, id := range slices.SortedFunc(maps.Keys(state.Services), service.ID.Compare) {
 		r.setService(id, state.Services[id], dirty)
 	}
@@ -123,7 +123,7 @@ func (r *Renderer) Update(ctx context.Context, changes *service.Changes) (err er
 			dirty[k] = true
 		}
 		services := r.services
-		r.reset(*changes.Node)
+		r.reset(*changes.Node, len(services))
 		for _, id := range slices.SortedFunc(maps.Keys(services), service.ID.Compare) {
 			r.setService(id, services[id], dirty)
 		}
@@ -178,7 +178,8 @@ func (r *Renderer) channel(ctx context.Context) (api.Channel, vpp.NodeInterfaces
 // (nil: none), marking the frontends whose claims changed in dirty.
 func (r *Renderer) setService(id service.ID, s *service.Service, dirty map[mappingKey]bool) {
 	if old := r.perService[id]; old != nil {
-		for k := range old.mappings {
+		for _, e := range old.mappings {
+			k := e.key
 			dirty[k] = true
 			c := slices.DeleteFunc(r.claims[k], func(c service.ID) bool { return c == id })
 			if len(c) == 0 {
@@ -209,9 +210,9 @@ func (r *Renderer) setService(id service.ID, s *service.Service, dirty map[mappi
 		r.log.V(1).Info("SCTP ports skipped: NAT44-ED translates only TCP and UDP ports", "service", id, "ports", rnd.skippedSCTP)
 	}
 	r.services[id], r.perService[id] = s, rnd
-	for k := range rnd.mappings {
-		dirty[k] = true
-		r.claims[k] = append(r.claims[k], id)
+	for _, e := range rnd.mappings {
+		dirty[e.key] = true
+		r.claims[e.key] = append(r.claims[e.key], id)
 	}
 	for _, a := range rnd.backends {
 		if r.backends[a]++; r.backends[a] == 1 {
@@ -235,7 +236,11 @@ func (r *Renderer) settle(dirty map[mappingKey]bool) {
 		if len(c) > 1 {
 			r.log.V(1).Info("Frontend claimed by more than one service; the first by namespace and name serves it", "frontend", k, "services", c)
 		}
-		r.desired[k] = r.perService[slices.MinFunc(c, service.ID.Compare)].mappings[k]
+		owner := c[0]
+		if len(c) > 1 {
+			owner = slices.MinFunc(c, service.ID.Compare)
+		}
+		r.desired[k] = r.perService[owner].get(k)
 	}
 }
 

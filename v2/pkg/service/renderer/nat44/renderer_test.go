@@ -526,7 +526,7 @@ func TestResyncAdoptsWhatVPPHoldsAndLeavesForeignMappings(t *testing.T) {
 	put := func(k mappingKey, m *mapping) {
 		for _, o := range change(nil, k, nil, m) {
 			if rv := h.vpp.apply(o.req, o.reply); rv != 0 {
-				t.Fatalf("prepare %s: %v", o.what, rv)
+				t.Fatalf("prepare %s: %v", o.what(), rv)
 			}
 		}
 	}
