@@ -26,12 +26,14 @@ type Config struct {
 	// LocalWeight is the probability weight of backends on this node
 	// relative to remote ones (1..255; 0 means DefaultLocalWeight).
 	LocalWeight uint8
-	// SNAT source-NATs pods' traffic leaving the node through the uplink to
-	// the uplink's address (NAT44-ED's output feature), except traffic to
-	// ClusterCIDRs. Off by default, as on the Linux dataplane.
+	// SNAT would source-NAT pods' traffic leaving the node through the
+	// uplink, except traffic to ClusterCIDRs. New refuses it: NAT44-ED's
+	// output feature cannot exclude destinations (its identity mappings
+	// exempt sources only), so pods' traffic to other nodes would be
+	// source-NATed as well. Off by default, as on the Linux dataplane.
 	SNAT bool
-	// ClusterCIDRs are never source-NATed (the pod, node and service
-	// networks of the cluster); needed when SNAT is on.
+	// ClusterCIDRs are the destinations SNAT would leave alone (the pod,
+	// node and service networks of the cluster).
 	ClusterCIDRs []netip.Prefix
 	// MaxInFlight bounds pipelined requests; 0 means DefaultMaxInFlight.
 	MaxInFlight int
@@ -55,7 +57,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.SNAT {
-		return c, errors.New("SNAT is not supported by the NAT44 service renderer yet: NAT44-ED's output feature on the uplink cannot leave the cluster's destinations untranslated without also changing pods' other traffic (docs/vpp.md)")
+		return c, errors.New("SNAT is not supported by the NAT44 service renderer: NAT44-ED's output feature on the uplink source-NATs every new flow leaving it and cannot exclude destinations (the cluster CIDRs), so traffic to other nodes' pods would be source-NATed too (docs/vpp-services.md)")
 	}
 	return c, nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/acl_types"
@@ -757,5 +759,29 @@ func TestTenThousandServicesSyncWithoutQuadraticCost(t *testing.T) {
 	t.Logf("10,000 services through the mock: full sync %v, one change %v", full, one)
 	if full > 20*time.Second || one > 50*time.Millisecond {
 		t.Errorf("too slow: full sync %v, one change %v", full, one)
+	}
+}
+
+func TestMetricsCountMappingsAndRequests(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, Config{Registry: reg})
+	one := svc(service.ID{Namespace: "a", Name: "one"}, ep("10.1.0.2", 8080, false))
+	one.ClusterIPs = []netip.Addr{addr("10.96.0.11")}
+	none := svc(service.ID{Namespace: "a", Name: "none"})
+	none.ClusterIPs = []netip.Addr{addr("10.96.0.12")}
+	h.resync(t, state(svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false)), one, none))
+	h.update(t, &service.Changes{Delete: []service.ID{one.ID}})
+	m := h.r.metrics
+	for k, want := range map[string]float64{"lb": 1, "static": 0, "reject": 1, "drop": 0} {
+		if got := testutil.ToFloat64(m.mappings.WithLabelValues(k)); got != want {
+			t.Errorf("mappings{kind=%q} = %v, want %v", k, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(m.requests); got != 4 {
+		t.Errorf("requests = %v, want 4 (3 adds, 1 delete)", got)
+	}
+	if n, err := testutil.GatherAndCount(reg, "vcoil_vpp_services_mappings", "vcoil_vpp_services_sync_duration_seconds",
+		"vcoil_vpp_services_mapping_requests_total"); err != nil || n != 7 {
+		t.Errorf("gathered %d series (%v), want 7 (4 kinds, resync and update durations, requests)", n, err)
 	}
 }
