@@ -2,18 +2,27 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
@@ -283,4 +292,100 @@ func TestVPPServiceProxyFlagsAreCheckedAtStart(t *testing.T) {
 			t.Errorf("vcoild %s = %v, want it to refuse naming %q:\n%s", tc.args, err, tc.want, out)
 		}
 	}
+}
+
+// vcoild on VPP serves a ClusterIP Service through the NAT44 renderer, end
+// to end through the service proxy's wiring: a pod reaches another pod's
+// endpoint through the cluster IP, the backend reaches itself (hairpin),
+// the node reaches it through --service-cidr, a Service without endpoints
+// is refused; and after VPP is killed and started again, the cluster IP
+// works again (the new incarnation's prompt resync).
+func TestVPPServiceProxyServesAClusterIPThroughVPP(t *testing.T) {
+	netnstest.RequireRoot(t)
+	bin := vpptest.Binary(t)
+	typ := vpptest.PodInterface()
+	defaultPool(t)
+	f := newFabric(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	v := vpptest.Prepare(t, bin, "create host-interface name vppup")
+	n := newNodeWith(t, f, 42, nodeOptions{
+		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", typ, "--vpp-uplink", "host-vppup",
+			"--service-cidr", "10.0.0.0/24", "--service-min-sync-period", "100ms"},
+		beforeStart: func(n *node) {
+			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
+			n.ns.IP("link", "set", "vppup", "up")
+			n.ns.IP("link", "set", "vppup-peer", "up")
+			if err := v.Launch(n.ns.Path()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	backend, caller := newPod(t, "vpp-svc-backend"), newPod(t, "vpp-svc-client")
+	n.mustAdd(backend)
+	n.mustAdd(caller)
+	serve(t, backend.ns, ":8080")
+
+	web := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vpp-web"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.77", Ports: []corev1.ServicePort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	empty := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vpp-empty"},
+		Spec:       corev1.ServiceSpec{ClusterIP: "10.0.0.78", Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "vpp-web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "vpp-web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend.ipv4().String()}, NodeName: ptr.To(n.name),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+	}
+	for _, o := range []client.Object{web, empty, slice} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+
+	reach := func(when string) {
+		t.Helper()
+		poll.Eventually(t, 30*time.Second, func() error {
+			for _, from := range []*netnstest.NS{caller.ns, backend.ns, n.ns} {
+				if err := talk(from, "10.0.0.77:80"); err != nil {
+					return fmt.Errorf("%s: %w", when, err)
+				}
+			}
+			var conn net.Conn
+			err := caller.ns.Do(func() error {
+				var err error
+				conn, err = net.DialTimeout("tcp", "10.0.0.78:80", 2*time.Second)
+				return err
+			})
+			if err == nil {
+				conn.Close()
+				return fmt.Errorf("%s: the Service without endpoints accepted a connection", when)
+			}
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				return fmt.Errorf("%s: a Service without endpoints: %w, want connection refused", when, err)
+			}
+			return nil
+		})
+	}
+	defer func() {
+		if t.Failed() {
+			// The node's side of the service network, for the diagnosis.
+			for _, c := range [][]string{{"ip", "rule"}, {"ip", "route"}, {"ip", "route", "show", "table", "117"}, {"ip", "addr", "show", "vcoilhost"}, {"nft", "list", "ruleset"}} {
+				out, err := n.ns.TryExec(context.Background(), c[0], c[1:]...)
+				t.Logf("%s: %v\n%s", strings.Join(c, " "), err, out)
+			}
+		}
+	}()
+	reach("before VPP restarts")
+	restart := time.Now()
+	v.Restart()
+	reach("after VPP restarted")
+	t.Logf("the cluster IP answered again %s after VPP was killed", time.Since(restart))
 }
