@@ -66,6 +66,7 @@ type fakeIf struct {
 	mtu        uint32
 	addrs      []netip.Prefix
 	unnumbered uint32 // ^0: none
+	ip6        bool   // IPv6 enabled: enabling again is VALUE_EXIST
 	tap        *tapv2.TapCreateV3
 	hostIf     string // af_packet
 }
@@ -309,7 +310,15 @@ func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
 		}
 		return &interfaces.SwInterfaceAddDelAddressReply{}, 0
 	case *ip.SwInterfaceIP6EnableDisable:
-		return &ip.SwInterfaceIP6EnableDisableReply{}, f.invalid(m.SwIfIndex)
+		i := f.ifs[uint32(m.SwIfIndex)]
+		if i == nil {
+			return &ip.SwInterfaceIP6EnableDisableReply{}, int32(api.INVALID_SW_IF_INDEX)
+		}
+		if m.Enable && i.ip6 {
+			return &ip.SwInterfaceIP6EnableDisableReply{}, int32(api.VALUE_EXIST)
+		}
+		i.ip6 = m.Enable
+		return &ip.SwInterfaceIP6EnableDisableReply{}, 0
 	case *ip.SwInterfaceIP6SetLinkLocalAddress:
 		return &ip.SwInterfaceIP6SetLinkLocalAddressReply{}, f.invalid(m.SwIfIndex)
 	case *ip.IPRouteAddDel:

@@ -114,7 +114,7 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 	if err := d.ensureAddresses(n.loopback, loopbackTag, []netip.Prefix{LoopbackIPv4}); err != nil {
 		return err
 	}
-	if err := call(ch, &ip.SwInterfaceIP6EnableDisable{SwIfIndex: index(n.loopback), Enable: true}, &ip.SwInterfaceIP6EnableDisableReply{}); err != nil {
+	if err := enableIPv6(ch, n.loopback); err != nil {
 		return fmt.Errorf("enable IPv6 on vcoil's loopback: %w", err)
 	}
 	if err := setUp(ch, n.loopback, loopbackTag); err != nil {
@@ -134,7 +134,7 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 	if err := d.ensureAddresses(n.interconnect, interconnectTag, []netip.Prefix{InterconnectVPPIPv4}); err != nil {
 		return err
 	}
-	if err := call(ch, &ip.SwInterfaceIP6EnableDisable{SwIfIndex: index(n.interconnect), Enable: true}, &ip.SwInterfaceIP6EnableDisableReply{}); err != nil {
+	if err := enableIPv6(ch, n.interconnect); err != nil {
 		return fmt.Errorf("enable IPv6 on the host interconnect: %w", err)
 	}
 	if err := call(ch, &ip.SwInterfaceIP6SetLinkLocalAddress{SwIfIndex: index(n.interconnect), IP: ip_types.IP6Address(InterconnectVPPIPv6.As16())},
@@ -223,6 +223,13 @@ func (d *driver) ensureAddresses(swIfIndex uint32, what string, want []netip.Pre
 		}
 	}
 	return nil
+}
+
+// enableIPv6 enables IPv6 on an interface; one that has it already (a
+// VPP that outlived vcoild) answers VALUE_EXIST, which is success.
+func enableIPv6(ch channel, swIfIndex uint32) error {
+	req := &ip.SwInterfaceIP6EnableDisable{SwIfIndex: index(swIfIndex), Enable: true}
+	return ignoreRetval(call(ch, req, &ip.SwInterfaceIP6EnableDisableReply{}), api.VALUE_EXIST)
 }
 
 func tag(ch channel, swIfIndex uint32, t string) error {
