@@ -251,6 +251,14 @@ func run(ctx context.Context, f flags) error {
 	if err := proxy.RemoveTables(ctx, f.netns, !services && f.dataplane == "linux", f.services.removeKubeProxyTables, ctrl.Log.WithName("services")); err != nil {
 		return err
 	}
+	if !services && vppDP != nil {
+		// A VPP node that stopped serving drops the service network an
+		// earlier vcoild made (service routes, sinks, the nftables table):
+		// the dataplane's first sync removes it.
+		if err := vppDP.SetServiceNetwork(ctx, vpp.ServiceNetwork{}); err != nil {
+			return err
+		}
+	}
 	if !services || !f.services.lbAnnounce {
 		// A node that stopped serving (or announcing) must stop attracting
 		// the traffic of what it announced before.

@@ -388,4 +388,25 @@ func TestVPPServiceProxyServesAClusterIPThroughVPP(t *testing.T) {
 	v.Restart()
 	reach("after VPP restarted")
 	t.Logf("the cluster IP answered again %s after VPP was killed", time.Since(restart))
+
+	// A vcoild that no longer serves Services removes the node's side of
+	// the service network.
+	if out := n.ns.IP("-4", "route", "show", "proto", "33"); !strings.Contains(out, "10.0.0.0/24") {
+		t.Fatalf("no service route while serving:\n%s", out)
+	}
+	n.kill()
+	n.args = append(n.args, "--service-proxy=false")
+	n.start()
+	poll.Eventually(t, 30*time.Second, func() error {
+		if out := strings.TrimSpace(n.ns.IP("-4", "route", "show", "proto", "33")); out != "" {
+			return fmt.Errorf("service routes left:\n%s", out)
+		}
+		if out, err := n.ns.TryExec(ctx, "nft", "list", "table", "ip", "vcoil-vpp"); err == nil {
+			return fmt.Errorf("table ip vcoil-vpp left:\n%s", out)
+		}
+		return nil
+	})
+	if out := n.ns.IP("-4", "rule"); strings.Contains(out, "lookup 117") {
+		t.Fatalf("the sink replies' rule is left:\n%s", out)
+	}
 }
