@@ -298,8 +298,10 @@ func TestVPPServiceProxyFlagsAreCheckedAtStart(t *testing.T) {
 // to end through the service proxy's wiring: a pod reaches another pod's
 // endpoint through the cluster IP, the backend reaches itself (hairpin),
 // the node reaches it through --service-cidr, a Service without endpoints
-// is refused; and after VPP is killed and started again, the cluster IP
-// works again (the new incarnation's prompt resync).
+// is refused; after VPP is killed and started again, the cluster IP works
+// again (the new incarnation's prompt resync), and after vcoild restarts
+// against the running VPP too; a vcoild without the service proxy removes
+// the node's service network.
 func TestVPPServiceProxyServesAClusterIPThroughVPP(t *testing.T) {
 	netnstest.RequireRoot(t)
 	bin := vpptest.Binary(t)
@@ -388,6 +390,10 @@ func TestVPPServiceProxyServesAClusterIPThroughVPP(t *testing.T) {
 	v.Restart()
 	reach("after VPP restarted")
 	t.Logf("the cluster IP answered again %s after VPP was killed", time.Since(restart))
+	// vcoild restarts while VPP keeps running: it adopts what VPP holds.
+	n.kill()
+	n.start()
+	reach("after vcoild restarted")
 
 	// A vcoild that no longer serves Services removes the node's side of
 	// the service network.
