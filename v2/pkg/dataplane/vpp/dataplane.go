@@ -101,6 +101,9 @@ type driver struct {
 type podState struct {
 	pod  dataplane.Pod // with the MTU resolved
 	role NATRole
+	// roleUnknown: the pod was found wired in VPP on the first sync since
+	// vcoild started, and VPP may hold NAT features role does not say.
+	roleUnknown bool
 	// wired is true when swIfIndex on this connection is the pod's
 	// interface, set up completely.
 	wired     bool

@@ -33,11 +33,17 @@ func (d *driver) SetPodNATRoles(ctx context.Context, backends []netip.Addr) erro
 			st.role = role
 			continue
 		}
-		if err := d.applyRole(st.swIfIndex, role&^st.role, st.role&^role); err != nil {
+		add, remove := role&^st.role, st.role&^role
+		if st.roleUnknown {
+			// Whatever an earlier vcoild left: every feature of role is
+			// added (VPP's "already so" is success), every other removed.
+			add, remove = role, (NATFrontend|NATBackend)&^role
+		}
+		if err := d.applyRole(st.swIfIndex, add, remove); err != nil {
 			errs = append(errs, fmt.Errorf("set NAT role %s of pod %s: %w", role, describe(st.pod.PodKey), err))
 			continue
 		}
-		st.role = role
+		st.role, st.roleUnknown = role, false
 	}
 	return errors.Join(errs...)
 }

@@ -206,7 +206,8 @@ func TestSetPodNATRolesSendsOnlyTheDifferences(t *testing.T) {
 }
 
 // A VPP that outlived vcoild holds the NAT features of the pods vcoild
-// keeps; setting the roles again is no error.
+// keeps, which vcoild does not know: the first roles set add what is
+// wanted (what VPP has already is no error) and remove what is not.
 func TestSetPodNATRolesOnFeaturesVPPAlreadyHas(t *testing.T) {
 	cfg := testConfig()
 	cfg.Allocations = allocations{{PodKey: podB.PodKey, Netns: podB.Netns, IPv4: podB.IPv4}}
@@ -217,7 +218,8 @@ func TestSetPodNATRolesOnFeaturesVPPAlreadyHas(t *testing.T) {
 		b := f.add(&fakeIf{name: "tap3", tag: podTag(podB.PodKey), up: true, mtu: 1500})
 		f.routes[hostPrefix(podB.IPv4)] = viaPath(b.sw, podB.IPv4)
 		f.nat = true
-		f.natFeat[b.sw] = map[nat_types.NatConfigFlags]bool{0: true}
+		// An earlier vcoild made it a backend too.
+		f.natFeat[b.sw] = map[nat_types.NatConfigFlags]bool{0: true, nat_types.NAT_IS_INSIDE: true}
 	})
 	h.vpp.take()
 	if err := h.d.SetPodNATRoles(ctx(t), nil); err != nil {
@@ -225,8 +227,20 @@ func TestSetPodNATRolesOnFeaturesVPPAlreadyHas(t *testing.T) {
 	}
 	wantLines(t, "VPP messages", h.vpp.take(), []string{
 		"nat44_ed_plugin_enable_disable enable=true sessions=0",
+		"nat44_interface_add_del_feature add=false 3 flags=32",
 		"nat44_interface_add_del_feature add=true 3 flags=0",
 	})
+	h.vpp.mu.Lock()
+	feats := fmt.Sprint(h.vpp.natFeat[3])
+	h.vpp.mu.Unlock()
+	if feats != "map[NAT_IS_NONE:true]" {
+		t.Fatalf("pod B's NAT features in VPP: %s, want outside only", feats)
+	}
+	t.Log("once known, only the differences")
+	if err := h.d.SetPodNATRoles(ctx(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "VPP messages of a repeat", h.vpp.take(), nil)
 }
 
 func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {

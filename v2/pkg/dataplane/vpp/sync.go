@@ -228,6 +228,9 @@ func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []
 		}
 	}
 	st.wired, st.swIfIndex, st.vppName, st.hostMAC, st.failed = true, i.swIfIndex, i.name, i.mac, nil
+	if d.initial {
+		st.roleUnknown = true
+	}
 	return true
 }
 
@@ -248,7 +251,7 @@ func (d *driver) adopt(key dataplane.PodKey, i vppInterface, have []netip.Addr, 
 			pod.MTU = int(tap.HostMtuSize)
 		}
 	}
-	st := &podState{pod: pod, wired: true, swIfIndex: i.swIfIndex, vppName: i.name, hostMAC: i.mac}
+	st := &podState{pod: pod, wired: true, swIfIndex: i.swIfIndex, vppName: i.name, hostMAC: i.mac, roleUnknown: true}
 	d.pods[key] = st
 	d.log.Info("found a pod in VPP that vcoild did not know", "containerID", key.ContainerID, "ifname", key.IfName,
 		"vppInterface", i.name, "ipv4", pod.IPv4, "ipv6", pod.IPv6)
