@@ -311,7 +311,7 @@ func benchRaw(t *testing.T, bin string, n int, row *benchRow) {
 			Tag: fmt.Sprintf("vcoil-svc bench/svc-%d", i), LocalNum: benchBackends,
 		}
 		for b := range benchBackends {
-			m.Locals = append(m.Locals, nat44_ed.Nat44LbAddrPort{Addr: ip_types.IP4Address(benchBackend(i, b).As4()), Port: 8080, Probability: 255 / benchBackends})
+			m.Locals = append(m.Locals, nat44_ed.Nat44LbAddrPort{Addr: ip_types.IP4Address(benchBackend(i, b).As4()), Port: 8080, Probability: 2})
 		}
 		reqs[i] = m
 	}
@@ -327,7 +327,7 @@ func benchRaw(t *testing.T, bin string, n int, row *benchRow) {
 		i := (c * 7919) % n
 		ext := ip_types.IP4Address(benchClusterIP(i).As4())
 		local := func(a netip.Addr) nat44_ed.Nat44LbAddrPort {
-			return nat44_ed.Nat44LbAddrPort{Addr: ip_types.IP4Address(a.As4()), Port: 8080, Probability: 255 / benchBackends}
+			return nat44_ed.Nat44LbAddrPort{Addr: ip_types.IP4Address(a.As4()), Port: 8080, Probability: 2}
 		}
 		start := time.Now()
 		benchCall(t, ch, &nat44_ed.Nat44LbStaticMappingAddDelLocal{IsAdd: true, ExternalAddr: ext, ExternalPort: 80, Protocol: 6,
