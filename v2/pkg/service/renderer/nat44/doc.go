@@ -6,8 +6,8 @@
 //
 //   - two or more backends: a load-balancing static mapping
 //     (Nat44AddDelLbStaticMapping) whose locals are the backends, local
-//     ones weighted Config.LocalWeight and remote ones 1 (scaled up to
-//     VPP's u8 probabilities, see locals4);
+//     ones weighted Config.LocalWeight and remote ones 1 (twice that as
+//     VPP's probabilities, whose sum must fit a u8: see probabilities);
 //   - one backend: a plain static mapping (Nat44AddDelStaticMappingV2),
 //     since VPP wants two locals in a load-balancing one;
 //   - no backend: a plain static mapping to vpp.RejectSinkIPv4 (refused by

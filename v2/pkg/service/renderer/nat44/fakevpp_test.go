@@ -203,6 +203,7 @@ func (f *fakeVPP) apply(req, reply api.Message) api.VPPApiError {
 		if len(m.Locals) < 2 {
 			return api.INVALID_VALUE
 		}
+		f.checkSum(k, m.Locals)
 		x := *m
 		if x.Flags&nat_types.NAT_IS_TWICE_NAT != 0 {
 			x.Flags &^= nat_types.NAT_IS_SELF_TWICE_NAT // the API handler's "else if"
@@ -243,6 +244,7 @@ func (f *fakeVPP) apply(req, reply api.Message) api.VPPApiError {
 			return api.VALUE_EXIST
 		case m.IsAdd:
 			x.Locals = append(x.Locals, m.Local)
+			f.checkSum(k, x.Locals)
 		case i < 0:
 			return api.NO_SUCH_ENTRY
 		case len(x.Locals) < 3:
@@ -273,6 +275,19 @@ func (f *fakeVPP) apply(req, reply api.Message) api.VPPApiError {
 		return api.UNSPECIFIED
 	}
 	return 0
+}
+
+// checkSum fails the test when the probabilities of a mapping's locals
+// would overflow the u8 in which VPP keeps their running sum (VPP accepts
+// them, then picks wrongly or divides by zero).
+func (f *fakeVPP) checkSum(k mappingKey, ls []nat44_ed.Nat44LbAddrPort) {
+	sum := 0
+	for _, l := range ls {
+		sum += int(l.Probability)
+	}
+	if sum > 255 || sum == 0 {
+		f.t.Errorf("fake VPP: LB mapping %s: probabilities sum to %d, which VPP's u8 cannot hold", k, sum)
+	}
 }
 
 // take returns the requests recorded since the last take.

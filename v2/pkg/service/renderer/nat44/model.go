@@ -225,6 +225,9 @@ type rendered struct {
 	backends []netip.Addr
 	// skippedSCTP counts SCTP frontends left out.
 	skippedSCTP int
+	// leftOut counts endpoints left out of LB mappings whose probabilities
+	// would not fit VPP's sum.
+	leftOut int
 }
 
 type entry struct {
@@ -273,11 +276,12 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 			}
 		}
 		internal, external := s.InternalEndpoints(p), s.ExternalEndpoints(p)
-		intLocals := locals4(internal, localWeight)
-		extLocals := intLocals
+		intLocals, left := locals4(internal, localWeight)
+		extLocals, extLeft := intLocals, 0
 		if len(external) != len(internal) || (len(external) > 0 && &external[0] != &internal[0]) {
-			extLocals = locals4(external, localWeight)
+			extLocals, extLeft = locals4(external, localWeight)
 		}
+		r.leftOut += left + extLeft
 		has := hasEndpoints(p, netip.IPv4Unspecified())
 		put := func(a netip.Addr, port uint16, ls []local, flags nat_types.NatConfigFlags) {
 			if !a.Is4() {
@@ -317,17 +321,9 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 type tags struct{ plain, lb string }
 
 // locals4 are the IPv4 endpoints of eps as locals of an LB mapping,
-// sorted, each once.
-//
-// The probabilities are the weights (1 for remote backends, localWeight
-// for local ones) scaled up to VPP's u8 range (255 / localWeight for remote
-// ones), never 1: VPP draws a backend with "1 + random % sum of
-// probabilities" from an LCG whose low bit alternates, and a twice-NATed
-// session draws once more (its port), so with probabilities 1 and 1 every
-// twice-NATed connection went to the same backend (seen on VPP 25.10). The
-// scale depends on the configuration only, so that a backend appearing or
-// leaving never changes the others'.
-func locals4(eps []service.Endpoint, localWeight uint8) []local {
+// sorted, each once, with their probabilities (see probabilities); the
+// second result counts the endpoints left out.
+func locals4(eps []service.Endpoint, localWeight uint8) ([]local, int) {
 	n := 0
 	for i := range eps {
 		if eps[i].Addr.Is4() {
@@ -335,27 +331,73 @@ func locals4(eps []service.Endpoint, localWeight uint8) []local {
 		}
 	}
 	if n == 0 {
-		return nil
+		return nil, 0
 	}
-	remote := 255 / localWeight
 	ls := make([]local, 0, n)
 	for i := range eps {
 		e := &eps[i]
 		if !e.Addr.Is4() {
 			continue
 		}
-		prob := remote
+		w := uint8(1)
 		if e.Local {
-			prob = localWeight * remote
+			w = localWeight
 		}
-		ls = append(ls, local{Addr: e.Addr, Port: e.Port, Probability: prob})
+		ls = append(ls, local{Addr: e.Addr, Port: e.Port, Probability: w})
 	}
 	if !slices.IsSortedFunc(ls, compareLocals) {
 		slices.SortFunc(ls, compareLocals)
 	}
 	// An endpoint listed twice (two slices) is one local; VPP refuses
 	// duplicates.
-	return slices.CompactFunc(ls, func(x, y local) bool { return x.key() == y.key() })
+	ls = slices.CompactFunc(ls, func(x, y local) bool { return x.key() == y.key() })
+	return probabilities(ls)
+}
+
+// maxProbabilitySum is the largest sum of a mapping's probabilities: VPP
+// keeps the running sum in a u8 (nat44_lb_addr_port_t.prefix). A larger
+// sum wraps: 255+255 became 254 and every connection went to the first
+// local; a multiple of 256 became 0 and VPP died of a division by zero at
+// the first connection (both seen on VPP 25.10).
+const maxProbabilitySum = 255
+
+// probabilities turns the weights in ls (1 for remote backends,
+// localWeight for local ones) into VPP's probabilities: twice the weights
+// while their sum stays within maxProbabilitySum, else the weights, else
+// the weights of the first locals that fit (the others are left out and
+// counted).
+//
+// Even probabilities, because VPP picks the local whose cumulative range
+// holds "1 + random % sum", random from an LCG whose low bit alternates,
+// and a twice-NATed connection draws once more (for its port): every draw
+// of such connections has the same parity, and with probabilities of 1
+// every twice-NATed connection went to the same half of the locals (seen on
+// VPP 25.10). A local with an even probability holds as many odd as even
+// values. The factor depends on the sum only, so that backends coming and
+// going change the others' probabilities (which VPP cannot change in place)
+// only when the sum crosses the limit.
+func probabilities(ls []local) ([]local, int) {
+	sum := 0
+	for _, l := range ls {
+		sum += int(l.Probability)
+	}
+	switch {
+	case 2*sum <= maxProbabilitySum:
+		for i := range ls {
+			ls[i].Probability *= 2
+		}
+		return ls, 0
+	case sum <= maxProbabilitySum:
+		return ls, 0
+	}
+	kept, sum := ls[:0], 0
+	for _, l := range ls {
+		if sum+int(l.Probability) <= maxProbabilitySum {
+			kept = append(kept, l)
+			sum += int(l.Probability)
+		}
+	}
+	return kept, len(ls) - len(kept)
 }
 
 // frontendMapping is the mapping of the frontend k whose traffic goes to

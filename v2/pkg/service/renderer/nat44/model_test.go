@@ -2,6 +2,7 @@ package nat44
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,7 +50,7 @@ func TestRenderChoosesKindFlagsAndLocalsPerFrontend(t *testing.T) {
 	s.Ports = append(s.Ports, service.Port{Protocol: service.SCTP, Port: 90, Endpoints: s.Ports[0].Endpoints, Cluster: s.Ports[0].Cluster, HasEndpoints: true})
 	r := render(&testNode, s, 3)
 	lb := func(flags string) string {
-		return "lb " + flags + " [10.1.0.2:8080 p255, 10.2.0.3:8080 p85] vcoil-svc default/web"
+		return "lb " + flags + " [10.1.0.2:8080 p6, 10.2.0.3:8080 p2] vcoil-svc default/web"
 	}
 	want := map[string]string{
 		"tcp/10.96.0.10:80":     lb("self"),
@@ -104,7 +105,7 @@ func TestRenderAffinityIsInTheTagOfLBMappingsOnly(t *testing.T) {
 	s := svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false))
 	s.AffinityTimeout = 10800 * time.Second
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80": "lb self [10.1.0.2:8080 p255, 10.1.0.3:8080 p255] affinity 10800 vcoil-svc default/web affinity=10800",
+		"tcp/10.96.0.10:80": "lb self [10.1.0.2:8080 p2, 10.1.0.3:8080 p2] affinity 10800 vcoil-svc default/web affinity=10800",
 	})
 	s = svc(webID, ep("10.1.0.2", 8080, false))
 	s.AffinityTimeout = 10800 * time.Second
@@ -167,3 +168,39 @@ func describe(m *mapping) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestProbabilitiesAreEvenAndTheirSumFitsAByte(t *testing.T) {
+	weights := func(ws ...uint8) []local {
+		var ls []local
+		for i, w := range ws {
+			ls = append(ls, local{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), Port: 80, Probability: w})
+		}
+		return ls
+	}
+	probs := func(ls []local) []uint8 {
+		var p []uint8
+		for _, l := range ls {
+			p = append(p, l.Probability)
+		}
+		return p
+	}
+	many := func(n int, w uint8) []uint8 { return slices.Repeat([]uint8{w}, n) }
+	for _, tc := range []struct {
+		name    string
+		weights []uint8
+		want    []uint8
+		left    int
+	}{
+		{"twice the weights", []uint8{1, 3, 1}, []uint8{2, 6, 2}, 0},
+		{"127 remote backends: 254", many(127, 1), many(127, 2), 0},
+		{"128 remote backends: the weights", many(128, 1), many(128, 1), 0},
+		{"a heavy local weight: the weights", []uint8{200, 1}, []uint8{200, 1}, 0},
+		{"300 backends: the first 255", many(300, 1), many(255, 1), 45},
+		{"what fits, skipping what does not", []uint8{200, 100, 55}, []uint8{200, 55}, 1},
+	} {
+		got, left := probabilities(weights(tc.weights...))
+		if !slices.Equal(probs(got), tc.want) || left != tc.left {
+			t.Errorf("%s: probabilities %v (%d left out), want %v (%d)", tc.name, probs(got), left, tc.want, tc.left)
+		}
+	}
+}

@@ -206,6 +206,9 @@ func (r *Renderer) setService(id service.ID, s *service.Service, dirty map[mappi
 		return
 	}
 	rnd := render(&r.node, s, r.cfg.LocalWeight)
+	if rnd.leftOut > 0 {
+		r.log.Info("Endpoints left out: VPP keeps the sum of a mapping's probabilities in 8 bits", "service", id, "endpoints", rnd.leftOut)
+	}
 	if rnd.skippedSCTP > 0 {
 		r.log.V(1).Info("SCTP ports skipped: NAT44-ED translates only TCP and UDP ports", "service", id, "ports", rnd.skippedSCTP)
 	}

@@ -155,10 +155,10 @@ func TestClusterIPWithTwoBackendsIsOneLBMapping(t *testing.T) {
 		&nat44_ed.Nat44StaticMappingDump{},
 		&nat44_ed.Nat44AddDelLbStaticMapping{IsAdd: true, Flags: nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE_NAT,
 			ExternalAddr: ip("10.96.0.10"), ExternalPort: 80, Protocol: 6, Affinity: 0, Tag: "vcoil-svc default/web", LocalNum: 2,
-			Locals: []nat44_ed.Nat44LbAddrPort{{Addr: ip("10.1.0.2"), Port: 8080, Probability: 254}, {Addr: ip("10.2.0.3"), Port: 8080, Probability: 127}}},
+			Locals: []nat44_ed.Nat44LbAddrPort{{Addr: ip("10.1.0.2"), Port: 8080, Probability: 4}, {Addr: ip("10.2.0.3"), Port: 8080, Probability: 2}}},
 		&nat44_ed.Nat44AddDelLbStaticMapping{IsAdd: true, Flags: nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE_NAT,
 			ExternalAddr: ip("10.96.0.10"), ExternalPort: 53, Protocol: 17, Affinity: 0, Tag: "vcoil-svc default/web", LocalNum: 2,
-			Locals: []nat44_ed.Nat44LbAddrPort{{Addr: ip("10.1.0.2"), Port: 5353, Probability: 254}, {Addr: ip("10.2.0.3"), Port: 5353, Probability: 127}}},
+			Locals: []nat44_ed.Nat44LbAddrPort{{Addr: ip("10.1.0.2"), Port: 5353, Probability: 4}, {Addr: ip("10.2.0.3"), Port: 5353, Probability: 2}}},
 		&acl.ACLDump{ACLIndex: 0xffffffff},
 	})
 	checkCalls(t, h.dp.take(), fullSyncCalls(1, "[10.1.0.2]"))
@@ -177,7 +177,7 @@ func TestNodePortOnThisNodesIPv4Addresses(t *testing.T) {
 	s := svc(webID, ep("10.1.0.2", 8080, true), ep("10.2.0.3", 8080, false))
 	s.Ports[0].NodePort = 30080
 	h.resync(t, state(s))
-	locals := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 255), lbLocal("10.2.0.3", 8080, 255)}
+	locals := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 2), lbLocal("10.2.0.3", 8080, 2)}
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
 		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", locals...),
 		lbAdd("198.18.0.11", tcp, 30080, twice, 0, "vcoil-svc default/web", locals...),
@@ -218,15 +218,15 @@ func TestExternalFrontendsFollowTheExternalTrafficPolicy(t *testing.T) {
 	none.ExternalLocal = true
 	none.LoadBalancerIPs = []netip.Addr{addr("198.51.100.9")}
 	h.resync(t, state(cluster, local, none))
-	web := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 255), lbLocal("10.2.0.3", 8080, 51)}
+	web := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 10), lbLocal("10.2.0.3", 8080, 2)}
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
 		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", web...),
 		lbAdd("10.96.0.20", tcp, 80, self, 0, "vcoil-svc default/local",
-			lbLocal("10.1.0.4", 9090, 255), lbLocal("10.1.0.5", 9090, 255), lbLocal("10.2.0.6", 9090, 51)),
+			lbLocal("10.1.0.4", 9090, 10), lbLocal("10.1.0.5", 9090, 10), lbLocal("10.2.0.6", 9090, 2)),
 		smAdd("10.96.0.30", tcp, 80, "10.2.0.7", 7070, self, "vcoil-svc default/elsewhere"),
 		lbAdd("198.51.100.7", tcp, 80, twice, 0, "vcoil-svc default/web", web...),
 		// eTP=Local: the local endpoints only, the client's address kept.
-		lbAdd("198.51.100.8", tcp, 80, self, 0, "vcoil-svc default/local", lbLocal("10.1.0.4", 9090, 255), lbLocal("10.1.0.5", 9090, 255)),
+		lbAdd("198.51.100.8", tcp, 80, self, 0, "vcoil-svc default/local", lbLocal("10.1.0.4", 9090, 10), lbLocal("10.1.0.5", 9090, 10)),
 		// eTP=Local without a local endpoint: dropped.
 		smAdd("198.51.100.9", tcp, 80, "169.254.101.2", 80, sink, "vcoil-svc default/elsewhere"),
 		lbAdd("203.0.113.50", tcp, 80, twice, 0, "vcoil-svc default/web", web...),
@@ -266,18 +266,18 @@ func TestBackendChangesOfAnLBMappingKeepTheMapping(t *testing.T) {
 
 	// A third backend: added.
 	h.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false), ep("10.1.0.4", 8080, false))}})
-	expectRequests(t, h.vpp.take(), []api.Message{localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 255))})
+	expectRequests(t, h.vpp.take(), []api.Message{localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 2))})
 	// One replaced by another (two before and after): the new one first,
 	// so that VPP never sees fewer than two... then the old ones.
 	h.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.3", 8080, false), ep("10.1.0.5", 8080, false))}})
 	expectRequests(t, h.vpp.take(), []api.Message{
-		localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.5", 8080, 255)),
-		localAddDel(false, "10.96.0.10", tcp, 80, lbLocal("10.1.0.2", 8080, 255)),
-		localAddDel(false, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 255)),
+		localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.5", 8080, 2)),
+		localAddDel(false, "10.96.0.10", tcp, 80, lbLocal("10.1.0.2", 8080, 2)),
+		localAddDel(false, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 2)),
 	})
 	checkCalls(t, h.dp.take(), nil)
 	got := h.vpp.lb[mappingKey{addr("10.96.0.10"), tcp, 80}].Locals
-	if len(got) != 2 || got[0] != lbLocal("10.1.0.3", 8080, 255) || got[1] != lbLocal("10.1.0.5", 8080, 255) {
+	if len(got) != 2 || got[0] != lbLocal("10.1.0.3", 8080, 2) || got[1] != lbLocal("10.1.0.5", 8080, 2) {
 		t.Errorf("VPP's locals: %+v", got)
 	}
 
@@ -288,8 +288,8 @@ func TestBackendChangesOfAnLBMappingKeepTheMapping(t *testing.T) {
 	h2.vpp.take()
 	h2.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, true), ep("10.1.0.4", 8080, false))}})
 	expectRequests(t, h2.vpp.take(), []api.Message{
-		localAddDel(false, "10.96.0.10", tcp, 80, lbLocal("10.1.0.3", 8080, 63)),
-		localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.3", 8080, 252)),
+		localAddDel(false, "10.96.0.10", tcp, 80, lbLocal("10.1.0.3", 8080, 2)),
+		localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.3", 8080, 8)),
 	})
 	// With two locals VPP cannot remove one: the mapping is recreated.
 	h2.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.2", 8080, true), ep("10.1.0.3", 8080, true))}})
@@ -297,7 +297,7 @@ func TestBackendChangesOfAnLBMappingKeepTheMapping(t *testing.T) {
 	h2.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, true))}})
 	expectRequests(t, h2.vpp.take(), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.2", 8080, 63), lbLocal("10.1.0.3", 8080, 252)),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 8)),
 	})
 }
 
@@ -323,7 +323,7 @@ func TestCrossingBetweenOneAndTwoBackends(t *testing.T) {
 	h.update(t, &service.Changes{Upsert: []*service.Service{two}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		smDel("10.96.0.10", tcp, 80, "10.1.0.3", 8080, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.2", 8080, 255), lbLocal("10.1.0.3", 8080, 255)),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 2)),
 	})
 	// 1 -> another 1: deleted and added.
 	h.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.3", 8080, false))}})
@@ -350,19 +350,19 @@ func TestAffinityMappingLosingABackendIsRecreated(t *testing.T) {
 	}
 	h.resync(t, state(sticky(ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false))))
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc default/web affinity=10800", lbLocal("10.1.0.2", 8080, 255), lbLocal("10.1.0.3", 8080, 255)),
+		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc default/web affinity=10800", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 2)),
 	}, fullSyncEnd()))
 	h.dp.take()
 
 	// An added backend keeps the mapping and its affinity records.
 	h.update(t, &service.Changes{Upsert: []*service.Service{sticky(ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false), ep("10.1.0.4", 8080, false))}})
-	expectRequests(t, h.vpp.take(), []api.Message{localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 255))})
+	expectRequests(t, h.vpp.take(), []api.Message{localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 2))})
 	// A removed one recreates the mapping: VPP would keep sending its
 	// clients to it.
 	h.update(t, &service.Changes{Upsert: []*service.Service{sticky(ep("10.1.0.3", 8080, false), ep("10.1.0.4", 8080, false))}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc default/web affinity=10800", lbLocal("10.1.0.3", 8080, 255), lbLocal("10.1.0.4", 8080, 255)),
+		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc default/web affinity=10800", lbLocal("10.1.0.3", 8080, 2), lbLocal("10.1.0.4", 8080, 2)),
 	})
 	// After a restart of vcoild, the dump (without affinity) and the tag
 	// say the same: nothing changes.
@@ -380,7 +380,7 @@ func TestAffinityMappingLosingABackendIsRecreated(t *testing.T) {
 	}
 	expectRequests(t, h.vpp.take(), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.3", 8080, 255), lbLocal("10.1.0.4", 8080, 255)),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.3", 8080, 2), lbLocal("10.1.0.4", 8080, 2)),
 	})
 }
 
@@ -503,7 +503,7 @@ func TestNewIncarnationResyncsEverything(t *testing.T) {
 	s2 := svc(webID, ep("10.1.0.2", 8080, true), ep("10.1.0.4", 8080, false))
 	s2.LoadBalancerIPs, s2.LoadBalancerSourceRanges = s.LoadBalancerIPs, s.LoadBalancerSourceRanges
 	h.update(t, &service.Changes{Upsert: []*service.Service{s2}})
-	locals := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 255), lbLocal("10.1.0.4", 8080, 255)}
+	locals := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.4", 8080, 2)}
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
 		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", locals...),
 		lbAdd("198.51.100.7", tcp, 80, twice, 0, "vcoil-svc default/web", locals...),
@@ -535,15 +535,15 @@ func TestResyncAdoptsWhatVPPHoldsAndLeavesForeignMappings(t *testing.T) {
 	l := func(a string, prob uint8) local { return local{Addr: addr(a), Port: 8080, Probability: prob} }
 	key := func(a string, port uint16) mappingKey { return mappingKey{addr(a), tcp, port} }
 	// Up to date.
-	put(key("10.96.0.10", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc default/web", Locals: []local{l("10.1.0.2", 255), l("10.1.0.3", 255)}})
+	put(key("10.96.0.10", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc default/web", Locals: []local{l("10.1.0.2", 2), l("10.1.0.3", 2)}})
 	// Stale: its service is gone.
 	put(key("10.96.0.11", 80), &mapping{Kind: kindStatic, Flags: self, Tag: "vcoil-svc default/gone", Locals: []local{l("10.1.0.9", 0)}})
 	// Another backend set.
-	put(key("10.96.0.12", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc default/db", Locals: []local{l("10.1.0.4", 255), l("10.1.0.5", 255)}})
+	put(key("10.96.0.12", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc default/db", Locals: []local{l("10.1.0.4", 2), l("10.1.0.5", 2)}})
 	// Not vcoil's: one on a frontend vcoil does not want, one on a
 	// frontend it wants.
 	put(key("10.96.0.50", 80), &mapping{Kind: kindStatic, Flags: self, Tag: "operator", Locals: []local{l("10.1.0.7", 0)}})
-	put(key("10.96.0.13", 80), &mapping{Kind: kindLB, Flags: self, Tag: "", Locals: []local{l("10.1.0.7", 255), l("10.1.0.8", 255)}})
+	put(key("10.96.0.13", 80), &mapping{Kind: kindLB, Flags: self, Tag: "", Locals: []local{l("10.1.0.7", 2), l("10.1.0.8", 2)}})
 	h.vpp.twiceNAT = []netip.Addr{addr("10.1.0.254"), addr("10.1.0.255")}
 	h.vpp.take()
 
@@ -561,8 +561,8 @@ func TestResyncAdoptsWhatVPPHoldsAndLeavesForeignMappings(t *testing.T) {
 		&nat44_ed.Nat44LbStaticMappingDump{},
 		&nat44_ed.Nat44StaticMappingDump{},
 		smDel("10.96.0.11", tcp, 80, "10.1.0.9", 8080, self),
-		localAddDel(true, "10.96.0.12", tcp, 80, lbLocal("10.1.0.6", 8080, 255)),
-		localAddDel(false, "10.96.0.12", tcp, 80, lbLocal("10.1.0.5", 8080, 255)),
+		localAddDel(true, "10.96.0.12", tcp, 80, lbLocal("10.1.0.6", 8080, 2)),
+		localAddDel(false, "10.96.0.12", tcp, 80, lbLocal("10.1.0.5", 8080, 2)),
 		&acl.ACLDump{ACLIndex: 0xffffffff},
 	})
 	if m := h.vpp.lb[key("10.96.0.13", 80)]; m == nil || m.Tag != "" {
@@ -598,7 +598,7 @@ func TestFailedRequestNamesTheServiceAndResyncRepairs(t *testing.T) {
 	// The processor's Resync finds out what VPP holds and repairs.
 	h.resync(t, state(s3))
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(false), []api.Message{
-		localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 255)),
+		localAddDel(true, "10.96.0.10", tcp, 80, lbLocal("10.1.0.4", 8080, 2)),
 	}, fullSyncEnd()))
 
 	// An Update after a failure syncs everything as well.
@@ -666,7 +666,7 @@ func TestRequestsArePipelined(t *testing.T) {
 		s.ClusterIPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 1, byte(i)})}
 		st.Services[s.ID] = s
 		want = append(want, lbAdd(s.ClusterIPs[0].String(), tcp, 80, self, 0, "vcoil-svc p/"+s.ID.Name,
-			lbLocal("10.1.0.2", 8080, 255), lbLocal("10.1.0.3", uint16(8080+i), 255)))
+			lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", uint16(8080+i), 2)))
 	}
 	h.resync(t, st)
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), want, fullSyncEnd()))
@@ -755,7 +755,7 @@ func TestTenThousandServicesSyncWithoutQuadraticCost(t *testing.T) {
 	s.ClusterIPs = st.Services[s.ID].ClusterIPs
 	h.update(t, &service.Changes{Upsert: []*service.Service{s}})
 	one := time.Since(start)
-	expectRequests(t, h.vpp.take(), []api.Message{localAddDel(true, "10.96.0.5", tcp, 80, lbLocal("10.2.0.4", 8080, 255))})
+	expectRequests(t, h.vpp.take(), []api.Message{localAddDel(true, "10.96.0.5", tcp, 80, lbLocal("10.2.0.4", 8080, 2))})
 	t.Logf("10,000 services through the mock: full sync %v, one change %v", full, one)
 	if full > 20*time.Second || one > 50*time.Millisecond {
 		t.Errorf("too slow: full sync %v, one change %v", full, one)
