@@ -145,6 +145,27 @@ func delMapping(k mappingKey, m *mapping) op {
 	}, reply: &nat44_ed.Nat44AddDelStaticMappingV2Reply{}, del: true, key: k, m: m}
 }
 
+// peakSum is the largest sum of probabilities the mapping reaches while
+// change adds the locals added, then replaces the changed ones, then
+// removes the others: VPP must never hold more than its u8 can (see
+// maxProbabilitySum).
+func peakSum(old *mapping, added, changed []local) int {
+	sum := 0
+	for _, l := range old.Locals {
+		sum += int(l.Probability)
+	}
+	for _, l := range added {
+		sum += int(l.Probability)
+	}
+	peak := sum
+	for _, l := range changed {
+		was := old.Locals[slices.IndexFunc(old.Locals, func(o local) bool { return o.key() == l.key() })]
+		sum += int(l.Probability) - int(was.Probability)
+		peak = max(peak, sum)
+	}
+	return peak
+}
+
 func addDelLocal(k mappingKey, m *mapping, l local, isAdd bool) op {
 	return op{req: &nat44_ed.Nat44LbStaticMappingAddDelLocal{
 		IsAdd: isAdd, ExternalAddr: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
@@ -169,9 +190,10 @@ func addDelLocal(k mappingKey, m *mapping, l local, isAdd bool) op {
 // mapping), when flags, affinity or tag change, when a probability changes
 // on a mapping of two locals, and when a mapping with ClientIP affinity
 // loses a backend: VPP keeps its affinity records until the mapping is
-// deleted, and they would keep sending clients to the gone backend. The
-// deletion comes first, as it frees the key for the addition; both go on
-// one channel in order, and VPP handles them in order.
+// deleted, and they would keep sending clients to the gone backend; and
+// when adding before removing would take the sum of probabilities beyond
+// what VPP can hold. The deletion comes first, as it frees the key for the
+// addition; both go on one channel in order, and VPP handles them in order.
 func change(ops []op, k mappingKey, old, new *mapping) []op {
 	switch {
 	case old.equal(new):
@@ -203,7 +225,8 @@ func change(ops []op, k mappingKey, old, new *mapping) []op {
 		}
 	}
 	lost := len(removed) > 0 || len(changed) > 0
-	if (old.Affinity > 0 && lost) || (len(changed) > 0 && len(old.Locals)+len(added) < 3) {
+	if (old.Affinity > 0 && lost) || (len(changed) > 0 && len(old.Locals)+len(added) < 3) ||
+		peakSum(old, added, changed) > maxProbabilitySum {
 		return append(ops, delMapping(k, old), addMapping(k, new))
 	}
 	for _, l := range added {

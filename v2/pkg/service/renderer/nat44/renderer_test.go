@@ -785,3 +785,39 @@ func TestMetricsCountMappingsAndRequests(t *testing.T) {
 		t.Errorf("gathered %d series (%v), want 7 (4 kinds, resync and update durations, requests)", n, err)
 	}
 }
+
+func TestBackendChangesNeverOverflowVPPsSumOfProbabilities(t *testing.T) {
+	h := newHarness(t, Config{})
+	backends := func(n int) *service.Service {
+		var eps []service.Endpoint
+		for i := range n {
+			eps = append(eps, ep(netip.AddrFrom4([4]byte{10, 1, 1, byte(i)}).String(), 8080, false))
+		}
+		return svc(webID, eps...)
+	}
+	h.resync(t, state(backends(100)))
+	if got := h.vpp.lb[mappingKey{addr("10.96.0.10"), tcp, 80}].Locals[0].Probability; got != 2 {
+		t.Fatalf("probability %d with 100 backends, want 2", got)
+	}
+	h.take(t)
+	// 160 backends: probabilities 1; adding 60 locals of 1 to 100 of 2
+	// first would reach 260: the mapping is recreated instead.
+	h.update(t, &service.Changes{Upsert: []*service.Service{backends(160)}})
+	got := h.vpp.take()
+	if len(got) != 2 || got[0].GetMessageName() != "nat44_add_del_lb_static_mapping" || got[0].(*nat44_ed.Nat44AddDelLbStaticMapping).IsAdd ||
+		!got[1].(*nat44_ed.Nat44AddDelLbStaticMapping).IsAdd || len(got[1].(*nat44_ed.Nat44AddDelLbStaticMapping).Locals) != 160 {
+		t.Fatalf("requests %v, want the LB mapping deleted and added with 160 locals", got)
+	}
+	// Back to 127: in place (adds none; each of 127 goes from 1 to 2 while
+	// 33 are removed afterwards: the sum peaks at 160+127 > 255), so
+	// recreated as well; then one more backend (sum 254 -> 128 locals of
+	// 1) changes in place, peaking at 255.
+	h.update(t, &service.Changes{Upsert: []*service.Service{backends(127)}})
+	if got := h.vpp.take(); len(got) != 2 {
+		t.Fatalf("%d requests, want the mapping recreated (2)", len(got))
+	}
+	h.update(t, &service.Changes{Upsert: []*service.Service{backends(128)}})
+	if got := h.vpp.take(); len(got) != 1+2*127 {
+		t.Fatalf("%d requests, want 255 (one addition, 127 replacements)", len(got))
+	}
+}
