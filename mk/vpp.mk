@@ -10,6 +10,7 @@ VPP_TEST_FLAGS ?= -count=1 -p 1 -timeout 20m
 test-vpp: envtest-assets ## run the VPP dataplane's tests (with VCOIL_VPP_BIN=<vpp binary>, as root, against a real VPP)
 	@if [ -z "$${VCOIL_VPP_BIN:-}" ]; then echo "VCOIL_VPP_BIN is not set: the integration tests against a real VPP will skip (docs/vpp.md)" >&2; fi
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(VPP_TEST_FLAGS) -v ./v2/pkg/dataplane/vpp/...
+	$(GO) test $(VPP_TEST_FLAGS) -v ./v2/pkg/service/renderer/nat44/
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(VPP_TEST_FLAGS) -v -run 'VPP' ./v2/cmd/vcoild
 
 # The NAT44 service renderer against a real VPP (docs/vpp-services.md): for
