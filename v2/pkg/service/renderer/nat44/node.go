@@ -21,9 +21,13 @@ import (
 //     which static mappings need). The host interconnect is a frontend
 //     (the node's processes are clients) and a backend (hostNetwork
 //     endpoints, the reject sink). The uplink is a frontend (outside
-//     clients) and a backend too: a remote backend's reply to a pod of this
-//     node (a cluster IP is not twice-NATed) comes back through the uplink,
-//     and NAT44-ED translates it back only on an inside interface.
+//     clients) and, as in the Contiv design, a backend too: remote
+//     backends sit behind it, and their replies to this node's pods (a
+//     cluster IP is not twice-NATed) come back through it. On VPP 25.10
+//     with one thread NAT44-ED found those replies through the session's
+//     flow on the outside feature alone; the inside feature costs nothing
+//     and keeps them translated where that lookup would not (worker
+//     handoff between the two features was not tried).
 //  2. NAT forwarding: without it, NAT44-ED's in2out node drops the plain
 //     traffic of inside interfaces (pods) that matches no session and no
 //     mapping; with it, such traffic passes untranslated.
