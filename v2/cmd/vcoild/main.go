@@ -65,9 +65,9 @@ type serviceFlags struct {
 	minSyncPeriod, syncPeriod      time.Duration
 	healthAddr, statusAddr         string
 	conntrack                      conntrack.Config
-	// serviceCIDRs and clusterCIDRs: the cluster's service network and
-	// its pod, node and service networks (used on the VPP dataplane).
-	serviceCIDRs, clusterCIDRs []string
+	// serviceCIDRs: the cluster's service network (used on the VPP
+	// dataplane).
+	serviceCIDRs []string
 }
 
 // vppFlags configure the VPP dataplane (--dataplane=vpp); docs/vpp.md.
@@ -78,7 +78,6 @@ type vppFlags struct {
 	gso                                               bool
 	natSessions                                       uint32
 	localBackendWeight                                int
-	snat                                              bool
 }
 
 func main() {
@@ -121,11 +120,9 @@ func main() {
 	fs.StringVar(&f.vpp.uplinkGatewayIPv6, "vpp-uplink-gateway-ipv6", "", "VPP's IPv6 default route via this gateway on the uplink (default: through the host)")
 	fs.Uint32Var(&f.vpp.natSessions, "vpp-nat-sessions", constants.VPPNATSessions, "size of VPP's NAT44-ED session table (per worker thread), for the service proxy")
 	fs.IntVar(&f.vpp.localBackendWeight, "vpp-local-backend-weight", constants.VPPLocalBackendWeight, "weight (1..255) of a service's backends on this node against remote ones (1: even, as kube-proxy)")
-	fs.BoolVar(&f.vpp.snat, "vpp-snat", false, "source-NAT pods' traffic leaving the node through the uplink to the uplink's address, except to --cluster-cidr")
 	f.services.conntrack = conntrack.DefaultConfig()
 	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy")
 	fs.StringSliceVar(&f.services.serviceCIDRs, "service-cidr", nil, "the cluster's service CIDR (repeatable); on VPP, routed from the node into VPP so that the node's own processes reach cluster IPs")
-	fs.StringSliceVar(&f.services.clusterCIDRs, "cluster-cidr", nil, "a CIDR of the cluster's pod, node or service networks (repeatable); never source-NATed by --vpp-snat")
 	fs.BoolVar(&f.services.removeKubeProxyTables, "remove-kube-proxy-tables", false, "at start, delete the nftables tables kube-proxy leaves behind (for a migration)")
 	fs.BoolVar(&f.services.lbAnnounce, "lb-announce", true, "announce the LoadBalancer addresses this node serves, as /32 and /128 routes in --export-table (for BIRD); false withdraws them")
 	fs.IntVar(&f.services.lbExportProtocol, "lb-export-protocol", routes.DefaultLBProtocol, "route protocol number marking the announced LoadBalancer addresses in --export-table; must differ from --export-protocol and from the pod routes' (31)")
@@ -420,22 +417,13 @@ func (s serviceFlags) options(f flags, dp vpp.Dataplane) (proxy.Options, error) 
 	if w := f.vpp.localBackendWeight; w < 1 || w > 255 {
 		return o, fmt.Errorf("--vpp-local-backend-weight %d: want 1..255", w)
 	}
-	o.NAT44 = nat44.Config{LocalWeight: uint8(f.vpp.localBackendWeight), SNAT: f.vpp.snat, Registry: metrics.Registry}
-	for _, c := range []struct {
-		flag string
-		in   []string
-		out  *[]netip.Prefix
-	}{{"--service-cidr", s.serviceCIDRs, &o.NAT44.ServiceCIDRs}, {"--cluster-cidr", s.clusterCIDRs, &o.NAT44.ClusterCIDRs}} {
-		for _, in := range c.in {
-			p, err := netip.ParsePrefix(in)
-			if err != nil {
-				return o, fmt.Errorf("%s %q: %w", c.flag, in, err)
-			}
-			*c.out = append(*c.out, p.Masked())
+	o.NAT44 = nat44.Config{LocalWeight: uint8(f.vpp.localBackendWeight), Registry: metrics.Registry}
+	for _, in := range s.serviceCIDRs {
+		p, err := netip.ParsePrefix(in)
+		if err != nil {
+			return o, fmt.Errorf("--service-cidr %q: %w", in, err)
 		}
-	}
-	if f.vpp.snat && len(o.NAT44.ClusterCIDRs) == 0 {
-		return o, errors.New("--vpp-snat needs --cluster-cidr: without it pods' traffic to other nodes would be source-NATed")
+		o.NAT44.ServiceCIDRs = append(o.NAT44.ServiceCIDRs, p.Masked())
 	}
 	return o, nil
 }

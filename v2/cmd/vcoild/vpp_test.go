@@ -199,7 +199,7 @@ func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
 		nodeName: "node-a", dataplane: "vpp", stateDir: t.TempDir(),
 		vpp: vppFlags{apiSocket: "/nonexistent/api.sock", podInterface: "af_packet", natSessions: 100000, localBackendWeight: 3},
 		services: serviceFlags{
-			enabled: true, serviceCIDRs: []string{"10.96.0.1/12", "fd00:96::/112"}, clusterCIDRs: []string{"10.0.0.0/8", "198.18.0.0/15"},
+			enabled: true, serviceCIDRs: []string{"10.96.0.1/12", "fd00:96::/112"},
 			nodePortAddresses: []string{"198.18.0.0/15"},
 		},
 	}
@@ -225,7 +225,6 @@ func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
 	want := nat44.Config{
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/112")},
 		LocalWeight:  3,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("198.18.0.0/15")},
 	}
 	got := o.NAT44
 	got.Registry = nil
@@ -237,12 +236,6 @@ func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
 	}
 	if _, err := nat44.New(o.VPP, o.NAT44, logr.Discard()); err != nil {
 		t.Fatalf("the NAT44 renderer refuses the flags' configuration: %v", err)
-	}
-
-	snat := f
-	snat.vpp.snat = true
-	if o, err := snat.services.options(snat, vppDP); err != nil || !o.NAT44.SNAT {
-		t.Fatalf("--vpp-snat: SNAT %t, %v", o.NAT44.SNAT, err)
 	}
 
 	linuxOpts, err := f.services.options(f, nil)
@@ -261,8 +254,6 @@ func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
 		{"a local weight of 0", func(f *flags) { f.vpp.localBackendWeight = 0 }, "--vpp-local-backend-weight 0"},
 		{"a local weight of 256", func(f *flags) { f.vpp.localBackendWeight = 256 }, "--vpp-local-backend-weight 256"},
 		{"a service CIDR that is no prefix", func(f *flags) { f.services.serviceCIDRs = []string{"10.96.0.1"} }, `--service-cidr "10.96.0.1"`},
-		{"a cluster CIDR that is no prefix", func(f *flags) { f.services.clusterCIDRs = []string{"pods"} }, `--cluster-cidr "pods"`},
-		{"SNAT without cluster CIDRs", func(f *flags) { f.vpp.snat, f.services.clusterCIDRs = true, nil }, "--vpp-snat needs --cluster-cidr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := f
@@ -284,7 +275,6 @@ func TestVPPServiceProxyFlagsAreCheckedAtStart(t *testing.T) {
 	}{
 		{[]string{"--vpp-local-backend-weight", "300"}, "--vpp-local-backend-weight 300: want 1..255"},
 		{[]string{"--service-cidr", "10.96.0.0/33"}, `--service-cidr "10.96.0.0/33"`},
-		{[]string{"--vpp-snat"}, "--vpp-snat needs --cluster-cidr"},
 	} {
 		args := append([]string{"--node-name", "x", "--dataplane=vpp", "--vpp-api-socket=/nonexistent/api.sock", "--vpp-pod-interface=af_packet", "--state-dir", t.TempDir()}, tc.args...)
 		out, err := exec.Command(bin, args...).CombinedOutput()

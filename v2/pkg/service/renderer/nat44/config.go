@@ -1,7 +1,6 @@
 package nat44
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 
@@ -26,15 +25,6 @@ type Config struct {
 	// LocalWeight is the probability weight of backends on this node
 	// relative to remote ones (1..255; 0 means DefaultLocalWeight).
 	LocalWeight uint8
-	// SNAT would source-NAT pods' traffic leaving the node through the
-	// uplink, except traffic to ClusterCIDRs. New refuses it: NAT44-ED's
-	// output feature cannot exclude destinations (its identity mappings
-	// exempt sources only), so pods' traffic to other nodes would be
-	// source-NATed as well. Off by default, as on the Linux dataplane.
-	SNAT bool
-	// ClusterCIDRs are the destinations SNAT would leave alone (the pod,
-	// node and service networks of the cluster).
-	ClusterCIDRs []netip.Prefix
 	// MaxInFlight bounds pipelined requests; 0 means DefaultMaxInFlight.
 	MaxInFlight int
 	// Registry receives the renderer's metrics (nil: none).
@@ -51,13 +41,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight < 1 || c.MaxInFlight > 4096 {
 		return c, fmt.Errorf("MaxInFlight %d: want 1..4096", c.MaxInFlight)
 	}
-	for _, p := range append(append([]netip.Prefix{}, c.ServiceCIDRs...), c.ClusterCIDRs...) {
+	for _, p := range c.ServiceCIDRs {
 		if !p.IsValid() {
 			return c, fmt.Errorf("invalid CIDR %v", p)
 		}
-	}
-	if c.SNAT {
-		return c, errors.New("SNAT is not supported by the NAT44 service renderer: NAT44-ED's output feature on the uplink source-NATs every new flow leaving it and cannot exclude destinations (the cluster CIDRs), so traffic to other nodes' pods would be source-NATed too (docs/vpp-services.md)")
 	}
 	return c, nil
 }

@@ -36,9 +36,9 @@
 // (NAT44-ED is IPv4 only), SCTP ports (NAT44-ED translates ports of TCP and
 // UDP only), telling pod clients from outside clients of an external
 // frontend (an eTP=Local service sends every client to its local
-// endpoints), source-NAT of pods' traffic leaving the node (New refuses
-// Config.SNAT: NAT44-ED's output feature cannot exclude the cluster's
-// destinations).
+// endpoints), source-NAT of pods' traffic leaving the node (NAT44-ED's
+// output feature cannot exclude the cluster's destinations, so pods'
+// traffic to other nodes would be source-NATed too; docs/vpp-services.md).
 //
 // loadBalancerSourceRanges become one input ACL on the outside interfaces
 // (the uplink and the host interconnect), set through the dataplane, which

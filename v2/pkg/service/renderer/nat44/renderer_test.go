@@ -725,13 +725,6 @@ func TestFrontendClaimedTwiceIsServedByTheFirstService(t *testing.T) {
 	})
 }
 
-func TestSNATIsRefused(t *testing.T) {
-	_, err := New(&fakeDataplane{}, Config{SNAT: true, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, logr.Discard())
-	if err == nil || !strings.Contains(err.Error(), "SNAT") {
-		t.Fatalf("New with SNAT: %v, want an error", err)
-	}
-}
-
 func TestTenThousandServicesSyncWithoutQuadraticCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
