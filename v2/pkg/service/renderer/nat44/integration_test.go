@@ -63,7 +63,8 @@ func (p *itPod) endpoint() service.Endpoint {
 }
 
 // TestRealVPPServices runs the NAT44 renderer on vcoil's VPP driver against
-// a real VPP (VCOIL_VPP_BIN) in a node namespace, with af_packet pods, and
+// a real VPP (VCOIL_VPP_BIN) in a node namespace, with pods of the type
+// VCOIL_VPP_POD_IF (af_packet where the kernel lacks vhost-net), and
 // checks real traffic: cluster IPs over TCP and UDP, hairpin, the node's
 // own processes, a NodePort and a LoadBalancer IP from outside with
 // source ranges, refused frontends without endpoints, ClientIP affinity,
@@ -85,7 +86,7 @@ func TestRealVPPServices(t *testing.T) {
 	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup hw-addr 02:fe:00:00:00:01")
 
 	d, err := vpp.New(vpp.Config{
-		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.AFPacket, HostInterconnect: vpp.AFPacket,
+		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()),
 		Uplink: "host-vppup", UplinkAddresses: []netip.Prefix{itUplink},
 		// A killed VPP is noticed when a ping times out.
 		PingInterval: 200 * time.Millisecond, RequestTimeout: 3 * time.Second, ReadyWait: 30 * time.Second,
