@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"go.fd.io/govpp/adapter/socketclient"
+	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/vlib"
 	"go.fd.io/govpp/core"
 
@@ -41,6 +42,7 @@ var (
 	itEmpty    = netip.MustParseAddr("10.96.0.12")
 	itLocal    = netip.MustParseAddr("10.96.0.13")
 	itLate     = netip.MustParseAddr("10.96.0.14")
+	itBig      = netip.MustParseAddr("10.96.0.15")
 	itLBIP     = netip.MustParseAddr("198.51.100.10")
 )
 
@@ -353,6 +355,44 @@ func TestRealVPPServices(t *testing.T) {
 		})
 	})
 
+	t.Run("a Service of 300 endpoints gets a mapping VPP can choose from", func(t *testing.T) {
+		// VPP keeps the running sum of a mapping's probabilities in a
+		// byte: a sum of 256 kills VPP at the first connection, a larger
+		// one wraps.
+		var eps []service.Endpoint
+		for i := range 300 {
+			eps = append(eps, service.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 101, byte(i / 256), byte(i % 256)}), Port: 8080,
+				NodeName: "other", Ready: true, Serving: true})
+		}
+		big := &service.Service{ID: service.ID{Namespace: "it", Name: "big"}, ClusterIPs: []netip.Addr{itBig}}
+		big.Ports = []service.Port{{Name: "http", Protocol: service.TCP, Port: 80, Endpoints: eps, Cluster: eps, HasEndpoints: true}}
+		pid := v.PID()
+		update(t, big)
+		locals := lbLocals(t, v, netip.AddrPortFrom(itBig, 80))
+		sum := 0
+		for _, l := range locals {
+			sum += int(l.Probability)
+		}
+		if len(locals) < 2 || sum < 2 || sum > 255 {
+			t.Fatalf("VPP holds %d locals for %s:80 whose probabilities sum to %d; want 2..255", len(locals), itBig, sum)
+		}
+		// The endpoints lead nowhere: what matters is that VPP chose one
+		// and lives on.
+		for range 5 {
+			_, _, err := ask(ctx, c.ns, "tcp", netip.AddrPortFrom(itBig, 80), netip.Addr{})
+			t.Logf("pod c -> %s:80 (backends nowhere): %v", itBig, err)
+		}
+		// A VPP that died would answer no dump (vpptest does not start
+		// it again).
+		if err := syscall.Kill(pid, 0); err != nil {
+			t.Fatalf("VPP (pid %d) is gone after connections to %s:80: %v", pid, itBig, err)
+		}
+		if again := lbLocals(t, v, netip.AddrPortFrom(itBig, 80)); len(again) != len(locals) {
+			t.Fatalf("after connections to %s:80 VPP holds %d locals, before %d", itBig, len(again), len(locals))
+		}
+		t.Logf("%d locals of 300 endpoints, probabilities summing to %d", len(locals), sum)
+	})
+
 	t.Run("ClientIP affinity, and another backend once the chosen one is gone", func(t *testing.T) {
 		target := netip.AddrPortFrom(itSticky, 80)
 		var first string
@@ -585,6 +625,36 @@ func logVPPState(t *testing.T, v *vpptest.VPP) {
 			continue
 		}
 		t.Logf("vpp# %s\n%s", cmd, reply.Reply)
+	}
+}
+
+// lbLocals dumps the locals of the load-balancing mapping of frontend.
+func lbLocals(t *testing.T, v *vpptest.VPP, frontend netip.AddrPort) []nat44_ed.Nat44LbAddrPort {
+	t.Helper()
+	conn, err := core.Connect(socketclient.NewVppClient(v.APISocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Disconnect()
+	ch, err := conn.NewAPIChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var locals []nat44_ed.Nat44LbAddrPort
+	rc := ch.SendMultiRequest(&nat44_ed.Nat44LbStaticMappingDump{})
+	for {
+		d := &nat44_ed.Nat44LbStaticMappingDetails{}
+		last, err := rc.ReceiveReply(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last {
+			return locals
+		}
+		if netip.AddrFrom4(d.ExternalAddr) == frontend.Addr() && d.ExternalPort == frontend.Port() {
+			locals = d.Locals
+		}
 	}
 }
 
