@@ -129,6 +129,9 @@ type benchRow struct {
 	// features while the mappings exist, for each of three interfaces in
 	// turn.
 	OutsideRoleMs []float64 `json:"outside_role_ms"`
+	// OutsideRoleRemovalMs: taking the features away again, last
+	// interface first.
+	OutsideRoleRemovalMs []float64 `json:"outside_role_removal_ms"`
 
 	// The renderer.
 	ResyncSeconds     float64 `json:"resync_s"`
@@ -150,12 +153,12 @@ type benchRow struct {
 func (r benchReport) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "VPP %s, %d backends per service, %d requests in flight\n\n", r.VPP, r.Backends, r.Window)
-	b.WriteString("| services | raw VPP | raw VPP rate | Resync | Resync rate | Resync, nothing to do | one change p50 / p99 (raw VPP) | outside role for one more interface | VPP heap used (empty) | Go heap / RSS (before) |\n")
+	b.WriteString("| services | raw VPP | raw VPP rate | Resync | Resync rate | Resync, nothing to do | one change p50 / p99 (raw VPP) | outside role for one more interface (removal) | VPP heap used (empty) | Go heap / RSS (before) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, w := range r.Rows {
-		fmt.Fprintf(&b, "| %d | %.3f s | %.0f/s | %.3f s | %.0f/s | %.3f s | %.2f / %.2f ms (%.2f / %.2f ms) | %s ms | %.0f MB (%.0f MB) | %.0f MB / %.0f MB (%.0f MB) |\n",
+		fmt.Fprintf(&b, "| %d | %.3f s | %.0f/s | %.3f s | %.0f/s | %.3f s | %.2f / %.2f ms (%.2f / %.2f ms) | %s ms (%s ms) | %.0f MB (%.0f MB) | %.0f MB / %.0f MB (%.0f MB) |\n",
 			w.Services, w.RawSeconds, w.RawPerSecond, w.ResyncSeconds, w.ResyncPerSecond, w.ResyncNoopSeconds,
-			w.ChangeP50Ms, w.ChangeP99Ms, w.RawChangeP50Ms, w.RawChangeP99Ms, joinMs(w.OutsideRoleMs),
+			w.ChangeP50Ms, w.ChangeP99Ms, w.RawChangeP50Ms, w.RawChangeP99Ms, joinMs(w.OutsideRoleMs), joinMs(w.OutsideRoleRemovalMs),
 			w.VPPHeapUsedMB, w.VPPHeapEmptyMB, w.GoHeapMB, w.ProcessRSSMB, w.ProcessRSSIdleMB)
 	}
 	return b.String()
@@ -344,14 +347,23 @@ func benchRaw(t *testing.T, bin string, n int, row *benchRow) {
 	row.RawChangeP50Ms, row.RawChangeP99Ms = percentile(changes, 50), percentile(changes, 99)
 
 	// A pod is a NAT frontend, so each new pod gets the outside role while
-	// the services' mappings exist: time it on loopbacks.
+	// the services' mappings exist, and loses it at its DEL: time both on
+	// loopbacks.
+	var los []interface_types.InterfaceIndex
 	for range 3 {
 		lo := &interfaces.CreateLoopbackReply{}
 		benchCall(t, ch, &interfaces.CreateLoopback{}, lo)
+		los = append(los, lo.SwIfIndex)
 		start := time.Now()
 		benchCall(t, ch, &nat44_ed.Nat44InterfaceAddDelFeature{IsAdd: true, Flags: nat_types.NAT_IS_INSIDE, SwIfIndex: lo.SwIfIndex}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{})
 		benchCall(t, ch, &nat44_ed.Nat44InterfaceAddDelFeature{IsAdd: true, SwIfIndex: lo.SwIfIndex}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{})
 		row.OutsideRoleMs = append(row.OutsideRoleMs, ms(time.Since(start)))
+	}
+	for _, lo := range slices.Backward(los) {
+		start := time.Now()
+		benchCall(t, ch, &nat44_ed.Nat44InterfaceAddDelFeature{SwIfIndex: lo}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{})
+		benchCall(t, ch, &nat44_ed.Nat44InterfaceAddDelFeature{Flags: nat_types.NAT_IS_INSIDE, SwIfIndex: lo}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{})
+		row.OutsideRoleRemovalMs = append(row.OutsideRoleRemovalMs, ms(time.Since(start)))
 	}
 }
 
