@@ -171,6 +171,21 @@ func (s *Service) ExternalEndpoints(p *Port) []Endpoint {
 	return p.Cluster
 }
 
+// HasEndpointsFor is HasEndpoints for the family of frontend: a port of a
+// dual-stack service whose endpoints are all of the other family has none
+// for it, as kube-proxy's per-family proxiers see it (they reject).
+func (p *Port) HasEndpointsFor(frontend netip.Addr) bool {
+	if !p.HasEndpoints {
+		return false
+	}
+	for _, e := range p.Endpoints {
+		if e.Addr.Is4() == frontend.Is4() {
+			return true
+		}
+	}
+	return false
+}
+
 // FamilyEndpoints returns the endpoints of eps in the family of frontend.
 func FamilyEndpoints(eps []Endpoint, frontend netip.Addr) []Endpoint {
 	var out []Endpoint

@@ -67,19 +67,30 @@ func (k *netlinkKernel) CreateHostVeth(_ context.Context, mtu int) error {
 	return node.SetSysctls(kernelns.Sysctl{Key: "net/ipv6/conf/" + HostInterconnectVPPName + "/disable_ipv6", Value: "1"})
 }
 
-func (k *netlinkKernel) SetUpHost(context.Context) error {
+// openHost opens the node's namespace and finds the node's end of the host
+// interconnect, which must exist. The caller closes the namespace.
+func (k *netlinkKernel) openHost() (*kernelns.Namespace, netlink.Link, error) {
 	node, err := k.openNode()
+	if err != nil {
+		return nil, nil, err
+	}
+	host, err := node.FindLink(HostInterconnectName)
+	if err == nil && host == nil {
+		err = fmt.Errorf("host interconnect %s is missing in %s", HostInterconnectName, node.Path)
+	}
+	if err != nil {
+		node.Close()
+		return nil, nil, err
+	}
+	return node, host, nil
+}
+
+func (k *netlinkKernel) SetUpHost(context.Context) error {
+	node, host, err := k.openHost()
 	if err != nil {
 		return err
 	}
 	defer node.Close()
-	host, err := node.FindLink(HostInterconnectName)
-	if err != nil {
-		return err
-	}
-	if host == nil {
-		return fmt.Errorf("host interconnect %s is missing in %s", HostInterconnectName, node.Path)
-	}
 	if err := node.SetSysctls(
 		kernelns.Sysctl{Key: "net/ipv4/ip_forward", Value: "1"},
 		kernelns.Sysctl{Key: "net/ipv6/conf/all/forwarding", Value: "1"},

@@ -25,18 +25,11 @@ import (
 // /32 prefix length on the interconnect, the rule's table and the table's
 // name, so that a restarted vcoild cleans up after its predecessor.
 func (k *netlinkKernel) SyncServiceNetwork(ctx context.Context, net ServiceNetwork) error {
-	node, err := k.openNode()
+	node, host, err := k.openHost()
 	if err != nil {
-		return err
+		return fmt.Errorf("service network: %w", err)
 	}
 	defer node.Close()
-	host, err := node.FindLink(HostInterconnectName)
-	if err != nil {
-		return err
-	}
-	if host == nil {
-		return fmt.Errorf("service network: host interconnect %s is missing in %s", HostInterconnectName, node.Path)
-	}
 	var addrs []netip.Prefix
 	if net.Source.IsValid() {
 		addrs = append(addrs, hostPrefix(net.Source))

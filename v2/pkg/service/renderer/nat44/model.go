@@ -282,7 +282,7 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 			extLocals, extLeft = locals4(external, localWeight)
 		}
 		r.leftOut += left + extLeft
-		has := hasEndpoints(p, netip.IPv4Unspecified())
+		has := p.HasEndpointsFor(netip.IPv4Unspecified())
 		put := func(a netip.Addr, port uint16, ls []local, flags nat_types.NatConfigFlags) {
 			if !a.Is4() {
 				return
@@ -420,19 +420,4 @@ func frontendMapping(id service.ID, k mappingKey, ls []local, has bool, flags na
 			Locals: []local{{Addr: ls[0].Addr, Port: ls[0].Port}}}
 	}
 	return &mapping{Kind: kindLB, Flags: flags, Affinity: affinity, Service: id, Tag: t.lb, Locals: ls}
-}
-
-// hasEndpoints is Port.HasEndpoints for the family of frontend: a
-// dual-stack service whose endpoints are all of the other family refuses,
-// as kube-proxy's per-family proxiers do.
-func hasEndpoints(p *service.Port, frontend netip.Addr) bool {
-	if !p.HasEndpoints {
-		return false
-	}
-	for _, e := range p.Endpoints {
-		if e.Addr.Is4() == frontend.Is4() {
-			return true
-		}
-	}
-	return false
 }

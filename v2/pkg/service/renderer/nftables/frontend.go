@@ -190,24 +190,9 @@ func frontendsOf(node *service.Node, s *service.Service, emit func(frontendKey, 
 	}
 }
 
-// hasEndpoints is Port.HasEndpoints for one family: a dual-stack service
-// whose endpoints are all of the other family rejects, as kube-proxy's
-// per-family proxiers do.
-func hasEndpoints(p *service.Port, frontend netip.Addr) bool {
-	if !p.HasEndpoints {
-		return false
-	}
-	for _, e := range p.Endpoints {
-		if e.Addr.Is4() == frontend.Is4() {
-			return true
-		}
-	}
-	return false
-}
-
 func clusterIPState(s *service.Service, p *service.Port, a netip.Addr, affinity int) *frontendState {
 	f := &frontendState{}
-	if !hasEndpoints(p, a) {
+	if !p.HasEndpointsFor(a) {
 		f.Reject = true
 		return f
 	}
@@ -233,7 +218,7 @@ func externalState(s *service.Service, p *service.Port, a netip.Addr, affinity i
 		})
 		f.Allowed = slices.Compact(f.Allowed)
 	}
-	if !hasEndpoints(p, a) {
+	if !p.HasEndpointsFor(a) {
 		f.Reject = true
 		return f
 	}
