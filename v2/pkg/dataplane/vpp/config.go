@@ -125,6 +125,10 @@ type Config struct {
 	// NATSessions sizes NAT44-ED's session table when vcoil enables the
 	// plugin for the first NAT role; 0 is VPP's default.
 	NATSessions uint32
+	// SNAT, when set, translates pods' IPv4 traffic to destinations
+	// outside the cluster to the uplink's address (snat.go). Nil: no
+	// SNAT, as on the Linux dataplane.
+	SNAT *SNATConfig
 
 	// RequestTimeout, PingInterval and ReadyWait: 0 means the defaults.
 	RequestTimeout time.Duration
@@ -195,6 +199,11 @@ func (c Config) withDefaults() (Config, error) {
 	for _, p := range c.UplinkAddresses {
 		if !p.IsValid() {
 			return c, errors.New("UplinkAddresses holds an invalid prefix")
+		}
+	}
+	if c.SNAT != nil {
+		if err := c.SNAT.validate(c); err != nil {
+			return c, err
 		}
 	}
 	return c, nil

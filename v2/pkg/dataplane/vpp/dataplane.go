@@ -125,13 +125,19 @@ func New(cfg Config, log logr.Logger) (Dataplane, error) {
 }
 
 func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel) *driver {
-	return &driver{
+	d := &driver{
 		cfg: cfg, log: log, dial: dial, kernel: k,
 		ready: make(chan struct{}), why: errors.New("not started: Init was not called"), initial: true,
 		pods: map[dataplane.PodKey]*podState{}, nodeRoles: map[NodeInterface]NATRole{},
 		done: make(chan struct{}), resynced: make(chan Incarnation, 1),
 		acls: map[NodeInterface]map[ACLOwner][]uint32{}, aclsSent: map[NodeInterface][]uint32{},
 	}
+	if cfg.SNAT != nil {
+		// SNAT's replies come back through the uplink's outside feature,
+		// with or without the services renderer.
+		d.nodeRoles[Uplink] = NATFrontend
+	}
+	return d
 }
 
 func (d *driver) Name() string { return "vpp" }

@@ -56,6 +56,8 @@ type fakeVPP struct {
 	opened []int
 	// aclLists are the interfaces' ACL lists: n_input, then the indexes.
 	aclLists map[uint32][]uint32
+	// snat models what SNAT uses (snat_fake_test.go).
+	snat *fakeSNAT
 }
 
 type fakeIf struct {
@@ -86,6 +88,7 @@ func (f *fakeVPP) reset() {
 	f.nat = false
 	f.natFeat = map[uint32]map[nat_types.NatConfigFlags]bool{}
 	f.aclLists = map[uint32][]uint32{}
+	f.snat = newFakeSNAT()
 }
 
 // restart is a VPP that died and came back: empty, with another PID, and
@@ -266,6 +269,9 @@ func (f *fakeVPP) deleteIf(sw uint32) {
 
 // handle answers a request: the reply and its retval.
 func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
+	if reply, retval, ok := f.handleSNAT(msg); ok {
+		return reply, retval
+	}
 	switch m := msg.(type) {
 	case *memclnt.ControlPing:
 		return &memclnt.ControlPingReply{VpePID: f.pid}, 0
@@ -429,6 +435,9 @@ func (f *fakeVPP) sortedIfs() []*fakeIf {
 }
 
 func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
+	if out, ok := f.handleSNATDump(msg); ok {
+		return out
+	}
 	var out []api.Message
 	switch m := msg.(type) {
 	case *interfaces.SwInterfaceDump:
@@ -479,6 +488,9 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 // msgString renders a request with the fields that matter, for exact
 // comparisons that stay readable.
 func msgString(msg api.Message) string {
+	if s, ok := snatMsgString(msg); ok {
+		return s
+	}
 	switch m := msg.(type) {
 	case *interfaces.SwInterfaceDump:
 		if m.SwIfIndex == ^interface_types.InterfaceIndex(0) {

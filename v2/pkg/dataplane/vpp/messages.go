@@ -8,11 +8,13 @@ import (
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/af_packet"
+	"go.fd.io/govpp/binapi/classify"
 	interfaces "go.fd.io/govpp/binapi/interface"
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/ip_neighbor"
 	"go.fd.io/govpp/binapi/memclnt"
 	"go.fd.io/govpp/binapi/nat44_ed"
+	"go.fd.io/govpp/binapi/pipe"
 	"go.fd.io/govpp/binapi/tapv2"
 )
 
@@ -64,6 +66,21 @@ func messages() []api.Message {
 		&nat44_ed.Nat44InterfaceAddDelFeature{}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{},
 
 		&acl.ACLInterfaceSetACLList{}, &acl.ACLInterfaceSetACLListReply{},
+
+		// SNAT (snat.go).
+		&pipe.PipeCreate{}, &pipe.PipeCreateReply{},
+		&pipe.PipeDelete{}, &pipe.PipeDeleteReply{},
+		&pipe.PipeDump{}, &pipe.PipeDetails{},
+		&ip.IPTableAddDel{}, &ip.IPTableAddDelReply{},
+		&interfaces.SwInterfaceSetTable{}, &interfaces.SwInterfaceSetTableReply{},
+		&nat44_ed.Nat44ForwardingEnableDisable{}, &nat44_ed.Nat44ForwardingEnableDisableReply{},
+		&nat44_ed.Nat44AddDelInterfaceAddr{}, &nat44_ed.Nat44AddDelInterfaceAddrReply{},
+		&nat44_ed.Nat44EdAddDelOutputInterface{}, &nat44_ed.Nat44EdAddDelOutputInterfaceReply{},
+		&classify.ClassifyTableByInterface{}, &classify.ClassifyTableByInterfaceReply{},
+		&classify.ClassifyAddDelTable{}, &classify.ClassifyAddDelTableReply{},
+		&classify.InputACLSetInterface{}, &classify.InputACLSetInterfaceReply{},
+		&classify.ClassifySessionDump{}, &classify.ClassifySessionDetails{},
+		&classify.ClassifyAddDelSession{}, &classify.ClassifyAddDelSessionReply{},
 	}
 }
 

@@ -88,6 +88,10 @@ func (d *driver) SetNodeNATRole(ctx context.Context, iface NodeInterface, role N
 	if err != nil {
 		return err
 	}
+	if iface == Uplink && d.cfg.SNAT != nil {
+		// SNAT's replies come back through the uplink's outside feature.
+		role |= NATFrontend
+	}
 	old := d.nodeRoles[iface]
 	if err := d.applyRole(sw, role&^old, old&^role); err != nil {
 		return fmt.Errorf("set NAT role %s of the %s interface: %w", role, iface, err)

@@ -157,6 +157,9 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 		{d.cfg.UplinkGatewayIPv4, InterconnectHostIPv4.Addr(), netip.MustParsePrefix("0.0.0.0/0")},
 		{d.cfg.UplinkGatewayIPv6, InterconnectHostIPv6.Addr(), netip.MustParsePrefix("::/0")},
 	} {
+		if r.dst.Addr().Is4() && d.cfg.SNAT != nil {
+			continue // syncSNAT routes it into the SNAT pipes
+		}
 		path := viaPath(n.interconnect, r.host)
 		if r.gw.IsValid() {
 			path = viaPath(n.uplink, r.gw)
@@ -166,6 +169,9 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 		}
 	}
 	d.node = n
+	if err := d.syncSNAT(ifs); err != nil {
+		return fmt.Errorf("SNAT of pods' traffic leaving the node: %w", err)
+	}
 	return nil
 }
 
