@@ -29,10 +29,11 @@ import (
 //	                   0.0.0.0/0 into the split pipe.
 //	split pipe .1:     in SNATTable, with an input classifier that sends
 //	                   the exempt sources' packets to SNATBypassTable.
-//	SNATTable:         0.0.0.0/0 into the NAT pipe, whose .0 end carries the
-//	                   NAT44-ED output feature (pool: the uplink's address);
-//	                   cluster CIDRs back to table 0, for the replies NAT44-ED
-//	                   un-NATs with this table as their lookup table.
+//	SNATTable:         0.0.0.0/0 into the NAT pipe, whose .0 end (in table
+//	                   0) carries the NAT44-ED output feature (pool: the
+//	                   uplink's address); cluster CIDRs back to table 0, for
+//	                   the replies NAT44-ED un-NATs with this table as their
+//	                   lookup table (the table the packet came from).
 //	NAT pipe .1:       in SNATBypassTable.
 //	SNATBypassTable:   0.0.0.0/0 via the uplink's gateway.
 //
@@ -155,6 +156,11 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 	}
 	// The tables before the addresses: VPP refuses to move an addressed
 	// interface, so an address means an earlier vcoild bound the table.
+	// The NAT pipe's entry stays in table 0: NAT44-ED keys a session's
+	// outside half with the first table of its outside interfaces where
+	// the destination resolves, and replies arrive on the uplink, in
+	// table 0; with the entry in SNATTable, that table could come first
+	// (seen on VPP 25.10: replies then missed their sessions).
 	for _, b := range []struct {
 		sw    uint32
 		table uint32
@@ -162,7 +168,6 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 		what  string
 	}{
 		{split.ends[1], SNATTable, SNATSplitIPv4, "the SNAT split pipe's exit"},
-		{nat.ends[0], SNATTable, netip.Prefix{}, "the SNAT NAT pipe's entry"},
 		{nat.ends[1], SNATBypassTable, SNATNATIPv4, "the SNAT NAT pipe's exit"},
 	} {
 		req := &interfaces.SwInterfaceSetTable{SwIfIndex: index(b.sw), VrfID: b.table}
