@@ -154,7 +154,7 @@ func TestSNATOnAVPPThatKeptItChangesOnlyTheExemptions(t *testing.T) {
 		"pipe_dump",
 		"sw_interface_set_table 6 table=118 ip6=false",
 		"ip_address_dump 6 ip6=false", "ip_address_dump 6 ip6=true",
-			"sw_interface_set_table 9 table=119 ip6=false",
+		"sw_interface_set_table 9 table=119 ip6=false",
 		"ip_address_dump 9 ip6=false", "ip_address_dump 9 ip6=true",
 		"sw_interface_set_flags 4 flags=1", "sw_interface_set_flags 5 flags=1", "sw_interface_set_flags 6 flags=1",
 		"sw_interface_set_flags 7 flags=1", "sw_interface_set_flags 8 flags=1", "sw_interface_set_flags 9 flags=1",
