@@ -68,7 +68,7 @@ func TestRealVPPSNAT(t *testing.T) {
 	// VPP's restart.
 	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup hw-addr 02:fe:00:00:00:01")
 
-	d, err := vpp.New(vpp.Config{
+	cfg := vpp.Config{
 		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()),
 		Uplink: "host-vppup", UplinkAddresses: []netip.Prefix{snatUplink}, UplinkGatewayIPv4: snatGateway,
 		SNAT: &vpp.SNATConfig{
@@ -78,11 +78,12 @@ func TestRealVPPSNAT(t *testing.T) {
 			ExemptSources: []netip.Addr{snatExempt},
 		},
 		PingInterval: 200 * time.Millisecond, RequestTimeout: 3 * time.Second, ReadyWait: 30 * time.Second,
-	}, testr.New(t))
+	}
+	d, err := vpp.New(cfg, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(d.Close)
+	t.Cleanup(func() { d.Close() })
 	t.Cleanup(func() {
 		if t.Failed() {
 			logSNATState(t, d)
@@ -192,7 +193,32 @@ func TestRealVPPSNAT(t *testing.T) {
 		t.Fatalf("Resync after the restart: %v", err)
 	}
 	check(t, "after VPP's restart")
+
+	// vcoild restarts and finds SNAT in the VPP that outlived it.
+	d.Close()
+	cfg.Allocations = allocations{a.pod, b.pod}
+	if d, err = vpp.New(cfg, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Init(ctx); err != nil {
+		t.Fatalf("Init after vcoild's restart: %v", err)
+	}
+	if inc := <-d.Resynced(); inc != 1 {
+		t.Fatalf("first incarnation of the new driver %d", inc)
+	}
+	if r, err = nat44.New(d, nat44.Config{ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Resync(ctx, state); err != nil {
+		t.Fatalf("Resync after vcoild's restart: %v", err)
+	}
+	check(t, "after vcoild's restart")
 }
+
+// allocations are vcoild's pods as its checkpoint gives them.
+type allocations []dataplane.Pod
+
+func (a allocations) Pods() ([]dataplane.Pod, error) { return a, nil }
 
 // serveWhoami serves TCP and UDP on addr:8080 in ns: a client gets
 // "<name> <its address:port>\n". UDP is bound to addr, so that answers
