@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -78,6 +79,8 @@ type vppFlags struct {
 	gso                                               bool
 	natSessions                                       uint32
 	localBackendWeight                                int
+	snat                                              bool
+	clusterCIDRs                                      []string
 }
 
 func main() {
@@ -119,6 +122,8 @@ func main() {
 	fs.StringVar(&f.vpp.uplinkGatewayIPv4, "vpp-uplink-gateway-ipv4", "", "VPP's IPv4 default route via this gateway on the uplink (default: through the host)")
 	fs.StringVar(&f.vpp.uplinkGatewayIPv6, "vpp-uplink-gateway-ipv6", "", "VPP's IPv6 default route via this gateway on the uplink (default: through the host)")
 	fs.Uint32Var(&f.vpp.natSessions, "vpp-nat-sessions", constants.VPPNATSessions, "size of VPP's NAT44-ED session table (per worker thread), for the service proxy")
+	fs.BoolVar(&f.vpp.snat, "vpp-snat", false, "VPP dataplane: translate pods' IPv4 traffic to destinations outside --cluster-cidr to the uplink's address (needs --vpp-uplink, --vpp-uplink-gateway-ipv4 and --cluster-cidr)")
+	fs.StringSliceVar(&f.vpp.clusterCIDRs, "cluster-cidr", nil, "the cluster's address ranges (pod CIDRs, node networks, service CIDRs; repeatable): destinations that --vpp-snat never translates")
 	fs.IntVar(&f.vpp.localBackendWeight, "vpp-local-backend-weight", constants.VPPLocalBackendWeight, "weight (1..255) of a service's backends on this node against remote ones (1: even, as kube-proxy)")
 	f.services.conntrack = conntrack.DefaultConfig()
 	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy")
@@ -346,6 +351,27 @@ func (f flags) vppConfig() (vpp.Config, error) {
 			return cfg, fmt.Errorf("%s %q: %w", flag, s.in, err)
 		}
 		*s.out = a
+	}
+	if f.vpp.snat {
+		switch {
+		case f.vpp.uplink == "":
+			return cfg, errors.New("--vpp-snat needs --vpp-uplink: replies come back through it")
+		case !cfg.UplinkGatewayIPv4.IsValid():
+			return cfg, errors.New("--vpp-snat needs --vpp-uplink-gateway-ipv4: translated traffic leaves through it")
+		case len(f.vpp.clusterCIDRs) == 0:
+			return cfg, errors.New("--vpp-snat needs --cluster-cidr: without it, traffic to other nodes' pods would be translated too")
+		}
+		cfg.SNAT = &vpp.SNATConfig{}
+		for _, s := range f.vpp.clusterCIDRs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return cfg, fmt.Errorf("--cluster-cidr %q: %w", s, err)
+			}
+			cfg.SNAT.ClusterCIDRs = append(cfg.SNAT.ClusterCIDRs, p)
+		}
+		if !slices.ContainsFunc(cfg.SNAT.ClusterCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() }) {
+			return cfg, errors.New("--cluster-cidr has no IPv4 prefix: --vpp-snat translates IPv4 only")
+		}
 	}
 	return cfg, nil
 }

@@ -276,11 +276,37 @@ func TestVPPServiceProxyFlagsAreCheckedAtStart(t *testing.T) {
 		{[]string{"--vpp-local-backend-weight", "300"}, "--vpp-local-backend-weight 300: want 1..255"},
 		{[]string{"--service-cidr", "10.96.0.0/33"}, `--service-cidr "10.96.0.0/33"`},
 	} {
-		args := append([]string{"--node-name", "x", "--dataplane=vpp", "--vpp-api-socket=/nonexistent/api.sock", "--vpp-pod-interface=af_packet", "--state-dir", t.TempDir()}, tc.args...)
-		out, err := exec.Command(bin, args...).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), tc.want) {
-			t.Errorf("vcoild %s = %v, want it to refuse naming %q:\n%s", tc.args, err, tc.want, out)
-		}
+		checkVPPFlagRefused(t, bin, tc.args, tc.want)
+	}
+}
+
+// --vpp-snat needs an uplink with an IPv4 gateway and the cluster's CIDRs:
+// vcoild refuses to start without them, naming the flag.
+func TestVPPSNATFlagsAreCheckedAtStart(t *testing.T) {
+	bin := gobuild.Program(t, vcoildPackage)
+	uplink := []string{"--vpp-uplink", "host-up0", "--vpp-uplink-gateway-ipv4", "198.18.0.254"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--vpp-snat", "--cluster-cidr", "10.0.0.0/8"}, "--vpp-snat needs --vpp-uplink"},
+		{[]string{"--vpp-snat", "--vpp-uplink", "host-up0", "--cluster-cidr", "10.0.0.0/8"}, "--vpp-snat needs --vpp-uplink-gateway-ipv4"},
+		{append([]string{"--vpp-snat"}, uplink...), "--vpp-snat needs --cluster-cidr"},
+		{append([]string{"--vpp-snat", "--cluster-cidr", "10.0.0.0/8", "--cluster-cidr", "10.96.0.0/33"}, uplink...), `--cluster-cidr "10.96.0.0/33"`},
+		{append([]string{"--vpp-snat", "--cluster-cidr", "fd00::/8"}, uplink...), "--cluster-cidr has no IPv4 prefix"},
+	} {
+		checkVPPFlagRefused(t, bin, tc.args, tc.want)
+	}
+}
+
+// checkVPPFlagRefused runs vcoild on VPP with extra flags and wants it to
+// fail at start with a message that holds want.
+func checkVPPFlagRefused(t *testing.T, bin string, extra []string, want string) {
+	t.Helper()
+	args := append([]string{"--node-name", "x", "--dataplane=vpp", "--vpp-api-socket=/nonexistent/api.sock", "--vpp-pod-interface=af_packet", "--state-dir", t.TempDir()}, extra...)
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("vcoild %s = %v, want it to refuse naming %q:\n%s", extra, err, want, out)
 	}
 }
 
