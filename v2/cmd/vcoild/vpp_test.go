@@ -299,6 +299,33 @@ func TestVPPSNATFlagsAreCheckedAtStart(t *testing.T) {
 	}
 }
 
+// --vpp-snat and --cluster-cidr give the VPP dataplane its SNAT
+// configuration; without --vpp-snat, --cluster-cidr alone turns nothing on.
+func TestVPPSNATFlagsGiveTheSNATConfig(t *testing.T) {
+	f := flags{
+		dataplane: "vpp", stateDir: t.TempDir(),
+		vpp: vppFlags{apiSocket: "/nonexistent/api.sock", podInterface: "af_packet", uplink: "host-up0", uplinkGatewayIPv4: "198.18.0.254",
+			snat: true, clusterCIDRs: []string{"10.64.0.0/14", "198.18.0.0/15", "fd00:64::/48"}},
+	}
+	cfg, err := f.vppConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &vpp.SNATConfig{ClusterCIDRs: []netip.Prefix{
+		netip.MustParsePrefix("10.64.0.0/14"), netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("fd00:64::/48"),
+	}}
+	if !reflect.DeepEqual(cfg.SNAT, want) {
+		t.Fatalf("SNAT = %+v, want %+v", cfg.SNAT, want)
+	}
+	if _, err := vpp.New(cfg, logr.Discard()); err != nil {
+		t.Fatalf("the VPP dataplane refuses the flags' SNAT configuration: %v", err)
+	}
+	f.vpp.snat = false
+	if cfg, err := f.vppConfig(); err != nil || cfg.SNAT != nil {
+		t.Fatalf("without --vpp-snat: SNAT = %+v, %v; want none", cfg.SNAT, err)
+	}
+}
+
 // checkVPPFlagRefused runs vcoild on VPP with extra flags and wants it to
 // fail at start with a message that holds want.
 func checkVPPFlagRefused(t *testing.T, bin string, extra []string, want string) {
