@@ -26,7 +26,9 @@
 // service CIDRs' routes between the kernel and VPP, the sinks that refuse
 // or drop frontends without backends, the nftables table ServiceTable) as
 // desired state replayed after a restart, and owns the node interfaces' ACL
-// lists, merging what each owner asks for. It does not allocate addresses,
+// lists, merging what each owner asks for. With Config.SNAT it translates
+// pods' IPv4 traffic leaving the cluster to the uplink's address, choosing
+// it by routing through two VPP pipes (snat.go). It does not allocate addresses,
 // read vcoild's checkpoint, program NAT44 mappings or ACLs (the renderers
 // do), or export routes to other nodes. docs/vpp.md describes deployment
 // and operation.

@@ -214,6 +214,12 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 		if err := addTableRoute(d.ch, SNATTable, p, lookupPath(0)); err != nil {
 			return err
 		}
+		if d.serviceNetKnown && slices.Contains(d.serviceCIDRs(), p) {
+			// The service network routes it to the node's kernel, after
+			// this in a resync: replacing its route here would send
+			// service traffic to the gateway meanwhile.
+			continue
+		}
 		if err := addRoute(d.ch, p, gw); err != nil {
 			return err
 		}

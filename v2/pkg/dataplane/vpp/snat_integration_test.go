@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/vlib"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
@@ -176,6 +177,27 @@ func TestRealVPPSNAT(t *testing.T) {
 			if err := p.ns.Ping(ctx, snatInternet.String()); err != nil {
 				t.Fatalf("%s: ping from %s to the Internet: %v", when, p.ns, err)
 			}
+		}
+		// The service CIDR is a cluster CIDR too: the service network's
+		// route to the kernel wins over SNAT's route to the gateway.
+		ch, ifs, err := d.Channel(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		var paths []string
+		err = dumpAll(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0}}, func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} }, func(m *ip.IPRouteDetails) {
+			if m.Route.Prefix == prefix("10.96.0.0/12") {
+				for _, p := range m.Route.Paths {
+					paths = append(paths, fmt.Sprint(p.SwIfIndex))
+				}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprint(ifs.HostInterconnect); len(paths) != 1 || paths[0] != want {
+			t.Fatalf("%s: VPP routes 10.96.0.0/12 through interfaces %v, want the host interconnect %s only", when, paths, want)
 		}
 	}
 	check(t, "first start")

@@ -121,6 +121,31 @@ func TestSNATIsMadeAgainAfterAVPPRestart(t *testing.T) {
 	wantLines(t, "SNAT messages after the restart", got[i:i+len(snatMessages)], snatMessages)
 }
 
+// A cluster CIDR that is also a service CIDR keeps the service network's
+// route to the kernel: a resync does not route it to the gateway first.
+func TestSNATLeavesAServiceCIDRToTheServiceNetwork(t *testing.T) {
+	h := start(t, snatConfig(), func(h *harness) { withUplink(h.vpp) })
+	if err := h.d.SetServiceNetwork(ctx(t), ServiceNetwork{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.100.0.0/16")}}); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.take()
+	h.vpp.restart(withUplink)
+	waitSynced(t, h, 101)
+	got := h.vpp.take()
+	if slices.Contains(got, "ip_route_add_del add=true 10.100.0.0/16 via 198.18.0.254 1") {
+		t.Fatalf("the service CIDR was routed to the gateway:\n  %s", strings.Join(got, "\n  "))
+	}
+	for _, want := range []string{
+		"ip_route_add_del add=true table=118 10.100.0.0/16 lookup in table 0",
+		"ip_route_add_del add=true 198.18.0.0/15 via 198.18.0.254 1",
+		"ip_route_add_del add=true 10.100.0.0/16 via 169.254.100.2 3",
+	} {
+		if !slices.Contains(got, want) {
+			t.Fatalf("no %q after the restart:\n  %s", want, strings.Join(got, "\n  "))
+		}
+	}
+}
+
 // vcoild restarting on a VPP that kept SNAT finds the tagged pipes and the
 // classifier, creates nothing, and changes only the exemptions that
 // changed (and tables it cannot move are no error).
