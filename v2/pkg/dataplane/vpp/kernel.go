@@ -29,7 +29,8 @@ type kernel interface {
 	// ServiceRouteProtocol to the CIDRs via VPP's end of the host
 	// interconnect with net.Source as source, net.Source and, with
 	// net.Sinks, RejectSinkIPv4 as /32 addresses of HostInterconnectName,
-	// and, with net.Sinks, the nftables table ServiceTable.
+	// and, with net.Sinks, the nftables table ServiceTable (which also
+	// refuses the node's own connections to net.Refused).
 	SyncServiceNetwork(ctx context.Context, net ServiceNetwork) error
 
 	// CreatePodVeth makes an af_packet pod's veth pair: node end `node`

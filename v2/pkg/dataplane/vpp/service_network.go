@@ -24,9 +24,14 @@ func (d *driver) SetServiceNetwork(ctx context.Context, net ServiceNetwork) erro
 			return errors.New("service network: a CIDR is invalid")
 		}
 	}
+	for _, f := range net.Refused {
+		if !f.Addr.Is4() || (f.Protocol != 6 && f.Protocol != 17) || f.Port == 0 {
+			return fmt.Errorf("service network: refused frontend %v protocol %d port %d: want IPv4, TCP (6) or UDP (17) and a port", f.Addr, f.Protocol, f.Port)
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, Sinks: net.Sinks}
+	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, Sinks: net.Sinks, Refused: slices.Clone(net.Refused)}
 	d.serviceNetKnown = true
 	if !d.synced {
 		return nil
@@ -77,7 +82,7 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 	}
 	net := d.serviceNet
 	cidrs := d.serviceCIDRs()
-	kerr := d.kernel.SyncServiceNetwork(ctx, ServiceNetwork{CIDRs: cidrs, Source: net.Source, Sinks: net.Sinks})
+	kerr := d.kernel.SyncServiceNetwork(ctx, ServiceNetwork{CIDRs: cidrs, Source: net.Source, Sinks: net.Sinks, Refused: net.Refused})
 
 	var want []serviceRoute
 	for _, p := range cidrs {

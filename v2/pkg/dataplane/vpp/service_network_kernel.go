@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -167,12 +168,16 @@ func syncSinkReplies(node *kernelns.Namespace, host netlink.Link, on bool) error
 	return nil
 }
 
-// serviceRules are the nftables table's chains and rules: the input hook
-// refuses every connection to the reject sink (a TCP reset, an ICMP port
-// unreachable otherwise), and the forward hook refuses what arrives from
+// refusedSet holds net.Refused as "address . protocol . port".
+const refusedSet = "refused"
+
+// serviceRules are the nftables table's chains, sets and rules: the input
+// hook refuses every connection to the reject sink (a TCP reset, an ICMP
+// port unreachable otherwise), the forward hook refuses what arrives from
 // VPP for a service CIDR (a cluster IP port no mapping translates, which
-// VPP routes back to the kernel: without the rule it would loop).
-func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, rules []*knftables.Rule) {
+// VPP routes back to the kernel: without the rule it would loop), and the
+// output hook refuses the node's own connections to net.Refused.
+func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, sets []*knftables.Set, elements []*knftables.Element, rules []*knftables.Rule) {
 	chain := func(name string, hook knftables.BaseChainHook) *knftables.Chain {
 		return &knftables.Chain{Name: name, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(hook),
 			Priority: knftables.PtrTo(knftables.FilterPriority)}
@@ -192,7 +197,16 @@ func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, rules []*knfta
 		}
 		refuse("forward", fmt.Sprintf("iifname %q ip daddr { %s }", HostInterconnectName, strings.Join(cidrs, ", ")))
 	}
-	return chains, rules
+	if len(net.Refused) > 0 {
+		chains = append(chains, chain("output", knftables.OutputHook))
+		sets = append(sets, &knftables.Set{Name: refusedSet, Type: "ipv4_addr . inet_proto . inet_service"})
+		for _, f := range net.Refused {
+			elements = append(elements, &knftables.Element{Set: refusedSet,
+				Key: []string{f.Addr.String(), strconv.Itoa(int(f.Protocol)), strconv.Itoa(int(f.Port))}})
+		}
+		refuse("output", "ip daddr . meta l4proto . th dport @"+refusedSet)
+	}
+	return chains, sets, elements, rules
 }
 
 // syncServiceTable replaces the table ip ServiceTable in one transaction
@@ -217,9 +231,15 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 		tx.Delete(&knftables.Table{})
 		if net.Sinks {
 			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: refusals of service frontends that VPP sends to the node")})
-			chains, rules := serviceRules(net)
+			chains, sets, elements, rules := serviceRules(net)
 			for _, c := range chains {
 				tx.Add(c)
+			}
+			for _, st := range sets {
+				tx.Add(st)
+			}
+			for _, e := range elements {
+				tx.Add(e)
 			}
 			for _, r := range rules {
 				tx.Add(r)

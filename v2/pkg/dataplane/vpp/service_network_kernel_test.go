@@ -72,7 +72,8 @@ func TestServiceNetworkInTheNodeKernel(t *testing.T) {
 	s := newServiceNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	net1 := ServiceNetwork{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}, Source: netip.MustParseAddr("10.100.0.1"), Sinks: true}
+	net1 := ServiceNetwork{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}, Source: netip.MustParseAddr("10.100.0.1"), Sinks: true,
+		Refused: []Frontend{{Addr: netip.MustParseAddr("10.96.0.20"), Protocol: 6, Port: 80}, {Addr: netip.MustParseAddr("10.96.0.20"), Protocol: 17, Port: 53}}}
 	for range 2 { // the second time changes nothing
 		if err := s.k.SyncServiceNetwork(ctx, net1); err != nil {
 			t.Fatal(err)
@@ -103,6 +104,11 @@ func TestServiceNetworkInTheNodeKernel(t *testing.T) {
 		`iifname "vcoilhost" ip daddr 10.96.0.0/12 reject` + "\n",
 		"hook input priority filter",
 		"hook forward priority filter",
+		"hook output priority filter",
+		"ip daddr . meta l4proto . th dport @refused reject with tcp reset\n",
+		"ip daddr . meta l4proto . th dport @refused reject\n",
+		"10.96.0.20 . tcp . 80",
+		"10.96.0.20 . udp . 53",
 	} {
 		if !strings.Contains(table, r) {
 			t.Fatalf("table ip %s lacks %q:\n%s", ServiceTable, r, table)
@@ -153,6 +159,41 @@ func TestServiceNetworkInTheNodeKernel(t *testing.T) {
 	c.Close()
 	if a := <-accepted; a == nil || !strings.HasPrefix(a.String(), "10.100.0.1:") {
 		t.Fatalf("the cluster IP saw the node as %v, want the NAT loopback 10.100.0.1", a)
+	}
+
+	// The node's own clients of a refused frontend are refused before
+	// VPP, over TCP (a reset) and UDP, while another port of the same address is
+	// not: "VPP" listens on both, so only the output rule can refuse.
+	s.vpp.IP("addr", "add", "10.96.0.20/32", "dev", "lo")
+	_ = s.vpp.Listen("tcp4", "10.96.0.20:80")
+	_ = s.vpp.Listen("tcp4", "10.96.0.20:81")
+	if c, err := s.node.Dial(ctx, "tcp4", "10.96.0.20:80"); !errors.Is(err, syscall.ECONNREFUSED) {
+		if err == nil {
+			c.Close()
+		}
+		t.Fatalf("the node to refused frontend 10.96.0.20:80/tcp: %v, want connection refused", err)
+	}
+	if c, err := s.node.Dial(ctx, "tcp4", "10.96.0.20:81"); err != nil {
+		t.Fatalf("the node to 10.96.0.20:81/tcp, which is not refused: %v", err)
+	} else {
+		c.Close()
+	}
+	err = s.node.Do(func() error {
+		c, err := net.Dial("udp4", "10.96.0.20:53")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err = c.Write([]byte("x")); err == nil {
+			_, err = c.Read(make([]byte, 16))
+		}
+		return err
+	})
+	// The reject drops the node's own datagram, so the send itself fails
+	// at once (as with kube-proxy's nftables rules); no timeout.
+	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("the node to refused frontend 10.96.0.20:53/udp: %v, want it refused at once", err)
 	}
 
 	t.Log("another CIDR, no NAT loopback, no sinks")

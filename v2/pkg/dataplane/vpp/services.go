@@ -74,6 +74,20 @@ type ServiceNetwork struct {
 	// Sinks: when true, the reject and drop sinks exist (the kernel's
 	// address and nftables rule, VPP's routes).
 	Sinks bool
+	// Refused are the frontends mapped to the reject sink (IPv4, TCP or
+	// UDP). The node's own connections to them are refused in the kernel,
+	// before they reach VPP: through VPP, the sink's answer would come back
+	// to the node from its own NAT loopback, which the kernel drops, and
+	// the node's client would time out instead of being refused.
+	Refused []Frontend
+}
+
+// Frontend is a service's address, protocol and port.
+type Frontend struct {
+	Addr netip.Addr
+	// Protocol is the IP protocol number: 6 (TCP) or 17 (UDP).
+	Protocol uint8
+	Port     uint16
 }
 
 // Services is the part of the VPP dataplane that the services (and later

@@ -352,7 +352,11 @@ func (d *fakeDataplane) SetPodNATRoles(ctx context.Context, backends []netip.Add
 }
 
 func (d *fakeDataplane) SetServiceNetwork(ctx context.Context, net vpp.ServiceNetwork) error {
-	d.calls = append(d.calls, fmt.Sprintf("SetServiceNetwork %v %v sinks=%v", net.CIDRs, net.Source, net.Sinks))
+	call := fmt.Sprintf("SetServiceNetwork %v %v sinks=%v", net.CIDRs, net.Source, net.Sinks)
+	for _, f := range net.Refused {
+		call += fmt.Sprintf(" refused=%v/%d/%d", f.Addr, f.Protocol, f.Port)
+	}
+	d.calls = append(d.calls, call)
 	return nil
 }
 

@@ -253,6 +253,10 @@ func TestRealVPPServices(t *testing.T) {
 				{c.ns, netip.Addr{}, "tcp", netip.AddrPortFrom(itEmpty, 80)},
 				{c.ns, netip.Addr{}, "udp", netip.AddrPortFrom(itEmpty, 53)},
 				{ext, itClient, "tcp", netip.AddrPortFrom(itUplink.Addr(), itEmptyNodePort)},
+				// The node's own client: its kernel refuses it before
+				// VPP (the sink's answer would come back from the
+				// node's own NAT loopback).
+				{node, netip.Addr{}, "tcp", netip.AddrPortFrom(itEmpty, 80)},
 				// A port the service lacks: VPP routes it to the
 				// node's kernel, which refuses it.
 				{c.ns, netip.Addr{}, "tcp", netip.AddrPortFrom(itWeb, 81)},

@@ -34,7 +34,8 @@ import (
 //  3. The twice-NAT pool holds exactly the node's IPv4 NAT loopback, the
 //     source of twice-NATed and self-twice-NATed traffic: VPP picks any
 //     address of the pool, so a stale one would be used too.
-//  4. The service network (service CIDRs, the NAT loopback, the sinks).
+//  4. The service network (service CIDRs, the NAT loopback, the sinks and
+//     the frontends the node's kernel refuses to the node's own clients).
 //  5. The NAT roles of pods.
 func (r *Renderer) syncNode(ctx context.Context, ch api.Channel, ifs vpp.NodeInterfaces) error {
 	if ifs.Uplink != vpp.NoInterface {
@@ -52,16 +53,36 @@ func (r *Renderer) syncNode(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 	if err := r.syncTwiceNATPool(ch, loopback); err != nil {
 		return err
 	}
+	if err := r.syncServiceNetwork(ctx, true); err != nil {
+		return err
+	}
+	return r.syncPodRoles(ctx, true)
+}
+
+// syncServiceNetwork tells the dataplane the service network: the service
+// CIDRs, the NAT loopback, the sinks and the frontends refused through the
+// reject sink; always, or only when the refused frontends changed.
+func (r *Renderer) syncServiceNetwork(ctx context.Context, always bool) error {
+	if !always && !r.refusedChanged {
+		return nil
+	}
 	var cidrs []netip.Prefix
 	for _, p := range r.cfg.ServiceCIDRs {
 		if p.Addr().Is4() {
 			cidrs = append(cidrs, p.Masked())
 		}
 	}
-	if err := r.dp.SetServiceNetwork(ctx, vpp.ServiceNetwork{CIDRs: cidrs, Source: loopback, Sinks: true}); err != nil {
+	refused := make([]vpp.Frontend, 0, len(r.refused))
+	for _, k := range slices.SortedFunc(maps.Keys(r.refused), compareKeys) {
+		refused = append(refused, vpp.Frontend{Addr: k.Addr, Protocol: k.Proto, Port: k.Port})
+	}
+	net := vpp.ServiceNetwork{CIDRs: cidrs, Source: r.natLoopback(), Sinks: true, Refused: refused}
+	if err := r.dp.SetServiceNetwork(ctx, net); err != nil {
+		r.refusedChanged = true
 		return fmt.Errorf("NAT44 service renderer: set the service network: %w", err)
 	}
-	return r.syncPodRoles(ctx, true)
+	r.refusedChanged = false
+	return nil
 }
 
 // natLoopback is the node's IPv4 NAT loopback (invalid without one).

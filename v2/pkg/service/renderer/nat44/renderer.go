@@ -37,6 +37,11 @@ type Renderer struct {
 	backends map[netip.Addr]int
 	// ranged are the services with loadBalancerSourceRanges.
 	ranged map[service.ID]bool
+	// refused are the frontends mapped to the reject sink, which the
+	// node's kernel refuses to the node's own clients (vpp.ServiceNetwork);
+	// refusedChanged says that they changed since the dataplane was told.
+	refused        map[mappingKey]bool
+	refusedChanged bool
 
 	// What VPP holds, valid while synced: the incarnation, vcoil's mappings
 	// and the frontends that other mappings occupy. A failed request makes
@@ -80,6 +85,7 @@ func (r *Renderer) reset(node service.Node, n int) {
 	r.desired = make(map[mappingKey]*mapping, n)
 	r.backends = map[netip.Addr]int{}
 	r.ranged = map[service.ID]bool{}
+	r.refused = map[mappingKey]bool{}
 }
 
 // Resync makes VPP hold exactly the mappings of state: it renders the whole
@@ -154,8 +160,13 @@ func (r *Renderer) Update(ctx context.Context, changes *service.Changes) (err er
 		if err := r.syncNode(ctx, ch, ifs); err != nil {
 			return err
 		}
-	} else if err := r.syncPodRoles(ctx, false); err != nil {
-		return err
+	} else {
+		if err := r.syncPodRoles(ctx, false); err != nil {
+			return err
+		}
+		if err := r.syncServiceNetwork(ctx, false); err != nil {
+			return err
+		}
 	}
 	if err := r.apply(ch, slices.SortedFunc(maps.Keys(dirty), compareKeys)); err != nil {
 		return err
@@ -244,6 +255,17 @@ func (r *Renderer) settle(dirty map[mappingKey]bool) {
 			owner = slices.MinFunc(c, service.ID.Compare)
 		}
 		r.desired[k] = r.perService[owner].get(k)
+	}
+	for k := range dirty {
+		m := r.desired[k]
+		if refused := m != nil && m.Kind == kindReject; refused != r.refused[k] {
+			r.refusedChanged = true
+			if refused {
+				r.refused[k] = true
+			} else {
+				delete(r.refused, k)
+			}
+		}
 	}
 }
 

@@ -244,7 +244,11 @@ func TestServiceWithoutEndpointsIsRefused(t *testing.T) {
 		smAdd("198.18.0.11", tcp, 30080, "169.254.101.1", 30080, sink, "vcoil-svc default/web"),
 		smAdd("198.18.1.11", tcp, 30080, "169.254.101.1", 30080, sink, "vcoil-svc default/web"),
 	}, fullSyncEnd()))
-	checkCalls(t, h.dp.take(), fullSyncCalls(1, "[]"))
+	// The node's kernel refuses the node's own clients of the refused
+	// frontends (they are sorted by address, protocol, port).
+	calls := fullSyncCalls(1, "[]")
+	calls[2] += " refused=10.96.0.10/6/80 refused=198.18.0.11/6/30080 refused=198.18.1.11/6/30080"
+	checkCalls(t, h.dp.take(), calls)
 
 	// The first endpoint: the sink mapping makes way for the backend.
 	s2 := svc(webID, ep("10.1.0.2", 8080, true))
@@ -255,7 +259,13 @@ func TestServiceWithoutEndpointsIsRefused(t *testing.T) {
 		smDel("198.18.0.11", tcp, 30080, "169.254.101.1", 30080, sink),
 		smDel("198.18.1.11", tcp, 30080, "169.254.101.1", 30080, sink),
 	})
-	checkCalls(t, h.dp.take(), []string{"SetPodNATRoles [10.1.0.2]"})
+	checkCalls(t, h.dp.take(), []string{"SetPodNATRoles [10.1.0.2]", "SetServiceNetwork [10.96.0.0/12] 10.1.0.255 sinks=true"})
+
+	// Another change that refuses nothing new tells the dataplane nothing.
+	s3 := svc(webID, ep("10.1.0.2", 8080, true), ep("10.1.0.3", 8080, true))
+	h.update(t, &service.Changes{Upsert: []*service.Service{s3}})
+	h.vpp.take()
+	checkCalls(t, h.dp.take(), []string{"SetPodNATRoles [10.1.0.2 10.1.0.3]"})
 }
 
 func TestBackendChangesOfAnLBMappingKeepTheMapping(t *testing.T) {
