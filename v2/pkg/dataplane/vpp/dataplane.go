@@ -415,20 +415,6 @@ func (d *driver) ListPods(ctx context.Context) ([]dataplane.Pod, error) {
 		pod.MTU = 0
 		pods = append(pods, pod)
 	}
-	slices.SortFunc(pods, func(a, b dataplane.Pod) int {
-		if a.ContainerID != b.ContainerID {
-			if a.ContainerID < b.ContainerID {
-				return -1
-			}
-			return 1
-		}
-		if a.IfName < b.IfName {
-			return -1
-		}
-		if a.IfName > b.IfName {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(pods, func(a, b dataplane.Pod) int { return compareKeys(a.PodKey, b.PodKey) })
 	return pods, nil
 }
