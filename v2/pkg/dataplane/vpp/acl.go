@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"go.fd.io/govpp/binapi/acl"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // maxACLs is what an interface's ACL list holds (its count is a u8).
@@ -44,7 +46,7 @@ func (d *driver) SetInterfaceACLs(ctx context.Context, inc Incarnation, iface No
 	sent, known := d.aclsSent[iface]
 	if !known || !slices.Equal(sent, merged) {
 		req := &acl.ACLInterfaceSetACLList{SwIfIndex: index(sw), Count: uint8(len(merged)), NInput: uint8(len(merged)), Acls: merged}
-		if err := call(d.ch, req, &acl.ACLInterfaceSetACLListReply{}); err != nil {
+		if err := vppapi.Call(d.ch, req, &acl.ACLInterfaceSetACLListReply{}); err != nil {
 			return fmt.Errorf("set the input ACLs %v of the %s interface (%d): %w", merged, iface, sw, err)
 		}
 		d.aclsSent[iface] = merged

@@ -14,10 +14,6 @@ func vppAddress(a netip.Addr) ip_types.Address {
 	return ip_types.NewAddress(a.AsSlice())
 }
 
-func vppPrefix(p netip.Prefix) ip_types.Prefix {
-	return ip_types.Prefix{Address: vppAddress(p.Addr()), Len: uint8(p.Bits())}
-}
-
 func fromVPPAddress(a ip_types.Address) netip.Addr {
 	if a.Af == ip_types.ADDRESS_IP6 {
 		return netip.AddrFrom16(a.Un.GetIP6())

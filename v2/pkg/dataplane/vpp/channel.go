@@ -63,57 +63,6 @@ func socketDialer(path string, replyTimeout time.Duration) dialer {
 	}
 }
 
-// vppError is a request VPP refused or did not answer, naming the message.
-type vppError struct {
-	msg string
-	err error
-}
-
-func (e *vppError) Error() string { return e.msg + ": " + e.err.Error() }
-func (e *vppError) Unwrap() error { return e.err }
-
-// call sends req and waits for its reply; a reply with retval != 0 is an
-// error (GoVPP turns it into api.VPPApiError).
-func call(ch channel, req, reply api.Message) error {
-	if err := ch.SendRequest(req).ReceiveReply(reply); err != nil {
-		return &vppError{msg: req.GetMessageName(), err: err}
-	}
-	return nil
-}
-
-// dump sends a dump request and hands each detail message to each, which
-// must copy what it keeps.
-func dump[T api.Message](ch channel, req api.Message, newDetail func() T, each func(T)) error {
-	rc := ch.SendMultiRequest(req)
-	for {
-		d := newDetail()
-		last, err := rc.ReceiveReply(d)
-		if err != nil {
-			return &vppError{msg: req.GetMessageName(), err: err}
-		}
-		if last {
-			return nil
-		}
-		each(d)
-	}
-}
-
-// isRetval reports whether err is VPP's answer code want.
-func isRetval(err error, want api.VPPApiError) bool {
-	var e api.VPPApiError
-	return errors.As(err, &e) && e == want
-}
-
-// ignoreRetval turns the answers that mean "already so" into success.
-func ignoreRetval(err error, codes ...api.VPPApiError) error {
-	for _, c := range codes {
-		if isRetval(err, c) {
-			return nil
-		}
-	}
-	return err
-}
-
 // checkMessages fails, naming them, when VPP does not know every message
 // the driver sends (or knows it with another CRC).
 func checkMessages(ch channel) error {

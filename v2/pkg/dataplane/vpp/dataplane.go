@@ -14,6 +14,7 @@ import (
 	"go.fd.io/govpp/binapi/memclnt"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // Dataplane is vcoil's VPP dataplane: the pod contract of package
@@ -380,7 +381,7 @@ func (d *driver) serve(ctx context.Context, conn connection) {
 // ping asks VPP for its PID.
 func ping(ch channel) (uint32, error) {
 	reply := &memclnt.ControlPingReply{}
-	if err := call(ch, &memclnt.ControlPing{}, reply); err != nil {
+	if err := vppapi.Call(ch, &memclnt.ControlPing{}, reply); err != nil {
 		return 0, err
 	}
 	return reply.VpePID, nil

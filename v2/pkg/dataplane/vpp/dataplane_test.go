@@ -22,6 +22,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // TestMain checks, after a full run, that the tests made the driver send
@@ -788,14 +789,14 @@ func TestFakeVPPReportsAdminUpAsVPPDoes(t *testing.T) {
 	f := newFakeVPP()
 	i := f.add(&fakeIf{name: "x"})
 	ch := &fakeChannel{f: f}
-	if err := call(ch, &interfaceSetFlags{SwIfIndex: index(i.sw), Flags: interface_types.IF_STATUS_API_FLAG_ADMIN_UP}, &interfaceSetFlagsReply{}); err != nil {
+	if err := vppapi.Call(ch, &interfaceSetFlags{SwIfIndex: index(i.sw), Flags: interface_types.IF_STATUS_API_FLAG_ADMIN_UP}, &interfaceSetFlagsReply{}); err != nil {
 		t.Fatal(err)
 	}
 	ifs, err := interfaceDump(ch, i.sw)
 	if err != nil || len(ifs) != 1 || !ifs[0].up {
 		t.Fatalf("dump = %+v, %v", ifs, err)
 	}
-	if err := call(ch, &ip.IPRouteAddDel{IsAdd: false, Route: ip.IPRoute{Prefix: vppPrefix(hostPrefix(podA.IPv4))}}, &ip.IPRouteAddDelReply{}); !isRetval(err, api.NO_SUCH_ENTRY) {
+	if err := vppapi.Call(ch, &ip.IPRouteAddDel{IsAdd: false, Route: ip.IPRoute{Prefix: vppapi.Prefix(hostPrefix(podA.IPv4))}}, &ip.IPRouteAddDelReply{}); !vppapi.IsRetval(err, api.NO_SUCH_ENTRY) {
 		t.Fatalf("deleting a missing route = %v", err)
 	}
 }

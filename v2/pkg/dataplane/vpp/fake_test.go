@@ -28,6 +28,7 @@ import (
 	"go.fd.io/govpp/binapi/tapv2"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // fakeVPP is a small model of VPP behind the channel interface: it answers
@@ -458,7 +459,7 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 		if i := f.ifs[uint32(m.SwIfIndex)]; i != nil {
 			for _, p := range i.addrs {
 				if p.Addr().Is6() == m.IsIPv6 {
-					out = append(out, &ip.IPAddressDetails{SwIfIndex: m.SwIfIndex, Prefix: ip_types.AddressWithPrefix(vppPrefix(p))})
+					out = append(out, &ip.IPAddressDetails{SwIfIndex: m.SwIfIndex, Prefix: ip_types.AddressWithPrefix(vppapi.Prefix(p))})
 				}
 			}
 		}
@@ -471,7 +472,7 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 		}
 		slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		for _, p := range ps {
-			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{Prefix: vppPrefix(p), NPaths: 1, Paths: []fib_types.FibPath{f.routes[p]}}})
+			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{f.routes[p]}}})
 		}
 	case *tapv2.SwInterfaceTapV2Dump:
 		for _, i := range f.sortedIfs() {

@@ -10,6 +10,7 @@ import (
 	"go.fd.io/govpp/binapi/nat_types"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // NATRole is what NAT44-ED makes of traffic through an interface (the
@@ -137,13 +138,13 @@ func (d *driver) applyRole(sw uint32, add, remove NATRole) error {
 				continue
 			}
 			req := &nat44_ed.Nat44InterfaceAddDelFeature{IsAdd: isAdd, Flags: c.flags, SwIfIndex: index(sw)}
-			err := call(d.ch, req, &nat44_ed.Nat44InterfaceAddDelFeatureReply{})
+			err := vppapi.Call(d.ch, req, &nat44_ed.Nat44InterfaceAddDelFeatureReply{})
 			if isAdd {
 				// A VPP that outlived vcoild holds the features of the
 				// pods it kept, whose roles vcoild does not know.
-				err = ignoreRetval(err, api.VALUE_EXIST)
+				err = vppapi.IgnoreRetval(err, api.VALUE_EXIST)
 			} else {
-				err = ignoreRetval(err, api.NO_SUCH_ENTRY, api.INVALID_SW_IF_INDEX)
+				err = vppapi.IgnoreRetval(err, api.NO_SUCH_ENTRY, api.INVALID_SW_IF_INDEX)
 			}
 			if err != nil {
 				return fmt.Errorf("NAT44 %s feature on interface %d: %w", c.role, sw, err)

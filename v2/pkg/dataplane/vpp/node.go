@@ -15,6 +15,8 @@ import (
 	"go.fd.io/govpp/binapi/ip_types"
 	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/tapv2"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // nodeState is what the node set-up found or made in VPP on the current
@@ -41,7 +43,7 @@ type vppInterface struct {
 // ^0.
 func interfaceDump(ch channel, swIfIndex uint32) ([]vppInterface, error) {
 	var out []vppInterface
-	err := dump(ch, &interfaces.SwInterfaceDump{SwIfIndex: index(swIfIndex)},
+	err := vppapi.Dump(ch, &interfaces.SwInterfaceDump{SwIfIndex: index(swIfIndex)},
 		func() *interfaces.SwInterfaceDetails { return &interfaces.SwInterfaceDetails{} },
 		func(m *interfaces.SwInterfaceDetails) {
 			v := vppInterface{
@@ -102,7 +104,7 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 		n.loopback = lo.swIfIndex
 	} else {
 		reply := &interfaces.CreateLoopbackReply{}
-		if err := call(ch, &interfaces.CreateLoopback{}, reply); err != nil {
+		if err := vppapi.Call(ch, &interfaces.CreateLoopback{}, reply); err != nil {
 			return fmt.Errorf("create vcoil's loopback: %w", err)
 		}
 		n.loopback = uint32(reply.SwIfIndex)
@@ -137,7 +139,7 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 	if err := enableIPv6(ch, n.interconnect); err != nil {
 		return fmt.Errorf("enable IPv6 on the host interconnect: %w", err)
 	}
-	if err := call(ch, &ip.SwInterfaceIP6SetLinkLocalAddress{SwIfIndex: index(n.interconnect), IP: ip_types.IP6Address(InterconnectVPPIPv6.As16())},
+	if err := vppapi.Call(ch, &ip.SwInterfaceIP6SetLinkLocalAddress{SwIfIndex: index(n.interconnect), IP: ip_types.IP6Address(InterconnectVPPIPv6.As16())},
 		&ip.SwInterfaceIP6SetLinkLocalAddressReply{}); err != nil {
 		return fmt.Errorf("set the host interconnect's link-local address %s: %w", InterconnectVPPIPv6, err)
 	}
@@ -184,7 +186,7 @@ func (d *driver) createInterconnect(ctx context.Context, mtu int) (uint32, error
 	case TAP:
 		req := d.tapRequest(interconnectTag, HostInterconnectName, d.cfg.NodeNetns, mtu)
 		reply := &tapv2.TapCreateV3Reply{}
-		if err := call(ch, req, reply); err != nil {
+		if err := vppapi.Call(ch, req, reply); err != nil {
 			return 0, fmt.Errorf("create the host interconnect %s: %w", HostInterconnectName, err)
 		}
 		sw = uint32(reply.SwIfIndex)
@@ -212,7 +214,7 @@ func (d *driver) ensureAddresses(swIfIndex uint32, what string, want []netip.Pre
 	}
 	var have []netip.Prefix
 	for _, v6 := range []bool{false, true} {
-		err := dump(d.ch, &ip.IPAddressDump{SwIfIndex: index(swIfIndex), IsIPv6: v6},
+		err := vppapi.Dump(d.ch, &ip.IPAddressDump{SwIfIndex: index(swIfIndex), IsIPv6: v6},
 			func() *ip.IPAddressDetails { return &ip.IPAddressDetails{} },
 			func(m *ip.IPAddressDetails) { have = append(have, fromVPPPrefix(ip_types.Prefix(m.Prefix))) })
 		if err != nil {
@@ -223,8 +225,8 @@ func (d *driver) ensureAddresses(swIfIndex uint32, what string, want []netip.Pre
 		if slices.Contains(have, p) {
 			continue
 		}
-		req := &interfaces.SwInterfaceAddDelAddress{SwIfIndex: index(swIfIndex), IsAdd: true, Prefix: ip_types.AddressWithPrefix(vppPrefix(p))}
-		if err := ignoreRetval(call(d.ch, req, &interfaces.SwInterfaceAddDelAddressReply{}), api.DUPLICATE_IF_ADDRESS); err != nil {
+		req := &interfaces.SwInterfaceAddDelAddress{SwIfIndex: index(swIfIndex), IsAdd: true, Prefix: ip_types.AddressWithPrefix(vppapi.Prefix(p))}
+		if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, req, &interfaces.SwInterfaceAddDelAddressReply{}), api.DUPLICATE_IF_ADDRESS); err != nil {
 			return fmt.Errorf("add %s to %s: %w", p, what, err)
 		}
 	}
@@ -235,12 +237,12 @@ func (d *driver) ensureAddresses(swIfIndex uint32, what string, want []netip.Pre
 // VPP that outlived vcoild) answers VALUE_EXIST, which is success.
 func enableIPv6(ch channel, swIfIndex uint32) error {
 	req := &ip.SwInterfaceIP6EnableDisable{SwIfIndex: index(swIfIndex), Enable: true}
-	return ignoreRetval(call(ch, req, &ip.SwInterfaceIP6EnableDisableReply{}), api.VALUE_EXIST)
+	return vppapi.IgnoreRetval(vppapi.Call(ch, req, &ip.SwInterfaceIP6EnableDisableReply{}), api.VALUE_EXIST)
 }
 
 func tag(ch channel, swIfIndex uint32, t string) error {
 	req := &interfaces.SwInterfaceTagAddDel{IsAdd: true, SwIfIndex: index(swIfIndex), Tag: t}
-	if err := call(ch, req, &interfaces.SwInterfaceTagAddDelReply{}); err != nil {
+	if err := vppapi.Call(ch, req, &interfaces.SwInterfaceTagAddDelReply{}); err != nil {
 		return fmt.Errorf("tag interface %d %q: %w", swIfIndex, t, err)
 	}
 	return nil
@@ -248,7 +250,7 @@ func tag(ch channel, swIfIndex uint32, t string) error {
 
 func setUp(ch channel, swIfIndex uint32, what string) error {
 	req := &interfaces.SwInterfaceSetFlags{SwIfIndex: index(swIfIndex), Flags: interface_types.IF_STATUS_API_FLAG_ADMIN_UP}
-	if err := call(ch, req, &interfaces.SwInterfaceSetFlagsReply{}); err != nil {
+	if err := vppapi.Call(ch, req, &interfaces.SwInterfaceSetFlagsReply{}); err != nil {
 		return fmt.Errorf("set %s up: %w", what, err)
 	}
 	return nil
@@ -257,8 +259,8 @@ func setUp(ch channel, swIfIndex uint32, what string) error {
 // addRoute installs dst with path as its only path: adding the same route
 // again replaces it, which makes it idempotent.
 func addRoute(ch channel, dst netip.Prefix, path fib_types.FibPath) error {
-	req := &ip.IPRouteAddDel{IsAdd: true, Route: ip.IPRoute{Prefix: vppPrefix(dst), NPaths: 1, Paths: []fib_types.FibPath{path}}}
-	if err := call(ch, req, &ip.IPRouteAddDelReply{}); err != nil {
+	req := &ip.IPRouteAddDel{IsAdd: true, Route: ip.IPRoute{Prefix: vppapi.Prefix(dst), NPaths: 1, Paths: []fib_types.FibPath{path}}}
+	if err := vppapi.Call(ch, req, &ip.IPRouteAddDelReply{}); err != nil {
 		return fmt.Errorf("add route %s: %w", dst, err)
 	}
 	return nil
@@ -266,8 +268,8 @@ func addRoute(ch channel, dst netip.Prefix, path fib_types.FibPath) error {
 
 // delRoute removes dst; a missing route is no error.
 func delRoute(ch channel, dst netip.Prefix, path fib_types.FibPath) error {
-	req := &ip.IPRouteAddDel{IsAdd: false, Route: ip.IPRoute{Prefix: vppPrefix(dst), NPaths: 1, Paths: []fib_types.FibPath{path}}}
-	if err := ignoreRetval(call(ch, req, &ip.IPRouteAddDelReply{}), api.NO_SUCH_ENTRY); err != nil {
+	req := &ip.IPRouteAddDel{IsAdd: false, Route: ip.IPRoute{Prefix: vppapi.Prefix(dst), NPaths: 1, Paths: []fib_types.FibPath{path}}}
+	if err := vppapi.IgnoreRetval(vppapi.Call(ch, req, &ip.IPRouteAddDelReply{}), api.NO_SUCH_ENTRY); err != nil {
 		return fmt.Errorf("delete route %s: %w", dst, err)
 	}
 	return nil
@@ -324,7 +326,7 @@ func (d *driver) ensureNAT() error {
 		return nil
 	}
 	req := &nat44_ed.Nat44EdPluginEnableDisable{Enable: true, Sessions: d.cfg.NATSessions}
-	if err := ignoreRetval(call(d.ch, req, &nat44_ed.Nat44EdPluginEnableDisableReply{}), api.FEATURE_ALREADY_ENABLED); err != nil {
+	if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, req, &nat44_ed.Nat44EdPluginEnableDisableReply{}), api.FEATURE_ALREADY_ENABLED); err != nil {
 		return fmt.Errorf("enable NAT44-ED: %w", err)
 	}
 	d.node.natEnabled = true

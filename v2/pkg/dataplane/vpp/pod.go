@@ -15,6 +15,7 @@ import (
 	"go.fd.io/govpp/binapi/tapv2"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // maxNamespace is what TapCreateV3's host_namespace (string[64]) holds.
@@ -57,7 +58,7 @@ func createAfPacket(ch channel, hostIf string, mac net.HardwareAddr, mtu int) (u
 		req.HwAddr = ethernet_types.NewMacAddress(mac)
 	}
 	reply := &af_packet.AfPacketCreateV3Reply{}
-	if err := call(ch, req, reply); err != nil {
+	if err := vppapi.Call(ch, req, reply); err != nil {
 		return 0, err
 	}
 	return uint32(reply.SwIfIndex), nil
@@ -167,7 +168,7 @@ func (d *driver) wire(ctx context.Context, st *podState) (err error) {
 			hostIf, netns = linkName(tapPrefix, key), d.cfg.NodeNetns
 		}
 		reply := &tapv2.TapCreateV3Reply{}
-		if err := call(ch, d.tapRequest(podTag(key), hostIf, netns, pod.MTU), reply); err != nil {
+		if err := vppapi.Call(ch, d.tapRequest(podTag(key), hostIf, netns, pod.MTU), reply); err != nil {
 			return fmt.Errorf("create TAP %s in %s: %w", hostIf, orVPPs(netns), err)
 		}
 		sw = uint32(reply.SwIfIndex)
@@ -205,7 +206,7 @@ func (d *driver) wire(ctx context.Context, st *podState) (err error) {
 func (d *driver) finishWiring(ctx context.Context, st *podState, sw uint32, u *undo) error {
 	ch, pod := d.ch, st.pod
 	req := &interfaces.SwInterfaceSetUnnumbered{SwIfIndex: index(d.node.loopback), UnnumberedSwIfIndex: index(sw), IsAdd: true}
-	if err := call(ch, req, &interfaces.SwInterfaceSetUnnumberedReply{}); err != nil {
+	if err := vppapi.Call(ch, req, &interfaces.SwInterfaceSetUnnumberedReply{}); err != nil {
 		return fmt.Errorf("make interface %d unnumbered to vcoil's loopback: %w", sw, err)
 	}
 	if err := setUp(ch, sw, fmt.Sprintf("interface %d", sw)); err != nil {
@@ -261,9 +262,9 @@ func neighbor(ch channel, add bool, sw uint32, a netip.Addr, mac net.HardwareAdd
 		SwIfIndex: index(sw), Flags: ip_neighbor.IP_API_NEIGHBOR_FLAG_STATIC | ip_neighbor.IP_API_NEIGHBOR_FLAG_NO_FIB_ENTRY,
 		MacAddress: ethernet_types.NewMacAddress(mac), IPAddress: vppAddress(a),
 	}}
-	err := call(ch, req, &ip_neighbor.IPNeighborAddDelReply{})
+	err := vppapi.Call(ch, req, &ip_neighbor.IPNeighborAddDelReply{})
 	if !add {
-		err = ignoreRetval(err, api.NO_SUCH_ENTRY, api.INVALID_SW_IF_INDEX)
+		err = vppapi.IgnoreRetval(err, api.NO_SUCH_ENTRY, api.INVALID_SW_IF_INDEX)
 	}
 	if err != nil {
 		return fmt.Errorf("neighbor %s on interface %d: %w", a, sw, err)
@@ -272,7 +273,7 @@ func neighbor(ch channel, add bool, sw uint32, a netip.Addr, mac net.HardwareAdd
 }
 
 func deleteTap(ch channel, sw uint32) error {
-	err := ignoreRetval(call(ch, &tapv2.TapDeleteV2{SwIfIndex: index(sw)}, &tapv2.TapDeleteV2Reply{}), api.INVALID_SW_IF_INDEX, api.NO_SUCH_ENTRY)
+	err := vppapi.IgnoreRetval(vppapi.Call(ch, &tapv2.TapDeleteV2{SwIfIndex: index(sw)}, &tapv2.TapDeleteV2Reply{}), api.INVALID_SW_IF_INDEX, api.NO_SUCH_ENTRY)
 	if err != nil {
 		return fmt.Errorf("delete TAP %d: %w", sw, err)
 	}
@@ -280,7 +281,7 @@ func deleteTap(ch channel, sw uint32) error {
 }
 
 func deleteAfPacket(ch channel, hostIf string) error {
-	err := ignoreRetval(call(ch, &af_packet.AfPacketDelete{HostIfName: hostIf}, &af_packet.AfPacketDeleteReply{}),
+	err := vppapi.IgnoreRetval(vppapi.Call(ch, &af_packet.AfPacketDelete{HostIfName: hostIf}, &af_packet.AfPacketDeleteReply{}),
 		api.INVALID_SW_IF_INDEX, api.NO_SUCH_ENTRY, api.INVALID_INTERFACE)
 	if err != nil {
 		return fmt.Errorf("delete af_packet interface on %s: %w", hostIf, err)
@@ -410,7 +411,7 @@ func (d *driver) CheckPod(ctx context.Context, pod dataplane.Pod) error {
 // checkWired reads back the pod's interface in VPP and in its namespace.
 func (d *driver) checkWired(ctx context.Context, st *podState) error {
 	ifs, err := interfaceDump(d.ch, st.swIfIndex)
-	if err != nil && !isRetval(err, api.INVALID_SW_IF_INDEX) {
+	if err != nil && !vppapi.IsRetval(err, api.INVALID_SW_IF_INDEX) {
 		return err
 	}
 	switch {

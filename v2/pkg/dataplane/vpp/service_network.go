@@ -9,6 +9,8 @@ import (
 
 	"go.fd.io/govpp/binapi/fib_types"
 	"go.fd.io/govpp/binapi/ip"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // SetServiceNetwork records net as desired state and, when VPP is synced,
@@ -133,7 +135,7 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 func (d *driver) serviceRoutes() ([]serviceRoute, error) {
 	var out []serviceRoute
 	host := InterconnectHostIPv4.Addr()
-	err := dump(d.ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: false}},
+	err := vppapi.Dump(d.ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: false}},
 		func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
 		func(m *ip.IPRouteDetails) {
 			p := fromVPPPrefix(m.Route.Prefix)

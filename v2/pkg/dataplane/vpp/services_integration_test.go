@@ -25,6 +25,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
@@ -85,7 +86,7 @@ func TestRealVPPServicesAPI(t *testing.T) {
 	checkRoutes := func(ch api.Channel, ifs vpp.NodeInterfaces, when string) {
 		t.Helper()
 		var got []string
-		err := dumpAll(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0}}, func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} }, func(m *ip.IPRouteDetails) {
+		err := vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0}}, func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} }, func(m *ip.IPRouteDetails) {
 			p := m.Route.Prefix
 			if len(m.Route.Paths) == 1 && (m.Route.Paths[0].SwIfIndex == ifs.HostInterconnect || p.Len == 32) {
 				got = append(got, fmt.Sprintf("%s sw=%d type=%d", p, m.Route.Paths[0].SwIfIndex, m.Route.Paths[0].Type))
@@ -184,28 +185,13 @@ func TestRealVPPServicesAPI(t *testing.T) {
 	refused(node, "10.96.0.10:80", "the node to an unmapped cluster IP after the restart")
 }
 
-func prefix(s string) ip_types.Prefix {
-	p := netip.MustParsePrefix(s)
-	return ip_types.Prefix{Address: ip_types.NewAddress(p.Addr().AsSlice()), Len: uint8(p.Bits())}
-}
-
-func dumpAll[T api.Message](ch api.Channel, req api.Message, newDetail func() T, each func(T)) error {
-	rc := ch.SendMultiRequest(req)
-	for {
-		m := newDetail()
-		last, err := rc.ReceiveReply(m)
-		if err != nil || last {
-			return err
-		}
-		each(m)
-	}
-}
+func prefix(s string) ip_types.Prefix { return vppapi.Prefix(netip.MustParsePrefix(s)) }
 
 // aclList is an interface's ACL list as VPP holds it.
 func aclList(t *testing.T, ch api.Channel, sw uint32) string {
 	t.Helper()
 	out := "none"
-	err := dumpAll(ch, &acl.ACLInterfaceListDump{SwIfIndex: interface_types.InterfaceIndex(sw)},
+	err := vppapi.Dump(ch, &acl.ACLInterfaceListDump{SwIfIndex: interface_types.InterfaceIndex(sw)},
 		func() *acl.ACLInterfaceListDetails { return &acl.ACLInterfaceListDetails{} },
 		func(m *acl.ACLInterfaceListDetails) {
 			if len(m.Acls) > 0 {
@@ -223,7 +209,7 @@ func aclList(t *testing.T, ch api.Channel, sw uint32) string {
 func natInterfaces(t *testing.T, ch api.Channel) []string {
 	t.Helper()
 	var out []string
-	err := dumpAll(ch, &nat44_ed.Nat44InterfaceDump{}, func() *nat44_ed.Nat44InterfaceDetails { return &nat44_ed.Nat44InterfaceDetails{} },
+	err := vppapi.Dump(ch, &nat44_ed.Nat44InterfaceDump{}, func() *nat44_ed.Nat44InterfaceDetails { return &nat44_ed.Nat44InterfaceDetails{} },
 		func(m *nat44_ed.Nat44InterfaceDetails) {
 			if m.Flags&(nat_types.NAT_IS_INSIDE|nat_types.NAT_IS_OUTSIDE) == nat_types.NAT_IS_INSIDE|nat_types.NAT_IS_OUTSIDE {
 				out = append(out, fmt.Sprint(m.SwIfIndex))

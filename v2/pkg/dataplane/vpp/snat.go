@@ -13,6 +13,8 @@ import (
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/pipe"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // Source NAT of pods' IPv4 traffic leaving the node (Config.SNAT).
@@ -132,7 +134,7 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 	c := d.cfg.SNAT
 	if c == nil {
 		for _, i := range tagged {
-			if err := call(d.ch, &pipe.PipeDelete{SwIfIndex: index(i.swIfIndex)}, &pipe.PipeDeleteReply{}); err != nil {
+			if err := vppapi.Call(d.ch, &pipe.PipeDelete{SwIfIndex: index(i.swIfIndex)}, &pipe.PipeDeleteReply{}); err != nil {
 				return fmt.Errorf("delete the SNAT pipe %s: %w", i.name, err)
 			}
 			d.log.Info("deleted a SNAT pipe: SNAT is off", "vppInterface", i.name)
@@ -142,11 +144,11 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 	if err := d.ensureNAT(); err != nil {
 		return err
 	}
-	if err := call(d.ch, &nat44_ed.Nat44ForwardingEnableDisable{Enable: true}, &nat44_ed.Nat44ForwardingEnableDisableReply{}); err != nil {
+	if err := vppapi.Call(d.ch, &nat44_ed.Nat44ForwardingEnableDisable{Enable: true}, &nat44_ed.Nat44ForwardingEnableDisableReply{}); err != nil {
 		return fmt.Errorf("enable NAT forwarding for SNAT: %w", err)
 	}
 	for _, t := range []uint32{SNATTable, SNATBypassTable} {
-		if err := call(d.ch, &ip.IPTableAddDel{IsAdd: true, Table: ip.IPTable{TableID: t}}, &ip.IPTableAddDelReply{}); err != nil {
+		if err := vppapi.Call(d.ch, &ip.IPTableAddDel{IsAdd: true, Table: ip.IPTable{TableID: t}}, &ip.IPTableAddDelReply{}); err != nil {
 			return fmt.Errorf("add VPP table %d for SNAT: %w", t, err)
 		}
 	}
@@ -171,7 +173,7 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 		{nat.ends[1], SNATBypassTable, SNATNATIPv4, "the SNAT NAT pipe's exit"},
 	} {
 		req := &interfaces.SwInterfaceSetTable{SwIfIndex: index(b.sw), VrfID: b.table}
-		if err := ignoreRetval(call(d.ch, req, &interfaces.SwInterfaceSetTableReply{}), api.ADDRESS_FOUND_FOR_INTERFACE); err != nil {
+		if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, req, &interfaces.SwInterfaceSetTableReply{}), api.ADDRESS_FOUND_FOR_INTERFACE); err != nil {
 			return fmt.Errorf("put %s in table %d: %w", b.what, b.table, err)
 		}
 		if b.addr.IsValid() {
@@ -188,11 +190,11 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 
 	// NAT on the NAT pipe's entry, to the uplink's address (a normal pool
 	// address, not a twice-NAT one: the services renderer keeps it).
-	if err := ignoreRetval(call(d.ch, &nat44_ed.Nat44AddDelInterfaceAddr{IsAdd: true, SwIfIndex: index(d.node.uplink)},
+	if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, &nat44_ed.Nat44AddDelInterfaceAddr{IsAdd: true, SwIfIndex: index(d.node.uplink)},
 		&nat44_ed.Nat44AddDelInterfaceAddrReply{}), api.VALUE_EXIST); err != nil {
 		return fmt.Errorf("put the uplink's address in the NAT pool: %w", err)
 	}
-	if err := ignoreRetval(call(d.ch, &nat44_ed.Nat44EdAddDelOutputInterface{IsAdd: true, SwIfIndex: index(nat.ends[0])},
+	if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, &nat44_ed.Nat44EdAddDelOutputInterface{IsAdd: true, SwIfIndex: index(nat.ends[0])},
 		&nat44_ed.Nat44EdAddDelOutputInterfaceReply{}), api.VALUE_EXIST); err != nil {
 		return fmt.Errorf("NAT44 output feature on the SNAT NAT pipe: %w", err)
 	}
@@ -231,7 +233,7 @@ func (d *driver) syncSNAT(ifs []vppInterface) error {
 func (d *driver) ensureSNATPipes(tagged []vppInterface) (split, nat snatPipe, err error) {
 	pipes := map[uint32]snatPipe{}
 	if len(tagged) > 0 {
-		err = dump(d.ch, &pipe.PipeDump{}, func() *pipe.PipeDetails { return &pipe.PipeDetails{} },
+		err = vppapi.Dump(d.ch, &pipe.PipeDump{}, func() *pipe.PipeDetails { return &pipe.PipeDetails{} },
 			func(m *pipe.PipeDetails) {
 				pipes[uint32(m.SwIfIndex)] = snatPipe{parent: uint32(m.SwIfIndex), ends: [2]uint32{uint32(m.PipeSwIfIndex[0]), uint32(m.PipeSwIfIndex[1])}}
 			})
@@ -246,7 +248,7 @@ func (d *driver) ensureSNATPipes(tagged []vppInterface) (split, nat snatPipe, er
 			}
 		}
 		reply := &pipe.PipeCreateReply{}
-		if err := call(d.ch, &pipe.PipeCreate{}, reply); err != nil {
+		if err := vppapi.Call(d.ch, &pipe.PipeCreate{}, reply); err != nil {
 			return snatPipe{}, fmt.Errorf("create the SNAT pipe %q: %w", t, err)
 		}
 		p := snatPipe{parent: uint32(reply.SwIfIndex), ends: [2]uint32{uint32(reply.PipeSwIfIndex[0]), uint32(reply.PipeSwIfIndex[1])}}
@@ -267,7 +269,7 @@ func (d *driver) ensureSNATPipes(tagged []vppInterface) (split, nat snatPipe, er
 // exactly the exempt sources to SNATBypassTable.
 func (d *driver) syncSNATExemptions(sw uint32, exempt []netip.Addr) error {
 	byIf := &classify.ClassifyTableByInterfaceReply{}
-	if err := call(d.ch, &classify.ClassifyTableByInterface{SwIfIndex: index(sw)}, byIf); err != nil {
+	if err := vppapi.Call(d.ch, &classify.ClassifyTableByInterface{SwIfIndex: index(sw)}, byIf); err != nil {
 		return fmt.Errorf("read the SNAT exemption classifier: %w", err)
 	}
 	table := byIf.IP4TableID
@@ -276,16 +278,16 @@ func (d *driver) syncSNATExemptions(sw uint32, exempt []netip.Addr) error {
 		reply := &classify.ClassifyAddDelTableReply{}
 		req := &classify.ClassifyAddDelTable{IsAdd: true, TableIndex: ^uint32(0), Nbuckets: 32, MemorySize: 1 << 20,
 			SkipNVectors: 1, MatchNVectors: 1, NextTableIndex: ^uint32(0), MissNextIndex: ^uint32(0), Mask: exemptMask()}
-		if err := call(d.ch, req, reply); err != nil {
+		if err := vppapi.Call(d.ch, req, reply); err != nil {
 			return fmt.Errorf("add the SNAT exemption classifier: %w", err)
 		}
 		table = reply.NewTableIndex
 		in := &classify.InputACLSetInterface{SwIfIndex: index(sw), IP4TableIndex: table, IP6TableIndex: ^uint32(0), L2TableIndex: ^uint32(0), IsAdd: true}
-		if err := call(d.ch, in, &classify.InputACLSetInterfaceReply{}); err != nil {
+		if err := vppapi.Call(d.ch, in, &classify.InputACLSetInterfaceReply{}); err != nil {
 			return fmt.Errorf("attach the SNAT exemption classifier: %w", err)
 		}
 	} else {
-		err := dump(d.ch, &classify.ClassifySessionDump{TableID: table}, func() *classify.ClassifySessionDetails { return &classify.ClassifySessionDetails{} },
+		err := vppapi.Dump(d.ch, &classify.ClassifySessionDump{TableID: table}, func() *classify.ClassifySessionDetails { return &classify.ClassifySessionDetails{} },
 			func(m *classify.ClassifySessionDetails) {
 				if a, ok := exemptSource(m.Match); ok {
 					have[a] = true
@@ -339,7 +341,7 @@ func exemptSource(match []byte) (netip.Addr, bool) {
 func exemptSession(ch channel, table uint32, a netip.Addr, isAdd bool) error {
 	req := &classify.ClassifyAddDelSession{IsAdd: isAdd, TableIndex: table, HitNextIndex: ^uint32(0), OpaqueIndex: ^uint32(0),
 		Action: classify.CLASSIFY_API_ACTION_SET_IP4_FIB_INDEX, Metadata: SNATBypassTable, Match: exemptMatch(a)}
-	if err := call(ch, req, &classify.ClassifyAddDelSessionReply{}); err != nil {
+	if err := vppapi.Call(ch, req, &classify.ClassifyAddDelSessionReply{}); err != nil {
 		verb := "add"
 		if !isAdd {
 			verb = "remove"
@@ -362,8 +364,8 @@ func lookupPath(table uint32) fib_types.FibPath {
 
 // addTableRoute is addRoute in another table than 0.
 func addTableRoute(ch channel, table uint32, dst netip.Prefix, path fib_types.FibPath) error {
-	req := &ip.IPRouteAddDel{IsAdd: true, Route: ip.IPRoute{TableID: table, Prefix: vppPrefix(dst), NPaths: 1, Paths: []fib_types.FibPath{path}}}
-	if err := call(ch, req, &ip.IPRouteAddDelReply{}); err != nil {
+	req := &ip.IPRouteAddDel{IsAdd: true, Route: ip.IPRoute{TableID: table, Prefix: vppapi.Prefix(dst), NPaths: 1, Paths: []fib_types.FibPath{path}}}
+	if err := vppapi.Call(ch, req, &ip.IPRouteAddDelReply{}); err != nil {
 		return fmt.Errorf("add route %s in table %d: %w", dst, table, err)
 	}
 	return nil

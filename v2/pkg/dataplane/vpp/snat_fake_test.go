@@ -13,6 +13,8 @@ import (
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/pipe"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // fakeSNAT is the fake VPP's model of what SNAT uses: pipes, IPv4 tables
@@ -246,7 +248,7 @@ func (f *fakeVPP) handleSNATDump(msg api.Message) (out []api.Message, ok bool) {
 		}
 		slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		for _, p := range ps {
-			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{TableID: t, Prefix: vppPrefix(p), NPaths: 1, Paths: []fib_types.FibPath{s.tableRoutes[t][p]}}})
+			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{TableID: t, Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{s.tableRoutes[t][p]}}})
 		}
 		return out, true
 	}

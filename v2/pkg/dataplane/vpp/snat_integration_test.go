@@ -19,6 +19,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
@@ -186,7 +187,7 @@ func TestRealVPPSNAT(t *testing.T) {
 		}
 		defer ch.Close()
 		var paths []string
-		err = dumpAll(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0}}, func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} }, func(m *ip.IPRouteDetails) {
+		err = vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0}}, func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} }, func(m *ip.IPRouteDetails) {
 			if m.Route.Prefix == prefix("10.96.0.0/12") {
 				for _, p := range m.Route.Paths {
 					paths = append(paths, fmt.Sprint(p.SwIfIndex))

@@ -12,6 +12,7 @@ import (
 	"go.fd.io/govpp/binapi/tapv2"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // resync makes VPP and the kernel match the desired state after a
@@ -280,7 +281,7 @@ func (d *driver) removeInterface(ctx context.Context, i vppInterface, key datapl
 func podRoutesByInterface(ch channel) (map[uint32][]netip.Addr, error) {
 	out := map[uint32][]netip.Addr{}
 	for _, v6 := range []bool{false, true} {
-		err := dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: v6}},
+		err := vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: v6}},
 			func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
 			func(m *ip.IPRouteDetails) {
 				p := fromVPPPrefix(m.Route.Prefix)
@@ -310,7 +311,7 @@ func podRoutesByInterface(ch channel) (map[uint32][]netip.Addr, error) {
 
 func tapDump(ch channel) (map[uint32]*tapv2.SwInterfaceTapV2Details, error) {
 	out := map[uint32]*tapv2.SwInterfaceTapV2Details{}
-	err := dump(ch, &tapv2.SwInterfaceTapV2Dump{SwIfIndex: index(^uint32(0))},
+	err := vppapi.Dump(ch, &tapv2.SwInterfaceTapV2Dump{SwIfIndex: index(^uint32(0))},
 		func() *tapv2.SwInterfaceTapV2Details { return &tapv2.SwInterfaceTapV2Details{} },
 		func(m *tapv2.SwInterfaceTapV2Details) { out[m.SwIfIndex] = m })
 	if err != nil {

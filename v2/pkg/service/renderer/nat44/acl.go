@@ -13,6 +13,7 @@ import (
 	"go.fd.io/govpp/binapi/ip_types"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -85,13 +86,9 @@ func sourceRangeRules(services map[service.ID]*service.Service, ranged map[servi
 		anyRule(netip.PrefixFrom(netip.IPv6Unspecified(), 0)))
 }
 
-func vppPrefix(p netip.Prefix) ip_types.Prefix {
-	return ip_types.Prefix{Address: ip_types.NewAddress(p.Addr().AsSlice()), Len: uint8(p.Bits())}
-}
-
 func portRule(action acl_types.ACLAction, src, dst netip.Prefix, proto uint8, port uint16) acl_types.ACLRule {
 	return acl_types.ACLRule{
-		IsPermit: action, SrcPrefix: vppPrefix(src), DstPrefix: vppPrefix(dst), Proto: ip_types.IPProto(proto),
+		IsPermit: action, SrcPrefix: vppapi.Prefix(src), DstPrefix: vppapi.Prefix(dst), Proto: ip_types.IPProto(proto),
 		SrcportOrIcmptypeFirst: 0, SrcportOrIcmptypeLast: 65535,
 		DstportOrIcmpcodeFirst: port, DstportOrIcmpcodeLast: port,
 	}
@@ -100,7 +97,7 @@ func portRule(action acl_types.ACLAction, src, dst netip.Prefix, proto uint8, po
 // anyRule permits every packet of all's family (proto 0: any).
 func anyRule(all netip.Prefix) acl_types.ACLRule {
 	return acl_types.ACLRule{
-		IsPermit: acl_types.ACL_ACTION_API_PERMIT, SrcPrefix: vppPrefix(all), DstPrefix: vppPrefix(all),
+		IsPermit: acl_types.ACL_ACTION_API_PERMIT, SrcPrefix: vppapi.Prefix(all), DstPrefix: vppapi.Prefix(all),
 		SrcportOrIcmptypeLast: 65535, DstportOrIcmpcodeLast: 65535,
 	}
 }
@@ -145,7 +142,7 @@ func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInte
 			r.acl.applied = false
 		}
 		if r.acl.exists {
-			if err := call(ch, &acl.ACLDel{ACLIndex: r.acl.index}, &acl.ACLDelReply{}); err != nil {
+			if err := vppapi.Call(ch, &acl.ACLDel{ACLIndex: r.acl.index}, &acl.ACLDelReply{}); err != nil {
 				return fmt.Errorf("NAT44 service renderer: delete the source-ranges ACL %d: %w", r.acl.index, err)
 			}
 			r.acl = aclState{}
@@ -159,7 +156,7 @@ func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInte
 		}
 		reply := &acl.ACLAddReplaceReply{}
 		req := &acl.ACLAddReplace{ACLIndex: index, Tag: aclTag, Count: uint32(len(want)), R: want}
-		if err := call(ch, req, reply); err != nil {
+		if err := vppapi.Call(ch, req, reply); err != nil {
 			// Whether VPP changed the ACL is unknown: find it again next time.
 			r.synced = false
 			return fmt.Errorf("NAT44 service renderer: write the source-ranges ACL (%d rules, %d services): %w", len(want), len(r.ranged), err)
@@ -182,7 +179,7 @@ func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInte
 func (r *Renderer) findACL(ch api.Channel) error {
 	r.acl = aclState{}
 	var others []uint32
-	err := dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
+	err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
 		if d.Tag != aclTag {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"go.fd.io/govpp/binapi/nat44_ed"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 func ip4(a netip.Addr) ip_types.IP4Address { return ip_types.IP4Address(a.As4()) }
@@ -25,7 +26,7 @@ const noInterface = interface_types.InterfaceIndex(^uint32(0))
 // by frontend, and the keys of the others, which the renderer leaves alone.
 func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[mappingKey]string, err error) {
 	ours, foreign = map[mappingKey]*mapping{}, map[mappingKey]string{}
-	err = dump(ch, &nat44_ed.Nat44LbStaticMappingDump{}, func() *nat44_ed.Nat44LbStaticMappingDetails {
+	err = vppapi.Dump(ch, &nat44_ed.Nat44LbStaticMappingDump{}, func() *nat44_ed.Nat44LbStaticMappingDetails {
 		return &nat44_ed.Nat44LbStaticMappingDetails{}
 	}, func(d *nat44_ed.Nat44LbStaticMappingDetails) {
 		k := mappingKey{fromIP4(d.ExternalAddr), d.Protocol, d.ExternalPort}
@@ -45,7 +46,7 @@ func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[map
 	if err != nil {
 		return nil, nil, err
 	}
-	err = dump(ch, &nat44_ed.Nat44StaticMappingDump{}, func() *nat44_ed.Nat44StaticMappingDetails {
+	err = vppapi.Dump(ch, &nat44_ed.Nat44StaticMappingDump{}, func() *nat44_ed.Nat44StaticMappingDetails {
 		return &nat44_ed.Nat44StaticMappingDetails{}
 	}, func(d *nat44_ed.Nat44StaticMappingDetails) {
 		k := mappingKey{fromIP4(d.ExternalIPAddress), d.Protocol, d.ExternalPort}
@@ -67,22 +68,6 @@ func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[map
 		return nil, nil, err
 	}
 	return ours, foreign, nil
-}
-
-// dump sends a dump request and hands each detail to each.
-func dump[T api.Message](ch api.Channel, req api.Message, newDetail func() T, each func(T)) error {
-	rc := ch.SendMultiRequest(req)
-	for {
-		d := newDetail()
-		last, err := rc.ReceiveReply(d)
-		if err != nil {
-			return fmt.Errorf("%s: %w", req.GetMessageName(), err)
-		}
-		if last {
-			return nil
-		}
-		each(d)
-	}
 }
 
 // op is one request of a sync with what it is about, for errors (the text

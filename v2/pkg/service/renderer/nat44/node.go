@@ -12,6 +12,7 @@ import (
 	"go.fd.io/govpp/binapi/nat_types"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // syncNode configures what every mapping relies on, in an order where each
@@ -46,7 +47,7 @@ func (r *Renderer) syncNode(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 	if err := r.dp.SetNodeNATRole(ctx, vpp.HostInterconnect, vpp.NATFrontend|vpp.NATBackend); err != nil {
 		return fmt.Errorf("NAT44 service renderer: %w", err)
 	}
-	if err := call(ch, &nat44_ed.Nat44ForwardingEnableDisable{Enable: true}, &nat44_ed.Nat44ForwardingEnableDisableReply{}); err != nil {
+	if err := vppapi.Call(ch, &nat44_ed.Nat44ForwardingEnableDisable{Enable: true}, &nat44_ed.Nat44ForwardingEnableDisableReply{}); err != nil {
 		return fmt.Errorf("NAT44 service renderer: enable NAT forwarding: %w", err)
 	}
 	loopback := r.natLoopback()
@@ -97,7 +98,7 @@ func (r *Renderer) natLoopback() netip.Addr {
 
 func (r *Renderer) syncTwiceNATPool(ch api.Channel, loopback netip.Addr) error {
 	var pool []netip.Addr
-	err := dump(ch, &nat44_ed.Nat44AddressDump{}, func() *nat44_ed.Nat44AddressDetails { return &nat44_ed.Nat44AddressDetails{} },
+	err := vppapi.Dump(ch, &nat44_ed.Nat44AddressDump{}, func() *nat44_ed.Nat44AddressDetails { return &nat44_ed.Nat44AddressDetails{} },
 		func(d *nat44_ed.Nat44AddressDetails) {
 			if d.Flags&nat_types.NAT_IS_TWICE_NAT != 0 {
 				pool = append(pool, fromIP4(d.IPAddress))
@@ -111,14 +112,14 @@ func (r *Renderer) syncTwiceNATPool(ch api.Channel, loopback netip.Addr) error {
 			continue
 		}
 		r.log.Info("Removing an address from the twice-NAT pool", "address", a, "natLoopback", loopback)
-		if err := call(ch, twiceNATAddress(a, false), &nat44_ed.Nat44AddDelAddressRangeReply{}); err != nil {
+		if err := vppapi.Call(ch, twiceNATAddress(a, false), &nat44_ed.Nat44AddDelAddressRangeReply{}); err != nil {
 			return fmt.Errorf("NAT44 service renderer: remove %s from the twice-NAT pool: %w", a, err)
 		}
 	}
 	if !loopback.IsValid() {
 		r.log.Info("The node has no IPv4 NAT loopback: hairpin and twice-NATed service traffic will fail")
 	} else if !slices.Contains(pool, loopback) {
-		if err := call(ch, twiceNATAddress(loopback, true), &nat44_ed.Nat44AddDelAddressRangeReply{}); err != nil {
+		if err := vppapi.Call(ch, twiceNATAddress(loopback, true), &nat44_ed.Nat44AddDelAddressRangeReply{}); err != nil {
 			return fmt.Errorf("NAT44 service renderer: add the NAT loopback %s to the twice-NAT pool: %w", loopback, err)
 		}
 	}
@@ -147,13 +148,5 @@ func (r *Renderer) syncPodRoles(ctx context.Context, always bool) error {
 		return fmt.Errorf("NAT44 service renderer: set the NAT roles of %d backend pods: %w", len(backends), err)
 	}
 	r.podBackends, r.backendsChanged = backends, false
-	return nil
-}
-
-// call sends req and waits for its reply.
-func call(ch api.Channel, req, reply api.Message) error {
-	if err := ch.SendRequest(req).ReceiveReply(reply); err != nil {
-		return fmt.Errorf("%s: %w", req.GetMessageName(), err)
-	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/memclnt"
 	"go.fd.io/govpp/binapi/nat44_ed"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // send runs ops on ch with up to maxInFlight requests sent and not yet
@@ -25,7 +27,7 @@ func send(ch api.Channel, ops []op, maxInFlight int) error {
 	var firstErr error
 	receive := func(i int, rc api.RequestCtx) {
 		e := rc.ReceiveReply(ops[i].reply)
-		if e != nil && ops[i].del && isRetval(e, api.NO_SUCH_ENTRY) {
+		if e != nil && ops[i].del && vppapi.IsRetval(e, api.NO_SUCH_ENTRY) {
 			e = nil
 		}
 		if e != nil {
@@ -55,12 +57,6 @@ func send(ch api.Channel, ops []op, maxInFlight int) error {
 		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[first].what(), firstErr, failed-1, len(ops))
 	}
 	return fmt.Errorf("%s: %w", ops[first].what(), firstErr)
-}
-
-// isRetval reports whether err is VPP's answer code want.
-func isRetval(err error, want api.VPPApiError) bool {
-	var e api.VPPApiError
-	return errors.As(err, &e) && e == want
 }
 
 // Messages are the requests the renderer sends, with their replies and the
