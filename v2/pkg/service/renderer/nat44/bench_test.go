@@ -31,6 +31,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
@@ -205,8 +206,8 @@ func benchChannel(t *testing.T, conn *core.Connection) api.Channel {
 
 func benchCall(t *testing.T, ch api.Channel, req, reply api.Message) {
 	t.Helper()
-	if err := ch.SendRequest(req).ReceiveReply(reply); err != nil {
-		t.Fatalf("%s: %v", req.GetMessageName(), err)
+	if err := vppapi.Call(ch, req, reply); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -449,17 +450,13 @@ func benchRenderer(t *testing.T, bin string, n int, row *benchRow) {
 func countLBMappings(t *testing.T, ch api.Channel) int {
 	t.Helper()
 	n := 0
-	rc := ch.SendMultiRequest(&nat44_ed.Nat44LbStaticMappingDump{})
-	for {
-		last, err := rc.ReceiveReply(&nat44_ed.Nat44LbStaticMappingDetails{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if last {
-			return n
-		}
-		n++
+	err := vppapi.Dump(ch, &nat44_ed.Nat44LbStaticMappingDump{},
+		func() *nat44_ed.Nat44LbStaticMappingDetails { return &nat44_ed.Nat44LbStaticMappingDetails{} },
+		func(*nat44_ed.Nat44LbStaticMappingDetails) { n++ })
+	if err != nil {
+		t.Fatal(err)
 	}
+	return n
 }
 
 var vmRSS = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)

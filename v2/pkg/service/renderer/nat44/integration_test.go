@@ -23,6 +23,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
@@ -646,20 +647,17 @@ func lbLocals(t *testing.T, v *vpptest.VPP, frontend netip.AddrPort) []nat44_ed.
 	}
 	defer ch.Close()
 	var locals []nat44_ed.Nat44LbAddrPort
-	rc := ch.SendMultiRequest(&nat44_ed.Nat44LbStaticMappingDump{})
-	for {
-		d := &nat44_ed.Nat44LbStaticMappingDetails{}
-		last, err := rc.ReceiveReply(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if last {
-			return locals
-		}
-		if netip.AddrFrom4(d.ExternalAddr) == frontend.Addr() && d.ExternalPort == frontend.Port() {
-			locals = d.Locals
-		}
+	err = vppapi.Dump(ch, &nat44_ed.Nat44LbStaticMappingDump{},
+		func() *nat44_ed.Nat44LbStaticMappingDetails { return &nat44_ed.Nat44LbStaticMappingDetails{} },
+		func(d *nat44_ed.Nat44LbStaticMappingDetails) {
+			if netip.AddrFrom4(d.ExternalAddr) == frontend.Addr() && d.ExternalPort == frontend.Port() {
+				locals = d.Locals
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return locals
 }
 
 func isTimeout(err error) bool {
