@@ -82,6 +82,9 @@ const (
 	// (AfPacketCreateV3). Slower, but needs nothing from the kernel beyond
 	// veth.
 	AFPacket InterfaceType = "af_packet"
+	// Auto is TAP where the kernel has /dev/vhost-net (Config.VhostNet),
+	// AFPacket where it has not: the fastest type the node can run.
+	Auto InterfaceType = "auto"
 )
 
 // Config chooses how vcoil uses VPP on this node. The zero value plus
@@ -99,9 +102,9 @@ type Config struct {
 	// which VPP does not record. Nil: VPP's tags only.
 	Allocations Allocations
 
-	// PodInterface is TAP (default) or AFPacket.
+	// PodInterface is TAP (default), AFPacket or Auto.
 	PodInterface InterfaceType
-	// HostInterconnect is TAP or AFPacket; empty means PodInterface.
+	// HostInterconnect is TAP, AFPacket or Auto; empty means PodInterface.
 	HostInterconnect InterfaceType
 	// GSO asks for generic segmentation offload on TAP pods and the TAP
 	// host interconnect.
@@ -174,6 +177,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.VhostNet == "" {
 		c.VhostNet = DefaultVhostNet
 	}
+	for _, t := range []*InterfaceType{&c.PodInterface, &c.HostInterconnect} {
+		if *t == Auto {
+			*t = TAP
+			if _, err := os.Stat(c.VhostNet); err != nil {
+				*t = AFPacket
+			}
+		}
+	}
 	// PodInterface first: HostInterconnect defaults to it, so a bad pod
 	// interface type is the one to name.
 	for _, f := range []struct {
@@ -181,7 +192,7 @@ func (c Config) withDefaults() (Config, error) {
 		t    InterfaceType
 	}{{"PodInterface", c.PodInterface}, {"HostInterconnect", c.HostInterconnect}} {
 		if f.t != TAP && f.t != AFPacket {
-			return c, fmt.Errorf("%s %q: want %q or %q", f.name, f.t, TAP, AFPacket)
+			return c, fmt.Errorf("%s %q: want %q, %q or %q", f.name, f.t, TAP, AFPacket, Auto)
 		}
 	}
 	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 9000) {

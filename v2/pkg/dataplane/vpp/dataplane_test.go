@@ -185,6 +185,36 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 			},
 			wantKernel: []string{"CreateHostVeth mtu=9000", "SetUpHost"},
 		},
+		{
+			name: "an af_packet interconnect that VPP's start-up configuration made is adopted, not made again",
+			cfg: func(c *Config) {
+				c.PodInterface, c.Uplink = AFPacket, "host-eth0"
+				c.UplinkGatewayIPv4 = netip.MustParseAddr("198.18.0.1")
+			},
+			prepare: func(h *harness) {
+				h.vpp.add(&fakeIf{name: "host-eth0", mtu: 1500, up: true, addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.11/24")}})
+				h.vpp.add(&fakeIf{name: "host-vcoilvpp", mtu: 1500, up: true, addrs: []netip.Prefix{InterconnectVPPIPv4}})
+			},
+			wantVPP: []string{
+				"sw_interface_dump all",
+				"create_loopback",
+				`sw_interface_tag_add_del add=true 3 "vcoil-loopback"`,
+				"ip_address_dump 3 ip6=false", "ip_address_dump 3 ip6=true",
+				"sw_interface_add_del_address add=true 3 169.254.1.1/32",
+				"sw_interface_ip6_enable_disable 3 enable=true",
+				"sw_interface_set_flags 3 flags=1",
+				`sw_interface_tag_add_del add=true 2 "vcoil-host"`,
+				"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
+				"sw_interface_ip6_enable_disable 2 enable=true",
+				"sw_interface_ip6_set_link_local_address 2 fe80::1",
+				"sw_interface_set_flags 2 flags=1",
+				"ip_route_add_del add=true 0.0.0.0/0 via 198.18.0.1 1",
+				"ip_route_add_del add=true ::/0 via fe80::2 2",
+				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+				"sw_interface_tap_v2_dump",
+			},
+			wantKernel: []string{"SetUpHost"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
@@ -805,3 +835,35 @@ type (
 	interfaceSetFlags      = interfaces.SwInterfaceSetFlags
 	interfaceSetFlagsReply = interfaces.SwInterfaceSetFlagsReply
 )
+
+// Auto picks TAP where the kernel has the vhost-net device and af_packet
+// where it has not, for pods and the host interconnect alike; an explicit
+// interconnect type stays as it is.
+func TestAutoInterfaceTypeFollowsVhostNet(t *testing.T) {
+	present := filepath.Join(t.TempDir(), "vhost-net")
+	if err := os.WriteFile(present, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "no-vhost-net")
+	for _, tc := range []struct {
+		vhost              string
+		pod, interconnect  InterfaceType
+		wantPod, wantInter InterfaceType
+	}{
+		{present, Auto, "", TAP, TAP},
+		{missing, Auto, "", AFPacket, AFPacket},
+		{missing, Auto, TAP, AFPacket, TAP},
+		{present, AFPacket, Auto, AFPacket, TAP},
+	} {
+		cfg := testConfig()
+		cfg.VhostNet, cfg.PodInterface, cfg.HostInterconnect = tc.vhost, tc.pod, tc.interconnect
+		got, err := cfg.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.PodInterface != tc.wantPod || got.HostInterconnect != tc.wantInter {
+			t.Errorf("vhost-net %s, pod %q, interconnect %q: got %q/%q, want %q/%q", filepath.Base(tc.vhost), tc.pod, tc.interconnect,
+				got.PodInterface, got.HostInterconnect, tc.wantPod, tc.wantInter)
+		}
+	}
+}

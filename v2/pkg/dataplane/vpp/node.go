@@ -123,9 +123,21 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 		return err
 	}
 
-	// The host interconnect.
+	// The host interconnect: vcoil's own (tagged), else one that VPP's
+	// start-up configuration attached to the veth (a node whose kernel
+	// reaches its network only through VPP needs it before vcoild runs),
+	// which vcoild adopts, else a new one.
+	premade := slices.IndexFunc(ifs, func(v vppInterface) bool {
+		return d.cfg.HostInterconnect == AFPacket && v.name == afPacketName(HostInterconnectVPPName) && v.tag == ""
+	})
 	if hi, ok := byTag(interconnectTag); ok {
 		n.interconnect = hi.swIfIndex
+	} else if premade >= 0 {
+		n.interconnect = ifs[premade].swIfIndex
+		if err := tag(ch, n.interconnect, interconnectTag); err != nil {
+			return err
+		}
+		d.log.Info("adopted the host interconnect made by VPP's start-up configuration", "name", ifs[premade].name, "swIfIndex", n.interconnect)
 	} else {
 		sw, err := d.createInterconnect(ctx, n.mtu)
 		if err != nil {
