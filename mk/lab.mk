@@ -13,6 +13,14 @@ LAB_NODES ?= 2
 # started with --service-proxy=false; by default vcoil serves the services
 # and no kube-proxy runs (never both on one node).
 LAB_KUBE_PROXY ?=
+# LAB_DATAPLANE: the worker nodes' dataplanes, given in turn: linux (the
+# default), vpp, or linux,vpp (node1 Linux, node2 VPP). VPP nodes run the VPP
+# binary VCOIL_VPP_BIN names (a VPP 25.10 built by hand: the project never
+# builds VPP) and vcoil from the overlay lab-vpp. Other lab targets read a
+# running lab's dataplanes from its state.
+LAB_DATAPLANE ?=
+VCOIL_VPP_BIN ?=
+LAB_OVERLAY := v2/config/overlays/$(if $(findstring vpp,$(LAB_DATAPLANE)),lab-vpp,lab)
 # More docker-archive tarballs to import into every node (space-separated).
 LAB_EXTRA_IMAGES ?=
 LAB_OUT := _out/lab
@@ -102,15 +110,22 @@ lab-components: lab-deps ## build or install everything lab-up needs (cached; sk
 	rc=0; nice $(MAKE) --no-print-directory kubernetes >/dev/null || rc=$$?; kill $$ticker 2>/dev/null; exit $$rc
 	@$(MAKE) --no-print-directory lab-images
 
-LAB_UP_FLAGS = --kubernetes-dir $(K8S_BIN_DIR) --etcd $(ETCD_BIN_DIR)/etcd --nodes $(LAB_NODES)
+LAB_UP_FLAGS = --kubernetes-dir $(K8S_BIN_DIR) --etcd $(ETCD_BIN_DIR)/etcd --nodes $(LAB_NODES) \
+	$(if $(LAB_DATAPLANE),--dataplane $(LAB_DATAPLANE)) $(if $(VCOIL_VPP_BIN),--vpp-bin $(abspath $(VCOIL_VPP_BIN)))
+
+# VPP nodes without a VPP fail at once, before anything is built.
+.PHONY: lab-check-vpp
+lab-check-vpp:
+	@if [ -n "$(findstring vpp,$(LAB_DATAPLANE))" ] && [ -z "$(VCOIL_VPP_BIN)" ]; then \
+		echo "LAB_DATAPLANE=$(LAB_DATAPLANE) needs VCOIL_VPP_BIN=/path/to/vpp: a VPP 25.10 binary you built (vcoil never builds VPP; see docs/vpp.md)" >&2; exit 2; fi
 
 # ---- the lab ----
 
 .PHONY: lab-up
-lab-up: lab-components ## bring the local cluster up (LAB_NODES=2 worker nodes) with vcoil installed; as root
+lab-up: lab-check-vpp lab-components ## bring the local cluster up (LAB_NODES=2 worker nodes, LAB_DATAPLANE=linux|vpp|linux,vpp) with vcoil installed; as root
 	$(call lab_say,bringing the lab up (state in $(LAB_STATE_DIR)))
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) up --agent $(abspath $(LAB_BIN))/agent \
-		--images-dir $(abspath $(LAB_IMAGES)) --overlay $(abspath v2/config/overlays/lab) \
+		--images-dir $(abspath $(LAB_IMAGES)) --overlay $(abspath $(LAB_OVERLAY)) \
 		$(if $(filter 1,$(LAB_KUBE_PROXY)),--kube-proxy) \
 		$(foreach t,$(LAB_EXTRA_IMAGES),--extra-images $(abspath $(t)))
 

@@ -9,6 +9,8 @@
 //	lab demo | demo-matrix
 //	lab bench-services [--sizes 1000,5000,10000] [--out _out/bench]   (vcoil's renderer beside kube-proxy)
 //	lab router --kubeconfig FILE [--peer NETNS=IP[,IP]]...   (run by lab up in the fabric namespace)
+//	lab vppctl NODE [CLI...]   (VPP nodes: VPP's CLI)
+//	lab vpp-supervise -- VPP ARGS...   (run by lab up in each VPP node: restarts VPP when it dies)
 package main
 
 import (
@@ -32,6 +34,7 @@ import (
 	"github.com/vcoil/vcoil/v2/e2e/lab/bench"
 	"github.com/vcoil/vcoil/v2/e2e/lab/cluster"
 	"github.com/vcoil/vcoil/v2/e2e/lab/router"
+	"github.com/vcoil/vcoil/v2/e2e/lab/supervise"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 )
@@ -44,6 +47,7 @@ func main() {
 	root.AddCommand(inspectCommands(cfg)...)
 	root.AddCommand(accessCommands(cfg, root)...)
 	root.AddCommand(routerCommand())
+	root.AddCommand(vppCommands(cfg)...)
 	root.AddCommand(demoCommands(cfg)...)
 	root.AddCommand(benchCommand(cfg))
 	if err := root.ExecuteContext(context.Background()); err != nil {
@@ -57,13 +61,24 @@ func main() {
 // they run, after the flags have filled it.
 func rootCommand(cfg *cluster.Config) *cobra.Command {
 	var nodes int
+	var dataplane string
 	root := &cobra.Command{
 		Use:           "lab",
 		Short:         "vcoil's local cluster of network namespaces",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
-			t, err := topology.New(nodes)
+			// Without --dataplane, a running lab's recorded dataplanes
+			// (and VPP binary) hold; without a lab, every node is Linux.
+			recorded, recordedBin := cfg.RecordedDataplanes()
+			dps := recorded
+			if dataplane != "" {
+				dps = strings.Split(dataplane, ",")
+			}
+			if cfg.VPPBin == "" {
+				cfg.VPPBin = recordedBin
+			}
+			t, err := topology.New(nodes, dps...)
 			cfg.Topology = t
 			return err
 		},
@@ -72,6 +87,8 @@ func rootCommand(cfg *cluster.Config) *cobra.Command {
 	pf.StringVar(&cfg.StateDir, "state-dir", "/var/lib/vcoil-lab", "directory of the running lab's state (removed by down)")
 	pf.StringVar(&cfg.LogDir, "log-dir", "_out/lab/logs", "directory of the components' logs (kept by down)")
 	pf.IntVar(&nodes, "nodes", 2, "number of worker nodes")
+	pf.StringVar(&dataplane, "dataplane", "", "the nodes' dataplanes, given in turn: linux, vpp, or linux,vpp (default: the running lab's, else linux)")
+	pf.StringVar(&cfg.VPPBin, "vpp-bin", "", "the VPP 25.10 binary of the VPP nodes (default: the running lab's)")
 	pf.StringVar(&cfg.KubernetesDir, "kubernetes-dir", "", "directory of kube-apiserver, kubelet, kubectl, ... (make kubernetes)")
 	pf.StringVar(&cfg.Etcd, "etcd", "", "etcd binary")
 	pf.StringVar(&cfg.Agent, "agent", filepath.Join(filepath.Dir(cfg.Self), "agent"), "the network test agent binary (run on the external host)")
@@ -388,4 +405,34 @@ func writeBench(dir string, recs []bench.Record) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "services.md"), []byte(bench.Markdown(recs)), 0o644)
+}
+
+// vppCommands reach a VPP node's VPP and keep it running.
+func vppCommands(cfg *cluster.Config) []*cobra.Command {
+	vppctl := &cobra.Command{
+		Use:   "vppctl NODE [CLI...]",
+		Short: "run a VPP CLI command on a VPP node (e.g. lab vppctl node1 show interface)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			out, err := cfg.VPPCLI(args[0], args[1:]...)
+			fmt.Print(out)
+			return err
+		},
+	}
+	var pidFile string
+	vppSupervise := &cobra.Command{
+		Use:    "vpp-supervise [--pid-file FILE] -- VPP ARGS...",
+		Short:  "run VPP and start it again whenever it dies, as a node's service manager would (run by lab up)",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := supervise.DefaultOptions
+			opts.PidFile = pidFile
+			return supervise.Run(ctx, args, opts, os.Stderr)
+		},
+	}
+	vppSupervise.Flags().StringVar(&pidFile, "pid-file", "", "file that receives VPP's PID at each start")
+	return []*cobra.Command{vppctl, vppSupervise}
 }

@@ -45,7 +45,9 @@ type Config struct {
 	// renderer off (vcoild --service-proxy=false); otherwise vcoil renders
 	// services and no kube-proxy runs. Never both on one node.
 	KubeProxy bool
-	Out       io.Writer
+	// VPPBin is the VPP binary that the VPP nodes run (Topology.Dataplanes).
+	VPPBin string
+	Out    io.Writer
 }
 
 // Layout of the state directory.
@@ -66,6 +68,7 @@ func (c Config) pidDir() string                 { return c.path("pids") }
 func (c Config) createdDirsFile() string        { return c.path("created-dirs") }
 func (c Config) upMarker() string               { return c.path("up") }
 func (c Config) proxyFile() string              { return c.path("service-proxy") }
+func (c Config) dataplanesFile() string         { return c.path("dataplanes") }
 func (c Config) AdminKubeconfig() string        { return c.path("admin.kubeconfig") }
 func (c Config) EnvFile() string                { return c.path("lab.env") }
 func (c Config) kubectl() string                { return filepath.Join(c.KubernetesDir, "kubectl") }

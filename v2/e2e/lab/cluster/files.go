@@ -103,7 +103,7 @@ func (c Config) writeFiles() error {
 		files[c.nodeFile(n, "kube-proxy.yaml")] = []byte(render.KubeProxyConfig(n, c.nodeFile(n, "kube-proxy.kubeconfig")))
 		files[c.nodeFile(n, "containerd.toml")] = []byte(render.ContainerdConfig())
 	}
-	files[c.EnvFile()] = []byte(render.EnvFile(c.Topology, c.AdminKubeconfig(), c.path("kubectl"), c.KubernetesDir, c.Agent))
+	files[c.EnvFile()] = []byte(render.EnvFile(c.Topology, c.StateDir, c.AdminKubeconfig(), c.path("kubectl"), c.KubernetesDir, c.Agent))
 	files[c.path("kubectl")] = []byte(fmt.Sprintf("#!/bin/sh\n# kubectl against the vcoil lab, run in its control plane's network namespace.\nexec nsenter --net=%s -- %s --kubeconfig %s \"$@\"\n",
 		ControlPlaneNetnsPath(), c.kubectl(), c.AdminKubeconfig()))
 	for path, data := range files {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 
+	"github.com/vcoil/vcoil/v2/e2e/lab/render"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
 )
 
@@ -35,11 +36,16 @@ func (c Config) buildNetwork() error {
 		// -e: a kernel without IPv6 has no such key.
 		inNetns(fabric, "sysctl", "-q", "-e", "-w", "net.ipv6.fib_multipath_hash_policy=1"),
 	}
-	// attach puts ns on the bridge with address addr, routed via the fabric.
-	attach := func(ns, port string, addr string) {
+	// link puts ns's eth0 on the bridge; attach gives it address addr,
+	// routed via the fabric.
+	link := func(ns, port string) {
 		cmds = append(cmds,
 			ip(fabric, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns),
-			ip(fabric, "link", "set", port, "master", "br0", "up"),
+			ip(fabric, "link", "set", port, "master", "br0", "up"))
+	}
+	attach := func(ns, port string, addr string) {
+		link(ns, port)
+		cmds = append(cmds,
 			ip(ns, "addr", "add", fmt.Sprintf("%s/%d", addr, bits), "dev", "eth0"),
 			ip(ns, "link", "set", "eth0", "up"),
 			ip(ns, "route", "add", "default", "via", topology.FabricIP.String()),
@@ -47,7 +53,16 @@ func (c Config) buildNetwork() error {
 	}
 	attach(topology.ControlPlaneNetns, "p-cp", topology.ControlPlaneIP.String())
 	for _, n := range topo.NodeList() {
-		attach(n.Netns, n.Port, n.IP.String())
+		if n.Dataplane == topology.DataplaneVPP {
+			// VPP will hold the node's address on eth0; the kernel
+			// reaches the fabric through VPP (startVPPs).
+			link(n.Netns, n.Port)
+			for _, cmd := range render.VPPNodeNetwork(n) {
+				cmds = append(cmds, inNetns(n.Netns, cmd...))
+			}
+		} else {
+			attach(n.Netns, n.Port, n.IP.String())
+		}
 		cmds = append(cmds, inNetns(n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
 	}
 	ext, extBits := topology.ExternalNetns, topology.ExternalNet.Bits()

@@ -44,26 +44,30 @@ func (c Config) Reload(ctx context.Context) error {
 	}
 	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(
 		`{"spec":{"template":{"metadata":{"annotations":{"vcoil.io/lab-reloaded-at":%q}}}}}`, time.Now().Format(time.RFC3339Nano))))
-	ds := &appsv1.DaemonSet{}
-	ds.Namespace, ds.Name = "kube-system", "vcoil-daemon"
-	if err := cl.Patch(ctx, ds, patch); err != nil {
-		return fmt.Errorf("restart vcoild: %w", err)
+	for name := range c.daemonSets() {
+		ds := &appsv1.DaemonSet{}
+		ds.Namespace, ds.Name = "kube-system", name
+		if err := cl.Patch(ctx, ds, patch); err != nil {
+			return fmt.Errorf("restart vcoild (%s): %w", name, err)
+		}
 	}
 	if err := waitDeployment(ctx, cl, "kube-system", "vcoil-controller", 3*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
-	if err := poll.Until(ctx, 3*time.Minute, pollInterval, func(ctx context.Context) error {
-		d := &appsv1.DaemonSet{}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(ds), d); err != nil {
-			return err
+	for name := range c.daemonSets() {
+		if err := poll.Until(ctx, 3*time.Minute, pollInterval, func(ctx context.Context) error {
+			d := &appsv1.DaemonSet{}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, d); err != nil {
+				return err
+			}
+			s := d.Status
+			if s.ObservedGeneration < d.Generation || s.UpdatedNumberScheduled < s.DesiredNumberScheduled || s.NumberReady < s.DesiredNumberScheduled || s.NumberAvailable < s.DesiredNumberScheduled {
+				return fmt.Errorf("%d of %d updated, %d ready", s.UpdatedNumberScheduled, s.DesiredNumberScheduled, s.NumberReady)
+			}
+			return nil
+		}); err != nil {
+			return c.failed(fmt.Errorf("vcoild (%s) restarted on every node: %w", name, err), "node1-kubelet")
 		}
-		s := d.Status
-		if s.ObservedGeneration < d.Generation || s.UpdatedNumberScheduled < s.DesiredNumberScheduled || s.NumberReady < s.DesiredNumberScheduled || s.NumberAvailable < s.DesiredNumberScheduled {
-			return fmt.Errorf("%d of %d updated, %d ready", s.UpdatedNumberScheduled, s.DesiredNumberScheduled, s.NumberReady)
-		}
-		return nil
-	}); err != nil {
-		return c.failed(fmt.Errorf("vcoild restarted on every node: %w", err), "node1-kubelet")
 	}
 	done()
 	return nil

@@ -45,6 +45,9 @@ func (c Config) Up(ctx context.Context) error {
 	if err := c.recordServiceProxy(); err != nil {
 		return err
 	}
+	if err := c.recordDataplanes(); err != nil {
+		return err
+	}
 	done()
 	done = c.step("network namespaces: fabric 198.18.0.0/24 with control plane, %d nodes, external host %s", c.Topology.Nodes, topology.ExternalIP)
 	if err := c.buildNetwork(); err != nil {
@@ -56,6 +59,13 @@ func (c Config) Up(ctx context.Context) error {
 		return err
 	}
 	done()
+	if vpp := c.Topology.VPPNodes(); len(vpp) > 0 {
+		done = c.step("VPP on %d node(s) (%s), holding the node's fabric address; the node's kernel reaches the fabric through it", len(vpp), c.VPPBin)
+		if err := c.startVPPs(ctx); err != nil {
+			return err
+		}
+		done()
+	}
 
 	done = c.step("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
 	runtimes := make(chan error, 1)
@@ -253,8 +263,10 @@ func (c Config) deployVcoil(ctx context.Context, cl client.Client) error {
 	if err := createDefaultPools(ctx, cl); err != nil {
 		return err
 	}
-	if err := waitDaemonSet(ctx, cl, "kube-system", "vcoil-daemon", int32(c.Topology.Nodes), 3*time.Minute); err != nil {
-		return c.failed(err, "node1-kubelet")
+	for ds, nodes := range c.daemonSets() {
+		if err := waitDaemonSet(ctx, cl, "kube-system", ds, nodes, 3*time.Minute); err != nil {
+			return c.failed(err, "node1-kubelet")
+		}
 	}
 	if err := waitNodesReady(ctx, cl, c.Topology.Nodes, 2*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
@@ -342,6 +354,9 @@ func (c Config) preflight() error {
 	if os.Geteuid() != 0 {
 		return errors.New("the lab needs root (network namespaces, mounts, cgroups)")
 	}
+	if err := c.checkVPP(); err != nil {
+		return err
+	}
 	var missing []string
 	for _, f := range []string{c.bin("kube-apiserver"), c.bin("kube-controller-manager"), c.bin("kube-scheduler"), c.bin("kubelet"), c.bin("kube-proxy"), c.kubectl(), c.Etcd, c.Agent, c.Self} {
 		if _, err := os.Stat(f); err != nil {
@@ -375,6 +390,9 @@ func (c Config) Health() []string {
 	names := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "router", "external-agent"}
 	for _, n := range c.Topology.NodeList() {
 		names = append(names, n.Name+"-containerd", n.Name+"-kubelet")
+		if n.Dataplane == topology.DataplaneVPP {
+			names = append(names, vppDaemonName(n))
+		}
 		if c.ServiceProxy() == ProxyKubeProxy {
 			names = append(names, kubeProxyName(n))
 		}

@@ -145,6 +145,8 @@ func KubeletArgs(node topology.Node, configFile, kubeconfig string) []string {
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + node.Name,
 		"--node-ip=" + node.IP.String(),
+		// The DaemonSets of vcoil's lab overlays choose their nodes by it.
+		"--node-labels=" + LabelDataplane + "=" + node.Dataplane,
 		"--v=1",
 	}
 }
@@ -398,7 +400,7 @@ spec:
 // EnvFile is lab.env: what a test or a person needs to find the lab, as
 // shell assignments. agent is the network test agent's binary, which the
 // e2e suite runs on the external host as a client from outside the cluster.
-func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir, agent string) string {
+func EnvFile(topo topology.Topology, stateDir, kubeconfig, kubectl, kubernetesDir, agent string) string {
 	var b strings.Builder
 	w := func(k, v string) { fmt.Fprintf(&b, "%s=%s\n", k, v) }
 	w("KUBECONFIG", kubeconfig)
@@ -418,6 +420,14 @@ func EnvFile(topo topology.Topology, kubeconfig, kubectl, kubernetesDir, agent s
 		ips = append(ips, n.IP.String())
 	}
 	w("VCOIL_LAB_NODES", strings.Join(names, ","))
+	var vpp []string
+	for _, n := range topo.VPPNodes() {
+		vpp = append(vpp, n.Name)
+	}
+	// The nodes whose dataplane is VPP, and where each one's VPP writes
+	// its PID (the VPP-restart case of the e2e suite kills it).
+	w("VCOIL_LAB_VPP_NODES", strings.Join(vpp, ","))
+	w("VCOIL_LAB_VPP_PIDFILE", stateDir+"/"+vppPidfile)
 	w("VCOIL_LAB_NODE_IPS", strings.Join(ips, ","))
 	w("VCOIL_LAB_SERVICE_CIDR", topology.ServiceCIDR.String())
 	w("VCOIL_LAB_POD_POOL", topology.PodPool.String())

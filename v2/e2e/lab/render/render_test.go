@@ -125,11 +125,66 @@ func TestCoreDNSManifestsDecode(t *testing.T) {
 }
 
 func TestEnvFileNamesTheNodes(t *testing.T) {
-	env := EnvFile(topology.Topology{Nodes: 2}, "/lab/admin.kubeconfig", "/lab/bin/kubectl", "/k8s", "/lab/bin/agent")
-	for _, want := range []string{"KUBECONFIG=/lab/admin.kubeconfig\n", "VCOIL_LAB_NODES=node1,node2\n", "VCOIL_LAB_NODE_IPS=198.18.0.11,198.18.0.12\n", "VCOIL_LAB_EXTERNAL_IP=203.0.113.10\n",
+	env := EnvFile(topology.Topology{Nodes: 2, Dataplanes: []string{"linux", "vpp"}}, "/lab", "/lab/admin.kubeconfig", "/lab/bin/kubectl", "/k8s", "/lab/bin/agent")
+	for _, want := range []string{"KUBECONFIG=/lab/admin.kubeconfig\n", "VCOIL_LAB_NODES=node1,node2\n",
+		"VCOIL_LAB_VPP_NODES=node2\n", "VCOIL_LAB_VPP_PIDFILE=/lab/vpp/{node}/vpp.pid\n", "VCOIL_LAB_NODE_IPS=198.18.0.11,198.18.0.12\n", "VCOIL_LAB_EXTERNAL_IP=203.0.113.10\n",
 		"VCOIL_E2E_EXTERNAL_AGENT=nsenter --net=/run/netns/vcoil-lab-ext -- /lab/bin/agent\n"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("lab.env lacks %q:\n%s", want, env)
 		}
+	}
+}
+
+// A VPP node's VPP takes the fabric link and the node's address, attaches
+// the host interconnect vcoild adopts, and hands the kernel what it does
+// not serve; its kernel keeps the address on lo and routes through VPP.
+func TestVPPNodeConfiguration(t *testing.T) {
+	topo, err := topology.New(2, "linux", "vpp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := topo.NodeList()[1]
+	if n.Dataplane != topology.DataplaneVPP || topo.NodeList()[0].Dataplane != topology.DataplaneLinux {
+		t.Fatalf("dataplanes %q, %q: want linux, vpp", topo.NodeList()[0].Dataplane, n.Dataplane)
+	}
+	cli := VPPStartupCLI(n)
+	for _, want := range []string{
+		"create host-interface name eth0\n",
+		"set interface ip address host-eth0 198.18.0.12/24\n",
+		"create host-interface name vcoilvpp\n",
+		"set interface ip address host-vcoilvpp 169.254.100.1/30\n",
+		"ip route add 0.0.0.0/0 via 198.18.0.1 host-eth0\n",
+		"ip punt redirect add rx all via 169.254.100.2 host-vcoilvpp\n",
+		"set punt udp all\n",
+	} {
+		if !strings.Contains(cli, want) {
+			t.Errorf("startup CLI lacks %q:\n%s", want, cli)
+		}
+	}
+	conf := VPPStartupConf(n, "/lab/vpp/node2/startup.cli", "/logs/node2-vpp-internal.log")
+	for _, want := range []string{"socksvr { socket-name /run/vpp/api.sock }", "pidfile /run/vpp/vpp.pid", "startup-config /lab/vpp/node2/startup.cli",
+		"api-segment { prefix vcoil-lab-node2 }", "plugin dpdk_plugin.so { disable }"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("startup.conf lacks %q:\n%s", want, conf)
+		}
+	}
+	var cmds []string
+	for _, c := range VPPNodeNetwork(n) {
+		cmds = append(cmds, strings.Join(c, " "))
+	}
+	all := strings.Join(cmds, "\n")
+	for _, want := range []string{
+		"ip addr add 198.18.0.12/32 dev lo",
+		"ip route add 198.18.0.0/24 via 169.254.100.1 dev vcoilhost src 198.18.0.12",
+		"ip route add default via 169.254.100.1 dev vcoilhost src 198.18.0.12",
+		"sysctl -q -w net.ipv4.conf.eth0.arp_ignore=8",
+		"type filter hook ingress device eth0 priority 0 ; policy drop",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the VPP node's network lacks %q:\n%s", want, all)
+		}
+	}
+	if args := strings.Join(KubeletArgs(n, "c", "k"), " "); !strings.Contains(args, "--node-labels=vcoil.io/dataplane=vpp") {
+		t.Errorf("kubelet args %s lack the dataplane label", args)
 	}
 }

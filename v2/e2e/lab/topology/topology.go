@@ -62,17 +62,48 @@ const (
 	AgentHTTPPort = 8082
 )
 
-// Topology is one lab: how many worker nodes it has.
+// The dataplanes a node can run: vcoild's Linux dataplane, or VPP (the
+// node's own VPP holds its fabric address; see docs/lab.md).
+const (
+	DataplaneLinux = "linux"
+	DataplaneVPP   = "vpp"
+)
+
+// Topology is one lab: how many worker nodes it has and their dataplanes.
 type Topology struct {
 	Nodes int
+	// Dataplanes are given to the nodes in turn: [vpp] makes every node a
+	// VPP node, [linux vpp] alternates, node1 on Linux. Empty: all Linux.
+	Dataplanes []string
 }
 
-// New checks the node count.
-func New(nodes int) (Topology, error) {
+// New checks the node count and the dataplanes.
+func New(nodes int, dataplanes ...string) (Topology, error) {
 	if nodes < 1 || nodes > MaxNodes {
 		return Topology{}, fmt.Errorf("%d nodes: the lab has 1 to %d", nodes, MaxNodes)
 	}
-	return Topology{Nodes: nodes}, nil
+	for _, d := range dataplanes {
+		if d != DataplaneLinux && d != DataplaneVPP {
+			return Topology{}, fmt.Errorf("dataplane %q: want %s or %s", d, DataplaneLinux, DataplaneVPP)
+		}
+	}
+	return Topology{Nodes: nodes, Dataplanes: dataplanes}, nil
+}
+
+// HasVPP tells whether any node runs VPP.
+func (t Topology) HasVPP() bool {
+	return len(t.VPPNodes()) > 0
+}
+
+// VPPNodes are the nodes that run VPP.
+func (t Topology) VPPNodes() []Node {
+	var out []Node
+	for _, n := range t.NodeList() {
+		if n.Dataplane == DataplaneVPP {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Node is one worker node.
@@ -85,6 +116,8 @@ type Node struct {
 	IP netip.Addr
 	// Port is the name of the node's link on the fabric bridge.
 	Port string
+	// Dataplane is DataplaneLinux or DataplaneVPP.
+	Dataplane string
 }
 
 // NodeList returns the worker nodes, node1 first.
@@ -93,10 +126,14 @@ func (t Topology) NodeList() []Node {
 	for i := range nodes {
 		name := fmt.Sprintf("node%d", i+1)
 		nodes[i] = Node{
-			Name:  name,
-			Netns: Prefix + "-" + name,
-			IP:    netip.AddrFrom4([4]byte{198, 18, 0, byte(firstNodeHost + i)}),
-			Port:  "p-" + name,
+			Name:      name,
+			Netns:     Prefix + "-" + name,
+			IP:        netip.AddrFrom4([4]byte{198, 18, 0, byte(firstNodeHost + i)}),
+			Port:      "p-" + name,
+			Dataplane: DataplaneLinux,
+		}
+		if len(t.Dataplanes) > 0 {
+			nodes[i].Dataplane = t.Dataplanes[i%len(t.Dataplanes)]
 		}
 	}
 	return nodes

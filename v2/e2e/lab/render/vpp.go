@@ -1,0 +1,124 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+)
+
+// LabelDataplane is the node label (linux or vpp) by which vcoil's lab
+// overlays place their DaemonSets.
+const LabelDataplane = "vcoil.io/dataplane"
+
+// A VPP node of the lab: the names and addresses its VPP, its kernel and
+// vcoild (through the overlay lab-vpp) agree on.
+const (
+	// VPPRunDir is VPP's runtime directory in the node's mount namespace
+	// (its /run is the node's own): vcoild reaches the API socket there.
+	VPPRunDir = "/run/vpp"
+	// VPPUplink is the node's fabric link, which VPP attaches with
+	// af_packet as host-eth0 and which then belongs to VPP alone.
+	VPPUplink = "eth0"
+	// VPPHostLink and VPPHostPeer are the host interconnect's veth: the
+	// kernel's end and the end VPP attaches (host-vcoilvpp). They are
+	// vcoild's names for an af_packet interconnect, which vcoild adopts.
+	VPPHostLink = "vcoilhost"
+	VPPHostPeer = "vcoilvpp"
+	// VPPUplinkGuard is the nftables table (family netdev) in the node's
+	// namespace that drops everything the kernel would receive on the
+	// uplink: only VPP's packet socket, which sees frames before the
+	// ingress hook, gets them.
+	VPPUplinkGuard = "vcoil-lab-uplink"
+)
+
+// The host interconnect's addresses (vcoild's, fixed for every node).
+const (
+	vppHostVPPIP  = "169.254.100.1"
+	vppHostNodeIP = "169.254.100.2"
+)
+
+// vppPidfile is where a node's VPP supervisor writes VPP's PID at each
+// start, "{node}" standing for the node's name, under the lab's state
+// directory (VPP's own pidfile must be in its runtime directory, in the
+// node's mount namespace).
+const vppPidfile = "vpp/{node}/vpp.pid"
+
+// VPPPidfile is the node's VPP's PID file under stateDir.
+func VPPPidfile(stateDir string, n topology.Node) string {
+	return stateDir + "/" + strings.ReplaceAll(vppPidfile, "{node}", n.Name)
+}
+
+// VPPStartupConf is the node's VPP configuration: no DPDK, no hugepages
+// (4k pages), the main thread only, sleeping between polls, its sockets in
+// VPPRunDir, its log in logFile, the start-up commands in cliFile. The API
+// segment's prefix is the node's: the nodes share the machine's /dev/shm.
+func VPPStartupConf(n topology.Node, cliFile, logFile string) string {
+	return execute(`unix {
+  nodaemon
+  cli-listen {{.Run}}/cli.sock
+  log {{.Log}}
+  runtime-dir {{.Run}}
+  pidfile {{.Run}}/vpp.pid
+  poll-sleep-usec 100
+  startup-config {{.CLI}}
+}
+api-segment { prefix {{.Prefix}} }
+socksvr { socket-name {{.Run}}/api.sock }
+cpu { main-core 0 }
+buffers { buffers-per-numa 16384 page-size 4k }
+memory { main-heap-size 512M main-heap-page-size 4k }
+statseg { size 32M page-size 4k socket-name {{.Run}}/stats.sock }
+plugins { plugin dpdk_plugin.so { disable } }
+`, map[string]string{"Run": VPPRunDir, "Log": logFile, "CLI": cliFile, "Prefix": topology.Prefix + "-" + n.Name})
+}
+
+// VPPStartupCLI are the commands VPP runs at each start, as a real node's
+// start-up configuration would: VPP takes the fabric link and the node's
+// address, attaches the host interconnect, routes its default through the
+// fabric, and hands the kernel (through the interconnect) whatever comes
+// for the node's address that VPP does not serve itself: the kubelet's,
+// containerd's and hostNetwork pods' TCP and UDP. VPP answers ARP and ping
+// for the address.
+func VPPStartupCLI(n topology.Node) string {
+	up, host := "host-"+VPPUplink, "host-"+VPPHostPeer
+	lines := []string{
+		"create host-interface name " + VPPUplink,
+		fmt.Sprintf("set interface ip address %s %s/%d", up, n.IP, topology.FabricNet.Bits()),
+		"set interface state " + up + " up",
+		"create host-interface name " + VPPHostPeer,
+		fmt.Sprintf("set interface ip address %s %s/30", host, vppHostVPPIP),
+		"set interface state " + host + " up",
+		fmt.Sprintf("ip route add 0.0.0.0/0 via %s %s", topology.FabricIP, up),
+		fmt.Sprintf("ip punt redirect add rx all via %s %s", vppHostNodeIP, host),
+		"set punt udp all",
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// VPPNodeNetwork are the commands (each an argv, run in the node's
+// namespace) that give a VPP node's kernel its side: the node's address on
+// lo (VPP holds it on the fabric; the kernel keeps it for the kubelet and
+// hostNetwork pods), the host interconnect's veth, the routes to the fabric
+// and everything else through VPP, and the uplink closed to the kernel.
+func VPPNodeNetwork(n topology.Node) [][]string {
+	ip := func(args ...string) []string { return append([]string{"ip"}, args...) }
+	sysctl := func(kv string) []string { return []string{"sysctl", "-q", "-w", kv} }
+	src := n.IP.String()
+	return [][]string{
+		ip("addr", "add", src+"/32", "dev", "lo"),
+		ip("link", "add", VPPHostLink, "type", "veth", "peer", "name", VPPHostPeer),
+		sysctl("net.ipv6.conf." + VPPHostPeer + ".disable_ipv6=1"),
+		sysctl("net.ipv6.conf." + VPPUplink + ".disable_ipv6=1"),
+		// The kernel must never answer ARP on the uplink for the node's
+		// address: VPP does.
+		sysctl("net.ipv4.conf." + VPPUplink + ".arp_ignore=8"),
+		ip("link", "set", VPPHostPeer, "up"),
+		ip("link", "set", VPPUplink, "up"),
+		ip("addr", "add", vppHostNodeIP+"/30", "dev", VPPHostLink),
+		ip("link", "set", VPPHostLink, "up"),
+		ip("route", "add", topology.FabricNet.String(), "via", vppHostVPPIP, "dev", VPPHostLink, "src", src),
+		ip("route", "add", "default", "via", vppHostVPPIP, "dev", VPPHostLink, "src", src),
+		{"nft", "add table netdev " + VPPUplinkGuard + " ; add chain netdev " + VPPUplinkGuard + " ingress { type filter hook ingress device " + VPPUplink + " priority 0 ; policy drop ; }"},
+	}
+}
