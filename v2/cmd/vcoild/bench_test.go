@@ -18,6 +18,7 @@ import (
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
 // TestBenchCNI measures ADD and DEL latency of vcoil beside the reference
@@ -25,9 +26,12 @@ import (
 // namespace, with portmap chained, on pods that are namespaces). The two are
 // compared on IPv4 only: ptp waits for IPv6 duplicate address detection to
 // settle (about 1.8 s per ADD here), which vcoil does not need for a /128 on
-// a point-to-point link. vcoil is measured in dual stack too. It runs only
-// when VCOIL_BENCH_CNI names the JSON file to write (make bench-cni): it is a
-// measurement, not a check.
+// a point-to-point link. vcoil is measured in dual stack too. When
+// VCOIL_VPP_BIN names a VPP binary, vcoil on the VPP dataplane is measured
+// in the same run (IPv4, the same scenarios), against a VPP started in the
+// node's namespace; without it those rows are skipped, saying so. It runs
+// only when VCOIL_BENCH_CNI names the JSON file to write (make bench-cni):
+// it is a measurement, not a check.
 func TestBenchCNI(t *testing.T) {
 	out := os.Getenv("VCOIL_BENCH_CNI")
 	if out == "" {
@@ -53,6 +57,21 @@ func TestBenchCNI(t *testing.T) {
 		}
 	}
 	defaultPool(t)
+	variants := []benchVariant{
+		{plugin: "vcoil", family: "ipv4", dataplane: "linux"},
+		{plugin: "ptp+host-local", family: "ipv4", dataplane: "linux"},
+		{plugin: "vcoil", family: "dual", dataplane: "linux"},
+	}
+	// Not vpptest.Binary: it would skip the whole test, Linux rows too.
+	vppBin := os.Getenv(vpptest.BinEnv)
+	if vppBin == "" {
+		t.Logf("VPP rows skipped: set %s to a VPP 25.10 binary to measure vcoil on the VPP dataplane too", vpptest.BinEnv)
+	} else {
+		if _, err := os.Stat(vppBin); err != nil {
+			t.Fatalf("%s=%s: %v", vpptest.BinEnv, vppBin, err)
+		}
+		variants = append(variants, benchVariant{plugin: "vcoil", family: "ipv4", dataplane: "vpp"})
+	}
 
 	var rows []benchRow
 	for _, sc := range []struct {
@@ -63,12 +82,18 @@ func TestBenchCNI(t *testing.T) {
 		{"sequential", 200, false},
 		{"concurrent", 50, true},
 	} {
-		for _, v := range []struct{ plugin, family string }{
-			{"vcoil", "ipv4"}, {"ptp+host-local", "ipv4"}, {"vcoil", "dual"},
-		} {
+		for _, v := range variants {
 			plugin := v.plugin
 			f := newFabric(t)
-			n := newNode(t, f, 10+len(rows))
+			var n *node
+			var vppProc *vpptest.VPP
+			podIf := "veth"
+			if v.dataplane == "vpp" {
+				podIf = vpptest.PodInterface()
+				n, vppProc = newVPPBenchNode(t, f, 10+len(rows), vppBin, podIf)
+			} else {
+				n = newNode(t, f, 10+len(rows))
+			}
 			if plugin != "vcoil" {
 				n.cni = libcni.NewCNIConfigWithCacheDir([]string{refDir}, filepath.Join(n.dir, "ref-cache"), nil)
 				conf, err := libcni.ConfListFromBytes([]byte(fmt.Sprintf(`{
@@ -88,7 +113,7 @@ func TestBenchCNI(t *testing.T) {
 				pods[i] = newPod(t, fmt.Sprintf("b%d-%03d", len(rows), i))
 				pods[i].namespace = map[string]string{"ipv4": "bench4", "dual": "bench"}[v.family]
 			}
-			row := benchRow{Plugin: plugin, Family: v.family, Scenario: sc.name, Pods: sc.pods}
+			row := benchRow{Plugin: plugin, Dataplane: v.dataplane, PodInterface: podIf, Family: v.family, Scenario: sc.name, Pods: sc.pods}
 			start := time.Now()
 			adds := timeEach(t, n, pods, sc.concurrent, func(p *pod) error { return n.add(p) })
 			dels := timeEach(t, n, pods, sc.concurrent, n.del)
@@ -104,6 +129,13 @@ func TestBenchCNI(t *testing.T) {
 			for _, p := range pods {
 				p.ns.Remove()
 			}
+			if vppProc != nil {
+				// An idle VPP still wakes every 100 µs (poll-sleep-usec): stop it, and
+				// its vcoild first, so that it does not weigh on the rows
+				// that follow.
+				n.kill()
+				vppProc.Kill()
+			}
 		}
 	}
 	data, _ := json.MarshalIndent(rows, "", "  ")
@@ -111,16 +143,26 @@ func TestBenchCNI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| plugin | family | scenario | pods | ADD p50 | ADD p99 | DEL p50 | DEL p99 | ADD+DEL p50 | ADD+DEL p99 | total |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| plugin | dataplane | pod interface | family | scenario | pods | ADD p50 | ADD p99 | DEL p50 | DEL p99 | ADD+DEL p50 | ADD+DEL p99 | total |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f s |\n",
-			r.Plugin, r.Family, r.Scenario, r.Pods, r.AddP50, r.AddP99, r.DelP50, r.DelP99, r.AddDelP50, r.AddDelP99, r.TotalSeconds)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f s |\n",
+			r.Plugin, r.Dataplane, r.PodInterface, r.Family, r.Scenario, r.Pods, r.AddP50, r.AddP99, r.DelP50, r.DelP99, r.AddDelP50, r.AddDelP99, r.TotalSeconds)
 	}
 	t.Log(b.String())
 }
 
+// benchVariant is what one row measures: a plugin on a dataplane
+// (linux: the kernel's; vpp: vcoil's VPP dataplane) for an address family.
+type benchVariant struct {
+	plugin, family, dataplane string
+}
+
 type benchRow struct {
-	Plugin       string  `json:"plugin"`
+	Plugin    string `json:"plugin"`
+	Dataplane string `json:"dataplane"`
+	// PodInterface is what links a pod to the node: a veth into the
+	// kernel (linux), or VPP's af_packet (a veth) or tap interface (vpp).
+	PodInterface string  `json:"pod_interface"`
 	Family       string  `json:"family"`
 	Scenario     string  `json:"scenario"`
 	Pods         int     `json:"pods"`
@@ -131,6 +173,26 @@ type benchRow struct {
 	AddDelP50    float64 `json:"add_del_p50_ms"`
 	AddDelP99    float64 `json:"add_del_p99_ms"`
 	TotalSeconds float64 `json:"total_s"`
+}
+
+// newVPPBenchNode starts VPP in a new node's namespace and vcoild on the
+// VPP dataplane against it, pods on podIf. The row measures the
+// dataplane's wiring of a pod (its interface, routes and neighbours), so
+// the service proxy is off: with it, the NAT44 renderer would also give
+// every pod its NAT role. No uplink: VPP's default route goes through the
+// host interconnect, which the measurement does not use.
+func newVPPBenchNode(t *testing.T, f *fabric, index int, bin, podIf string) (*node, *vpptest.VPP) {
+	t.Helper()
+	v := vpptest.Prepare(t, bin)
+	n := newNodeWith(t, f, index, nodeOptions{
+		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", podIf, "--service-proxy=false"},
+		beforeStart: func(n *node) {
+			if err := v.Launch(n.ns.Path()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	return n, v
 }
 
 // timeEach runs op for every pod, one after another or all at once, and
