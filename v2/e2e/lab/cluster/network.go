@@ -33,6 +33,13 @@ func (c Config) buildNetwork() error {
 		ip(fabric, "link", "set", "br0", "up"),
 		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
 		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.fib_multipath_hash_policy=1"),
+		// No ICMP redirects: the fabric routes a node's traffic to another
+		// node's pods back onto the bridge it came from, and VPP (25.10)
+		// drops the NAT44 session of a packet a redirect is about, which
+		// cuts connections from a pod to another node's NodePort.
+		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.conf.all.send_redirects=0"),
+		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.conf.default.send_redirects=0"),
+		inNetns(fabric, "sysctl", "-q", "-w", "net.ipv4.conf.br0.send_redirects=0"),
 		// -e: a kernel without IPv6 has no such key.
 		inNetns(fabric, "sysctl", "-q", "-e", "-w", "net.ipv6.fib_multipath_hash_policy=1"),
 	}
