@@ -31,9 +31,14 @@ func (d *driver) SetServiceNetwork(ctx context.Context, net ServiceNetwork) erro
 			return fmt.Errorf("service network: refused frontend %v protocol %d port %d: want IPv4, TCP (6) or UDP (17) and a port", f.Addr, f.Protocol, f.Port)
 		}
 	}
+	for _, np := range net.NodePorts {
+		if (np.Protocol != 6 && np.Protocol != 17) || np.Port == 0 || !np.ClusterIP.Is4() || np.ClusterPort == 0 {
+			return fmt.Errorf("service network: node port %d protocol %d to %v port %d: want TCP (6) or UDP (17), ports and an IPv4 cluster IP", np.Port, np.Protocol, np.ClusterIP, np.ClusterPort)
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, Sinks: net.Sinks, Refused: slices.Clone(net.Refused)}
+	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, Sinks: net.Sinks, Refused: slices.Clone(net.Refused), NodePorts: slices.Clone(net.NodePorts)}
 	d.serviceNetKnown = true
 	if !d.synced {
 		return nil
@@ -84,7 +89,7 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 	}
 	net := d.serviceNet
 	cidrs := d.serviceCIDRs()
-	kerr := d.kernel.SyncServiceNetwork(ctx, ServiceNetwork{CIDRs: cidrs, Source: net.Source, Sinks: net.Sinks, Refused: net.Refused})
+	kerr := d.kernel.SyncServiceNetwork(ctx, ServiceNetwork{CIDRs: cidrs, Source: net.Source, Sinks: net.Sinks, Refused: net.Refused, NodePorts: net.NodePorts})
 
 	var want []serviceRoute
 	for _, p := range cidrs {

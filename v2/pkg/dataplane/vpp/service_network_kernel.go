@@ -176,8 +176,10 @@ const refusedSet = "refused"
 // port unreachable otherwise), the forward hook refuses what arrives from
 // VPP for a service CIDR (a cluster IP port no mapping translates, which
 // VPP routes back to the kernel: without the rule it would loop), and the
-// output hook refuses the node's own connections to net.Refused.
-func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, sets []*knftables.Set, elements []*knftables.Element, rules []*knftables.Rule) {
+// output hook refuses the node's own connections to net.Refused; a NAT
+// chain on the output hook sends the node's own connections to its node
+// ports to their cluster IPs (net.NodePorts).
+func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, sets []*knftables.Set, maps []*knftables.Map, elements []*knftables.Element, rules []*knftables.Rule) {
 	chain := func(name string, hook knftables.BaseChainHook) *knftables.Chain {
 		return &knftables.Chain{Name: name, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(hook),
 			Priority: knftables.PtrTo(knftables.FilterPriority)}
@@ -206,8 +208,30 @@ func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, sets []*knftab
 		}
 		refuse("output", "ip daddr . meta l4proto . th dport @"+refusedSet)
 	}
-	return chains, sets, elements, rules
+	if len(net.NodePorts) > 0 {
+		chains = append(chains, &knftables.Chain{Name: nodePortChain, Type: knftables.PtrTo(knftables.NATType),
+			Hook: knftables.PtrTo(knftables.OutputHook), Priority: knftables.PtrTo(knftables.DNATPriority)})
+		maps = append(maps, &knftables.Map{Name: nodePortMap, Type: "inet_proto . inet_service : ipv4_addr . inet_service"})
+		for _, np := range net.NodePorts {
+			elements = append(elements, &knftables.Element{Map: nodePortMap,
+				Key:   []string{strconv.Itoa(int(np.Protocol)), strconv.Itoa(int(np.Port))},
+				Value: []string{np.ClusterIP.String(), strconv.Itoa(int(np.ClusterPort))}})
+		}
+		// The node's own addresses only: not loopback (kube-proxy's
+		// nftables mode has no localhost node ports either), not the
+		// link-local ones of the interconnect and the sinks.
+		rules = append(rules, &knftables.Rule{Chain: nodePortChain,
+			Rule: "ip daddr != { 127.0.0.0/8, 169.254.0.0/16 } fib daddr type local dnat ip to meta l4proto . th dport map @" + nodePortMap})
+	}
+	return chains, sets, maps, elements, rules
 }
+
+// The output chain and map that send the node's own connections to its
+// node ports to their cluster IPs (ServiceNetwork.NodePorts).
+const (
+	nodePortChain = "nodeports"
+	nodePortMap   = "nodeports"
+)
 
 // syncServiceTable replaces the table ip ServiceTable in one transaction
 // (deleted and made again), or deletes it without sinks. knftables runs
@@ -231,12 +255,15 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 		tx.Delete(&knftables.Table{})
 		if net.Sinks {
 			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: refusals of service frontends that VPP sends to the node")})
-			chains, sets, elements, rules := serviceRules(net)
+			chains, sets, maps, elements, rules := serviceRules(net)
 			for _, c := range chains {
 				tx.Add(c)
 			}
 			for _, st := range sets {
 				tx.Add(st)
+			}
+			for _, m := range maps {
+				tx.Add(m)
 			}
 			for _, e := range elements {
 				tx.Add(e)

@@ -196,6 +196,49 @@ func TestServiceNetworkInTheNodeKernel(t *testing.T) {
 		t.Fatalf("the node to refused frontend 10.96.0.20:53/udp: %v, want it refused at once", err)
 	}
 
+	// The node's own client of one of its addresses and a node port is
+	// sent to the port's cluster IP, through "VPP"; another port of the
+	// address stays the node's.
+	net1.NodePorts = []NodePort{{Protocol: 6, Port: 30080, ClusterIP: netip.MustParseAddr("10.96.0.30"), ClusterPort: 80}}
+	if err := s.k.SyncServiceNetwork(ctx, net1); err != nil {
+		t.Fatal(err)
+	}
+	if table := s.node.Exec("nft", "list", "table", "ip", ServiceTable); !strings.Contains(table, "type nat hook output priority -100") ||
+		!strings.Contains(table, "tcp . 30080 : 10.96.0.30 . 80") {
+		t.Fatalf("table ip %s lacks the node ports:\n%s", ServiceTable, table)
+	}
+	s.vpp.IP("addr", "add", "10.96.0.30/32", "dev", "lo")
+	// VPP holds the node's address too and hands the kernel what comes for
+	// it (the replies here).
+	s.vpp.IP("route", "add", "198.18.0.2/32", "via", "169.254.100.2", "dev", HostInterconnectVPPName)
+	np := s.vpp.Listen("tcp4", "10.96.0.30:80")
+	go func() {
+		if c, err := np.Accept(); err == nil {
+			_, _ = c.Write([]byte("cluster IP"))
+			c.Close()
+		}
+	}()
+	local := s.node.Listen("tcp4", "198.18.0.2:30081")
+	go func() {
+		if c, err := local.Accept(); err == nil {
+			_, _ = c.Write([]byte("the node"))
+			c.Close()
+		}
+	}()
+	for addr, want := range map[string]string{"198.18.0.2:30080": "cluster IP", "198.18.0.2:30081": "the node"} {
+		c, err := s.node.Dial(ctx, "tcp4", addr)
+		if err != nil {
+			t.Fatalf("the node to %s: %v", addr, err)
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		b := make([]byte, 32)
+		n, _ := c.Read(b)
+		c.Close()
+		if string(b[:n]) != want {
+			t.Fatalf("the node to %s reached %q, want %q", addr, b[:n], want)
+		}
+	}
+
 	t.Log("another CIDR, no NAT loopback, no sinks")
 	net2 := ServiceNetwork{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.112.0.0/16")}}
 	if err := s.k.SyncServiceNetwork(ctx, net2); err != nil {

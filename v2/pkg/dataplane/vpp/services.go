@@ -80,6 +80,24 @@ type ServiceNetwork struct {
 	// to the node from its own NAT loopback, which the kernel drops, and
 	// the node's client would time out instead of being refused.
 	Refused []Frontend
+	// NodePorts send the node's own connections to one of its addresses
+	// and a node port to the port's cluster IP instead (a DNAT in the
+	// kernel's output hook): the kernel holds the node's addresses too, so
+	// without it those connections would stay in the kernel, where nothing
+	// listens. Through the cluster IP they reach VPP's mapping.
+	NodePorts []NodePort
+}
+
+// NodePort is one node port of a service and the cluster IP frontend its
+// node's own clients are sent to.
+type NodePort struct {
+	// Protocol is the IP protocol number: 6 (TCP) or 17 (UDP).
+	Protocol uint8
+	Port     uint16
+	// ClusterIP and ClusterPort are the service port's IPv4 cluster IP
+	// frontend.
+	ClusterIP   netip.Addr
+	ClusterPort uint16
 }
 
 // Frontend is a service's address, protocol and port.

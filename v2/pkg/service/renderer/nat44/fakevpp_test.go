@@ -356,6 +356,9 @@ func (d *fakeDataplane) SetServiceNetwork(ctx context.Context, net vpp.ServiceNe
 	for _, f := range net.Refused {
 		call += fmt.Sprintf(" refused=%v/%d/%d", f.Addr, f.Protocol, f.Port)
 	}
+	for _, np := range net.NodePorts {
+		call += fmt.Sprintf(" nodeport=%d/%d->%v:%d", np.Protocol, np.Port, np.ClusterIP, np.ClusterPort)
+	}
 	d.calls = append(d.calls, call)
 	return nil
 }

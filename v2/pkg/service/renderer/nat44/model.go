@@ -228,6 +228,9 @@ type rendered struct {
 	// leftOut counts endpoints left out of LB mappings whose probabilities
 	// would not fit VPP's sum.
 	leftOut int
+	// nodePorts send the node's own clients of the service's node ports
+	// to its IPv4 cluster IP (vpp.ServiceNetwork.NodePorts).
+	nodePorts []vpp.NodePort
 }
 
 type entry struct {
@@ -309,6 +312,9 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 		if p.NodePort != 0 {
 			for _, a := range node.NodePortAddresses {
 				put(a, p.NodePort, extLocals, extFlags)
+			}
+			if i := slices.IndexFunc(s.ClusterIPs, netip.Addr.Is4); i >= 0 {
+				r.nodePorts = append(r.nodePorts, vpp.NodePort{Protocol: proto, Port: p.NodePort, ClusterIP: s.ClusterIPs[i], ClusterPort: p.Port})
 			}
 		}
 	}

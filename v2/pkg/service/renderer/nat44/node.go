@@ -1,6 +1,7 @@
 package nat44
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
 // syncNode configures what every mapping relies on, in an order where each
@@ -77,13 +79,39 @@ func (r *Renderer) syncServiceNetwork(ctx context.Context, always bool) error {
 	for _, k := range slices.SortedFunc(maps.Keys(r.refused), compareKeys) {
 		refused = append(refused, vpp.Frontend{Addr: k.Addr, Protocol: k.Proto, Port: k.Port})
 	}
-	net := vpp.ServiceNetwork{CIDRs: cidrs, Source: r.natLoopback(), Sinks: true, Refused: refused}
+	net := vpp.ServiceNetwork{CIDRs: cidrs, Source: r.natLoopback(), Sinks: true, Refused: refused, NodePorts: r.nodePorts()}
 	if err := r.dp.SetServiceNetwork(ctx, net); err != nil {
 		r.refusedChanged = true
 		return fmt.Errorf("NAT44 service renderer: set the service network: %w", err)
 	}
 	r.refusedChanged = false
 	return nil
+}
+
+// nodePorts are the node ports of every service, each once (a port two
+// services claim goes to the first by namespace and name), sorted.
+func (r *Renderer) nodePorts() []vpp.NodePort {
+	type key struct {
+		proto uint8
+		port  uint16
+	}
+	seen := map[key]bool{}
+	var out []vpp.NodePort
+	for _, id := range slices.SortedFunc(maps.Keys(r.perService), service.ID.Compare) {
+		for _, np := range r.perService[id].nodePorts {
+			if k := (key{np.Protocol, np.Port}); !seen[k] {
+				seen[k] = true
+				out = append(out, np)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b vpp.NodePort) int {
+		if c := cmp.Compare(a.Protocol, b.Protocol); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Port, b.Port)
+	})
+	return out
 }
 
 // natLoopback is the node's IPv4 NAT loopback (invalid without one).

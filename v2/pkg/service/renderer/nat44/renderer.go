@@ -39,7 +39,8 @@ type Renderer struct {
 	ranged map[service.ID]bool
 	// refused are the frontends mapped to the reject sink, which the
 	// node's kernel refuses to the node's own clients (vpp.ServiceNetwork);
-	// refusedChanged says that they changed since the dataplane was told.
+	// refusedChanged says that they (or the services' node ports) changed
+	// since the dataplane was told.
 	refused        map[mappingKey]bool
 	refusedChanged bool
 
@@ -188,7 +189,21 @@ func (r *Renderer) channel(ctx context.Context) (api.Channel, vpp.NodeInterfaces
 // setService replaces the desired mappings of service id with those of s
 // (nil: none), marking the frontends whose claims changed in dirty.
 func (r *Renderer) setService(id service.ID, s *service.Service, dirty map[mappingKey]bool) {
-	if old := r.perService[id]; old != nil {
+	old := r.perService[id]
+	defer func() {
+		// The node ports go to the kernel with the service network.
+		var was, is []vpp.NodePort
+		if old != nil {
+			was = old.nodePorts
+		}
+		if n := r.perService[id]; n != nil {
+			is = n.nodePorts
+		}
+		if !slices.Equal(was, is) {
+			r.refusedChanged = true
+		}
+	}()
+	if old != nil {
 		for _, e := range old.mappings {
 			k := e.key
 			dirty[k] = true

@@ -183,7 +183,10 @@ func TestNodePortOnThisNodesIPv4Addresses(t *testing.T) {
 		lbAdd("198.18.0.11", tcp, 30080, twice, 0, "vcoil-svc default/web", locals...),
 		lbAdd("198.18.1.11", tcp, 30080, twice, 0, "vcoil-svc default/web", locals...),
 	}, fullSyncEnd()))
-	checkCalls(t, h.dp.take(), fullSyncCalls(1, "[10.1.0.2]"))
+	// The node's own clients of the node port are sent to the cluster IP.
+	calls := fullSyncCalls(1, "[10.1.0.2]")
+	calls[2] += " nodeport=6/30080->10.96.0.10:80"
+	checkCalls(t, h.dp.take(), calls)
 
 	// The node's addresses change: the node port follows.
 	node := testNode
@@ -197,9 +200,16 @@ func TestNodePortOnThisNodesIPv4Addresses(t *testing.T) {
 	checkCalls(t, h.dp.take(), []string{
 		"SetNodeNATRole uplink frontend(out)+backend(in)",
 		"SetNodeNATRole host frontend(out)+backend(in)",
-		"SetServiceNetwork [10.96.0.0/12] 10.1.0.255 sinks=true",
+		"SetServiceNetwork [10.96.0.0/12] 10.1.0.255 sinks=true nodeport=6/30080->10.96.0.10:80",
 		"SetPodNATRoles [10.1.0.2]",
 	})
+
+	// The node port changes: the kernel is told at once.
+	s2 := svc(webID, ep("10.1.0.2", 8080, true), ep("10.2.0.3", 8080, false))
+	s2.Ports[0].NodePort = 30090
+	h.update(t, &service.Changes{Upsert: []*service.Service{s2}})
+	_ = h.vpp.take()
+	checkCalls(t, h.dp.take(), []string{"SetPodNATRoles [10.1.0.2]", "SetServiceNetwork [10.96.0.0/12] 10.1.0.255 sinks=true nodeport=6/30090->10.96.0.10:80"})
 }
 
 func TestExternalFrontendsFollowTheExternalTrafficPolicy(t *testing.T) {
@@ -247,7 +257,7 @@ func TestServiceWithoutEndpointsIsRefused(t *testing.T) {
 	// The node's kernel refuses the node's own clients of the refused
 	// frontends (they are sorted by address, protocol, port).
 	calls := fullSyncCalls(1, "[]")
-	calls[2] += " refused=10.96.0.10/6/80 refused=198.18.0.11/6/30080 refused=198.18.1.11/6/30080"
+	calls[2] += " refused=10.96.0.10/6/80 refused=198.18.0.11/6/30080 refused=198.18.1.11/6/30080 nodeport=6/30080->10.96.0.10:80"
 	checkCalls(t, h.dp.take(), calls)
 
 	// The first endpoint: the sink mapping makes way for the backend.
@@ -259,6 +269,7 @@ func TestServiceWithoutEndpointsIsRefused(t *testing.T) {
 		smDel("198.18.0.11", tcp, 30080, "169.254.101.1", 30080, sink),
 		smDel("198.18.1.11", tcp, 30080, "169.254.101.1", 30080, sink),
 	})
+	// (s2 has no node port any more.)
 	checkCalls(t, h.dp.take(), []string{"SetPodNATRoles [10.1.0.2]", "SetServiceNetwork [10.96.0.0/12] 10.1.0.255 sinks=true"})
 
 	// Another change that refuses nothing new tells the dataplane nothing.
