@@ -74,8 +74,9 @@ type Conf struct {
 
 	// RuntimeConfig is the runtimeConfig object libcni builds from the
 	// capabilities the conflist declares for vcoil and the arguments the
-	// runtime passes for them. vcoil declares none today; the raw values
-	// are kept for vcoild, which receives the whole configuration anyway.
+	// runtime passes for them: portMappings when vcoil serves hostPorts
+	// itself (the VPP dataplane), read by PortMappings. The raw values are
+	// kept for vcoild, which receives the whole configuration anyway.
 	RuntimeConfig map[string]json.RawMessage `json:"runtimeConfig,omitempty"`
 }
 

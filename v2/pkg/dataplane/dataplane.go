@@ -41,6 +41,38 @@ type Pod struct {
 	// MTU of the pod's interface from the network configuration; 0 means the
 	// dataplane's own (configured, or detected from the node's uplink).
 	MTU int
+	// PortMappings are the pod's hostPorts, from the runtime's
+	// runtimeConfig.portMappings. A dataplane that leaves hostPorts to the
+	// portmap plugin chained after vcoil (Linux) ignores them; VPP serves
+	// them itself.
+	PortMappings []PortMapping
+}
+
+// Protocols of a PortMapping, as the CNI portMappings capability spells
+// them (lower case).
+const (
+	ProtocolTCP  = "tcp"
+	ProtocolUDP  = "udp"
+	ProtocolSCTP = "sctp"
+)
+
+// PortMapping is one hostPort: connections to HostIP (every address of the
+// node of the pod address's family when HostIP is unspecified or zero) and
+// HostPort with Protocol go to the pod's address and ContainerPort.
+type PortMapping struct {
+	HostIP        netip.Addr
+	HostPort      uint16
+	ContainerPort uint16
+	// Protocol is ProtocolTCP, ProtocolUDP or ProtocolSCTP.
+	Protocol string
+}
+
+func (m PortMapping) String() string {
+	host := "*"
+	if m.HostIP.IsValid() {
+		host = m.HostIP.String()
+	}
+	return fmt.Sprintf("%s %s:%d -> %d", m.Protocol, host, m.HostPort, m.ContainerPort)
 }
 
 // Interfaces describes what SetupPod created, for the CNI result.
