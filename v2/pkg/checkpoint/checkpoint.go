@@ -35,8 +35,22 @@ type Entry struct {
 	IPv6        netip.Addr `json:"ipv6,omitzero"`
 	// MTU is the pod interface's MTU from the network configuration (0: the
 	// dataplane's), so that a rewired pod keeps it.
-	MTU     int       `json:"mtu,omitempty"`
-	Created time.Time `json:"created"`
+	MTU int `json:"mtu,omitempty"`
+	// PortMappings are the pod's hostPorts from its ADD, kept for a
+	// dataplane that serves them itself (VPP) and must make them again
+	// after a restart.
+	PortMappings []PortMapping `json:"portMappings,omitempty"`
+	Created      time.Time     `json:"created"`
+}
+
+// PortMapping is one hostPort of an entry: HostIP (zero: every address of
+// the node), HostPort and Protocol ("tcp", "udp", "sctp") to the pod's
+// ContainerPort.
+type PortMapping struct {
+	HostIP        netip.Addr `json:"hostIP,omitzero"`
+	HostPort      uint16     `json:"hostPort"`
+	ContainerPort uint16     `json:"containerPort"`
+	Protocol      string     `json:"protocol"`
 }
 
 // Store is a directory of entries.

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,13 +19,15 @@ func TestSaveGetLoadDelete(t *testing.T) {
 		ContainerID: "abc/../weird id", IfName: "eth0", Netns: "/var/run/netns/x",
 		Namespace: "ns", Name: "pod", Pool: "default", Block: "default-3", Offset: 7,
 		IPv4: netip.MustParseAddr("10.0.0.7"), IPv6: netip.MustParseAddr("fd00::7"),
+		PortMappings: []PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"},
+			{HostIP: netip.MustParseAddr("198.18.0.11"), HostPort: 5353, ContainerPort: 53, Protocol: "udp"}},
 		Created: time.Unix(1700000000, 0).UTC(),
 	}
 	if err := s.Save(e); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err := s.Get(e.ContainerID, "eth0")
-	if err != nil || !ok || got != e {
+	if err != nil || !ok || !reflect.DeepEqual(got, e) {
 		t.Fatalf("Get = %+v %v %v, want %+v", got, ok, err, e)
 	}
 	e.Offset = 8 // a second save replaces the first

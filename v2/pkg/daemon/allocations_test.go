@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -25,6 +25,7 @@ func TestAllocationsAreTheCheckpointsPods(t *testing.T) {
 		ContainerID: "c1", IfName: "eth0", Netns: "/run/netns/p1", Namespace: "ns", Name: "p1",
 		Pool: "default", Block: "default-0", Offset: 5,
 		IPv4: netip.MustParseAddr("10.100.0.5"), IPv6: netip.MustParseAddr("fd00:100::5"), MTU: 1400,
+		PortMappings: []checkpoint.PortMapping{{HostIP: netip.MustParseAddr("198.18.0.11"), HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}},
 	}
 	if err := store.Save(e); err != nil {
 		t.Fatal(err)
@@ -41,8 +42,9 @@ func TestAllocationsAreTheCheckpointsPods(t *testing.T) {
 	want := []dataplane.Pod{{
 		PodKey: dataplane.PodKey{ContainerID: "c1", IfName: "eth0"}, Netns: "/run/netns/p1", Namespace: "ns", Name: "p1",
 		IPv4: e.IPv4, IPv6: e.IPv6, MTU: 1400,
+		PortMappings: []dataplane.PortMapping{{HostIP: netip.MustParseAddr("198.18.0.11"), HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}},
 	}}
-	if !slices.Equal(pods, want) {
+	if !reflect.DeepEqual(pods, want) {
 		t.Fatalf("Pods = %+v\nwant %+v", pods, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -91,6 +92,10 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	if err != nil {
 		return nil, cni.ToRPCError(err) // keeps ParseConf's code and the field it names
 	}
+	portMappings, err := conf.PortMappings()
+	if err != nil {
+		return nil, cni.ToRPCError(err)
+	}
 	if _, err := os.Stat(args.Netns); err != nil {
 		return nil, cniError(cnirpc.ErrorCode_INVALID_ENVIRONMENT_VARIABLES, "", "network namespace %q of container %s: %v", args.Netns, args.ContainerId, err)
 	}
@@ -118,7 +123,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 			ContainerID: args.ContainerId, IfName: args.Ifname, Netns: args.Netns,
 			Namespace: args.Args[argPodNamespace], Name: args.Args[argPodName],
 			Pool: a.Pool, Block: a.Block, Offset: a.Offset, IPv4: a.IPv4, IPv6: a.IPv6,
-			MTU: conf.MTU, Created: s.now().UTC(),
+			MTU: conf.MTU, PortMappings: checkpointMappings(portMappings), Created: s.now().UTC(),
 		}
 		if err := s.store.Save(entry); err != nil {
 			s.freeOrLog(ctx, log, a)
@@ -131,6 +136,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	pod.Netns = args.Netns
 	pod.Namespace, pod.Name = args.Args[argPodNamespace], args.Args[argPodName]
 	pod.MTU = conf.MTU
+	pod.PortMappings = portMappings
 	ifs, err := s.dp.SetupPod(ctx, pod)
 	if err != nil {
 		if !found {
@@ -146,8 +152,8 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 		}
 		return nil, cniError(dataplaneCode(err), "", "wire pod interface %s with %s dataplane: %v", key(args.ContainerId, args.Ifname), s.dp.Name(), err)
 	}
-	if entry.Netns != args.Netns || entry.MTU != conf.MTU {
-		entry.Netns, entry.MTU = args.Netns, conf.MTU
+	if cm := checkpointMappings(portMappings); entry.Netns != args.Netns || entry.MTU != conf.MTU || !slices.Equal(entry.PortMappings, cm) {
+		entry.Netns, entry.MTU, entry.PortMappings = args.Netns, conf.MTU, cm
 		if err := s.store.Save(entry); err != nil {
 			log.Error(err, "cannot update the checkpoint")
 		}
@@ -225,6 +231,9 @@ func (s *Server) Check(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Emp
 	pod.Netns = args.Netns
 	if conf, err := cni.ParseConf(args.StdinData); err == nil {
 		pod.MTU = conf.MTU
+		if ms, err := conf.PortMappings(); err == nil {
+			pod.PortMappings = ms
+		}
 	}
 	if err := s.dp.CheckPod(ctx, pod); err != nil {
 		return nil, cniError(dataplaneCode(err), "", "pod interface %s: %v", key(args.ContainerId, args.Ifname), err)
@@ -400,7 +409,33 @@ func podOf(e checkpoint.Entry) dataplane.Pod {
 		Netns:     e.Netns,
 		Namespace: e.Namespace, Name: e.Name,
 		IPv4: e.IPv4, IPv6: e.IPv6, MTU: e.MTU,
+		PortMappings: dataplaneMappings(e.PortMappings),
 	}
+}
+
+// checkpointMappings and dataplaneMappings convert hostPorts between the
+// checkpoint's record and the dataplane's (nil for none, so that an entry
+// without hostPorts is written without the field).
+func checkpointMappings(ms []dataplane.PortMapping) []checkpoint.PortMapping {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]checkpoint.PortMapping, len(ms))
+	for i, m := range ms {
+		out[i] = checkpoint.PortMapping{HostIP: m.HostIP, HostPort: m.HostPort, ContainerPort: m.ContainerPort, Protocol: m.Protocol}
+	}
+	return out
+}
+
+func dataplaneMappings(ms []checkpoint.PortMapping) []dataplane.PortMapping {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]dataplane.PortMapping, len(ms))
+	for i, m := range ms {
+		out[i] = dataplane.PortMapping{HostIP: m.HostIP, HostPort: m.HostPort, ContainerPort: m.ContainerPort, Protocol: m.Protocol}
+	}
+	return out
 }
 
 func allocationOf(e checkpoint.Entry) ipam.Allocation {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -425,5 +426,56 @@ func TestGCReleasesWhatTheRuntimeNoLongerKnows(t *testing.T) {
 	_ = env.Client.Get(context.Background(), client.ObjectKey{Name: "node-e"}, node)
 	if len(resp.NatLoopback) != 2 || node.Annotations[vcoilv2.AnnotationNATLoopback] != resp.NatLoopback[0]+","+resp.NatLoopback[1] {
 		t.Fatalf("status %+v, node annotation %q", resp, node.Annotations[vcoilv2.AnnotationNATLoopback])
+	}
+}
+
+func TestHostPortsReachTheDataplaneAndTheCheckpoint(t *testing.T) {
+	ensureNode(t, "node-hp")
+	dp := newFakeDataplane()
+	n := startNode(t, "node-hp", t.TempDir(), dp)
+	withMappings := func(id, mappings string) *cnirpc.CNIArgs {
+		a := n.args(id, "plain")
+		a.StdinData = []byte(`{"cniVersion":"1.1.0","name":"vcoil","type":"vcoil","capabilities":{"portMappings":true},
+			"runtimeConfig":{"portMappings":` + mappings + `}}`)
+		return a
+	}
+	web := dataplane.PortMapping{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}
+	dns := dataplane.PortMapping{HostIP: netip.MustParseAddr("198.18.0.11"), HostPort: 5353, ContainerPort: 53, Protocol: "udp"}
+	key := dataplane.PodKey{ContainerID: "h0000001", IfName: "eth0"}
+
+	if _, err := n.srv.Add(context.Background(), withMappings("h0000001", `[{"hostPort":8080,"containerPort":80,"protocol":"TCP"}]`)); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if got := dp.pods[key].PortMappings; !reflect.DeepEqual(got, []dataplane.PortMapping{web}) {
+		t.Errorf("the dataplane got %+v, want %+v", got, []dataplane.PortMapping{web})
+	}
+	// A repeated ADD with other mappings replaces them, in the checkpoint too.
+	if _, err := n.srv.Add(context.Background(), withMappings("h0000001",
+		`[{"hostPort":8080,"containerPort":80,"protocol":"tcp"},{"hostPort":5353,"containerPort":53,"protocol":"udp","hostIP":"198.18.0.11"}]`)); err != nil {
+		t.Fatalf("second ADD: %v", err)
+	}
+	want := []dataplane.PortMapping{web, dns}
+	if got := dp.pods[key].PortMappings; !reflect.DeepEqual(got, want) {
+		t.Errorf("after the second ADD the dataplane has %+v, want %+v", got, want)
+	}
+	entry, found, err := n.srv.store.Get("h0000001", "eth0")
+	if err != nil || !found || !reflect.DeepEqual(podOf(entry).PortMappings, want) {
+		t.Errorf("the checkpoint's entry = %+v (%v), want one with %+v", entry, err, want)
+	}
+
+	// Bad mappings refuse the ADD, naming the field, before any address is taken.
+	_, err = n.srv.Add(context.Background(), withMappings("h0000002", `[{"hostPort":70000,"containerPort":80,"protocol":"tcp"}]`))
+	if cniCode(err) != cnirpc.ErrorCode_INVALID_NETWORK_CONFIG || !strings.Contains(err.Error(), "runtimeConfig.portMappings[0].hostPort 70000") {
+		t.Fatalf("ADD with a bad host port: %v, want INVALID_NETWORK_CONFIG naming the field", err)
+	}
+	if _, found, _ := n.srv.store.Get("h0000002", "eth0"); found {
+		t.Error("a refused ADD left a checkpoint entry")
+	}
+	// DEL succeeds whatever the mappings say.
+	if _, err := n.srv.Del(context.Background(), withMappings("h0000001", `[{"hostPort":0}]`)); err != nil {
+		t.Fatalf("DEL with bad mappings: %v", err)
+	}
+	if _, ok := dp.pods[key]; ok {
+		t.Error("DEL left the pod in the dataplane")
 	}
 }

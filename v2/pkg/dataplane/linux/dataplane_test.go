@@ -3,6 +3,7 @@ package linux_test
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -494,7 +495,7 @@ func TestListPodsAfterARestartFindsEveryPod(t *testing.T) {
 		p.Netns = ""
 		want = append(want, p)
 	}
-	if !slices.Equal(want, got) {
+	if !reflect.DeepEqual(want, got) {
 		t.Errorf("ListPods:\n got %+v\nwant %+v", got, want)
 	}
 }
