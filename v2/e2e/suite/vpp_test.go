@@ -39,14 +39,20 @@ func TestVPPRestart(t *testing.T) {
 	const name = "VPP killed under running pods: pods keep their addresses, connections through services resume"
 	nodes, pidfile := vppNodes()
 	w := deployWorld(t, k)
-	if !slices.Contains(nodes, w.nodeA.Name) || pidfile == "" {
-		listed(groupResilience, name, statusNotApplicable, fmt.Sprintf("node A (%s) does not run VPP (make e2e LAB_DATAPLANE=vpp)", w.nodeA.Name))
+	// The VPP node (node A, else node B in a mixed cluster), its pods and
+	// the other node's.
+	node, local, remote := w.nodeA, []*corev1.Pod{w.a1, w.a2}, []*corev1.Pod{w.b1}
+	if !slices.Contains(nodes, node.Name) {
+		node, local, remote = w.nodeB, []*corev1.Pod{w.b1}, []*corev1.Pod{w.a1, w.a2}
+	}
+	if !slices.Contains(nodes, node.Name) || pidfile == "" {
+		listed(groupResilience, name, statusNotApplicable, fmt.Sprintf("neither %s nor %s runs VPP (make e2e LAB_DATAPLANE=vpp)", w.nodeA.Name, w.nodeB.Name))
 		return
 	}
 	c := ctx(t, 6*time.Minute)
 	record(t, groupResilience, name, byVcoil, func(t *testing.T) error {
-		toB := k.service(t, w.ns, "vpp-restart-b", map[string]string{"name": w.b1.Name}, 80, portTCP, corev1.ServiceTypeClusterIP, false)
-		toA := k.service(t, w.ns, "vpp-restart-a", map[string]string{"name": w.a2.Name}, 80, portTCP, corev1.ServiceTypeClusterIP, false)
+		toB := k.service(t, w.ns, "vpp-restart-b", map[string]string{"name": remote[0].Name}, 80, portTCP, corev1.ServiceTypeClusterIP, false)
+		toA := k.service(t, w.ns, "vpp-restart-a", map[string]string{"name": local[len(local)-1].Name}, 80, portTCP, corev1.ServiceTypeClusterIP, false)
 		for _, s := range []*corev1.Service{toB, toA} {
 			if err := poll.Until(c, time.Minute, pollInterval, func(c context.Context) error { return k.readyEndpoints(c, s) }); err != nil {
 				return err
@@ -57,35 +63,38 @@ func TestVPPRestart(t *testing.T) {
 			from *corev1.Pod
 			addr string
 		}{
-			{"a pod of the node to a service of the other node's pod", w.a1, toB.Spec.ClusterIP + ":80"},
-			{"a pod of the node to a service of its own node's pod", w.a1, toA.Spec.ClusterIP + ":80"},
-			{"the other node's pod to a service of the node's pod", w.b1, toA.Spec.ClusterIP + ":80"},
-			{"the other node's pod to the node's pod", w.b1, hostPortAddr(podIP(w.a1), portTCP)},
+			{"a pod of the node to a service of the other node's pod", local[0], toB.Spec.ClusterIP + ":80"},
+			{"a pod of the node to a service of its own node's pod", local[0], toA.Spec.ClusterIP + ":80"},
+			{"the other node's pod to a service of the node's pod", remote[0], toA.Spec.ClusterIP + ":80"},
+			{"the other node's pod to the node's pod", remote[0], hostPortAddr(podIP(local[0]), portTCP)},
 		}
 		for _, f := range flows {
 			if err := k.connect(t, f.from, "tcp", f.addr); err != nil {
 				return fmt.Errorf("before VPP was killed: %s (%s): %w", f.what, f.addr, err)
 			}
 		}
-		daemon, err := vcoildOn(c, k, w.nodeA.Name)
+		daemon, err := vcoildOn(c, k, node.Name)
 		if err != nil {
 			return err
 		}
-		before := map[string]string{w.a1.Name: w.a1.Status.PodIP, w.a2.Name: w.a2.Status.PodIP}
+		before := map[string]string{}
+		for _, p := range local {
+			before[p.Name] = p.Status.PodIP
+		}
 
-		path := strings.ReplaceAll(pidfile, "{node}", w.nodeA.Name)
+		path := strings.ReplaceAll(pidfile, "{node}", node.Name)
 		old, err := readPid(path)
 		if err != nil {
 			return err
 		}
 		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
-			return fmt.Errorf("kill VPP (pid %d) on %s: %w", old, w.nodeA.Name, err)
+			return fmt.Errorf("kill VPP (pid %d) on %s: %w", old, node.Name, err)
 		}
 		killed := time.Now()
 		if err := poll.Until(c, time.Minute, pollInterval, func(context.Context) error {
 			pid, err := readPid(path)
 			if err == nil && pid == old {
-				err = fmt.Errorf("VPP on %s has not been started again (pid %d in %s)", w.nodeA.Name, pid, path)
+				err = fmt.Errorf("VPP on %s has not been started again (pid %d in %s)", node.Name, pid, path)
 			}
 			return err
 		}); err != nil {
@@ -100,7 +109,7 @@ func TestVPPRestart(t *testing.T) {
 			}
 		}
 		t.Logf("every flow worked again %.1f s after VPP was killed", time.Since(killed).Seconds())
-		for _, p := range []*corev1.Pod{w.a1, w.a2} {
+		for _, p := range local {
 			now := &corev1.Pod{}
 			if err := k.c.Get(c, client.ObjectKeyFromObject(p), now); err != nil {
 				return err
@@ -110,15 +119,15 @@ func TestVPPRestart(t *testing.T) {
 			}
 		}
 		// vcoild kept running through it: it reconnected to the new VPP.
-		after, err := vcoildOn(c, k, w.nodeA.Name)
+		after, err := vcoildOn(c, k, node.Name)
 		if err != nil {
 			return err
 		}
 		if after.UID != daemon.UID || restarts(after) != restarts(daemon) {
-			return fmt.Errorf("vcoild on %s was restarted (it should have reconnected to the new VPP)", w.nodeA.Name)
+			return fmt.Errorf("vcoild on %s was restarted (it should have reconnected to the new VPP)", node.Name)
 		}
 		// A pod made after the restart works too.
-		p := k.agentPod(t, w.ns, "after-vpp-restart", w.nodeA.Name, false, nil)
+		p := k.agentPod(t, w.ns, "after-vpp-restart", node.Name, false, nil)
 		k.waitRunning(t, p)
 		return k.connect(t, p, "tcp", toB.Spec.ClusterIP+":80")
 	})
