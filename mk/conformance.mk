@@ -169,7 +169,7 @@ conformance-run: conformance-assets conformance-bin ## run the network e2e tests
 # with CONFORMANCE_KEEP_LAB=1). A lab already up is not used: it would lack
 # the images, and it may be someone else's run.
 .PHONY: e2e-conformance
-e2e-conformance: ## upstream [sig-network] e2e tests (Conformance and the rest, non-serial, not feature-gated) against the lab; summary in _out/lab/conformance
+e2e-conformance: lab-check-vpp ## upstream [sig-network] e2e tests (Conformance and the rest, non-serial, not feature-gated) against the lab; summary in _out/lab/conformance
 	@start=$$(date +%s); \
 	if [ -e $(LAB_STATE_DIR) ]; then echo "a lab is up (or its remains are: $(LAB_STATE_DIR)); make e2e-conformance brings up its own." >&2; \
 		echo "    when it is yours: make lab-down; with its images already imported: make conformance-run" >&2; exit 1; fi; \

@@ -193,7 +193,7 @@ lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab (report in _
 # make e2e is part of make test: the lab comes up, the suite runs, and the
 # lab goes down again — unless it was already up (a demo), which it leaves.
 .PHONY: e2e
-e2e: ## the local cluster up, the e2e suite against it (report in _out/lab/e2e), the cluster down; as root
+e2e: lab-check-vpp ## the local cluster up, the e2e suite against it (report in _out/lab/e2e), the cluster down; as root
 	@was_up=0; $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) status >/dev/null 2>&1 && was_up=1; \
 	rc=0; $(MAKE) --no-print-directory lab-e2e || rc=$$?; \
 	if [ $$was_up = 0 ]; then $(MAKE) --no-print-directory lab-down || rc=1; \
