@@ -95,6 +95,9 @@ type driver struct {
 	// first list set is sent whatever VPP holds from an earlier vcoild).
 	acls     map[NodeInterface]map[ACLOwner][]uint32
 	aclsSent map[NodeInterface][]uint32
+	// hostPortsOn: a pod wanted a hostPort since vcoild started, so the
+	// uplink is a NAT frontend and NAT forwarding is on (hostport.go).
+	hostPortsOn bool
 }
 
 // podState is a desired pod and what the driver knows of its wiring on the
@@ -113,6 +116,9 @@ type podState struct {
 	hostMAC   string
 	// failed is the last error wiring the pod during a resync.
 	failed error
+	// hostPorts are the static mappings of the pod's hostPorts that VPP
+	// holds on this connection.
+	hostPorts []hostPortMapping
 }
 
 // New returns the VPP dataplane for cfg. It checks the configuration; it
@@ -203,11 +209,14 @@ func (d *driver) loadAllocations() {
 	defer d.mu.Unlock()
 	for _, p := range allocated {
 		// Without the MTU: the sync resolves it as for a pod found in VPP.
-		pod := dataplane.Pod{PodKey: p.PodKey, Netns: p.Netns, Namespace: p.Namespace, Name: p.Name, IPv4: p.IPv4, IPv6: p.IPv6}
+		pod := dataplane.Pod{PodKey: p.PodKey, Netns: p.Netns, Namespace: p.Namespace, Name: p.Name, IPv4: p.IPv4, IPv6: p.IPv6,
+			PortMappings: p.PortMappings}
 		if validateKey(pod.PodKey) != nil || (!pod.IPv4.IsValid() && !pod.IPv6.IsValid()) {
 			continue
 		}
-		d.pods[pod.PodKey] = &podState{pod: pod}
+		// The roles its hostPorts need; the services renderer's come with
+		// its first SetPodNATRoles.
+		d.pods[pod.PodKey] = &podState{pod: pod, role: d.hostPortRole(pod)}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -149,6 +150,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
+				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"SetUpHost"},
 		},
@@ -182,6 +184,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true ::/0 via fd00:18::fe 1",
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
+				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"CreateHostVeth mtu=9000", "SetUpHost"},
 		},
@@ -212,6 +215,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
+				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"SetUpHost"},
 		},
@@ -678,7 +682,7 @@ func TestListPodsAfterARestartHasVcoildsAndVPPsPods(t *testing.T) {
 		{PodKey: podB.PodKey, Netns: podB.Netns, IPv4: podB.IPv4},
 		{PodKey: podA.PodKey, Netns: podA.Netns, IPv4: podA.IPv4, IPv6: podA.IPv6},
 	}
-	if !slices.Equal(pods, want) {
+	if !reflect.DeepEqual(pods, want) {
 		t.Fatalf("ListPods = %+v\nwant %+v", pods, want)
 	}
 	for _, m := range h.vpp.take() {

@@ -59,6 +59,9 @@ type fakeVPP struct {
 	aclLists map[uint32][]uint32
 	// snat models what SNAT uses (snat_fake_test.go).
 	snat *fakeSNAT
+	// static are the plain static mappings by external key
+	// (hostport_fake_test.go).
+	static map[string]*fakeStaticMapping
 }
 
 type fakeIf struct {
@@ -90,6 +93,7 @@ func (f *fakeVPP) reset() {
 	f.natFeat = map[uint32]map[nat_types.NatConfigFlags]bool{}
 	f.aclLists = map[uint32][]uint32{}
 	f.snat = newFakeSNAT()
+	f.static = map[string]*fakeStaticMapping{}
 }
 
 // restart is a VPP that died and came back: empty, with another PID, and
@@ -273,6 +277,9 @@ func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
 	if reply, retval, ok := f.handleSNAT(msg); ok {
 		return reply, retval
 	}
+	if reply, retval, ok := f.handleHostPort(msg); ok {
+		return reply, retval
+	}
 	switch m := msg.(type) {
 	case *memclnt.ControlPing:
 		return &memclnt.ControlPingReply{VpePID: f.pid}, 0
@@ -439,6 +446,9 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 	if out, ok := f.handleSNATDump(msg); ok {
 		return out
 	}
+	if out, ok := f.handleHostPortDump(msg); ok {
+		return out
+	}
 	var out []api.Message
 	switch m := msg.(type) {
 	case *interfaces.SwInterfaceDump:
@@ -490,6 +500,9 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 // comparisons that stay readable.
 func msgString(msg api.Message) string {
 	if s, ok := snatMsgString(msg); ok {
+		return s
+	}
+	if s, ok := hostPortMsg(msg); ok {
 		return s
 	}
 	switch m := msg.(type) {

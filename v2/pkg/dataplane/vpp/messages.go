@@ -67,6 +67,11 @@ func messages() []api.Message {
 
 		&acl.ACLInterfaceSetACLList{}, &acl.ACLInterfaceSetACLListReply{},
 
+		// HostPorts (hostport.go); also ip_address_dump and
+		// nat44_forwarding_enable_disable.
+		&nat44_ed.Nat44AddDelStaticMappingV2{}, &nat44_ed.Nat44AddDelStaticMappingV2Reply{},
+		&nat44_ed.Nat44StaticMappingDump{}, &nat44_ed.Nat44StaticMappingDetails{},
+
 		// SNAT (snat.go).
 		&pipe.PipeCreate{}, &pipe.PipeCreateReply{},
 		&pipe.PipeDelete{}, &pipe.PipeDeleteReply{},

@@ -89,8 +89,9 @@ func (d *driver) SetNodeNATRole(ctx context.Context, iface NodeInterface, role N
 	if err != nil {
 		return err
 	}
-	if iface == Uplink && d.cfg.SNAT != nil {
-		// SNAT's replies come back through the uplink's outside feature.
+	if iface == Uplink && (d.cfg.SNAT != nil || d.hostPortsOn) {
+		// SNAT's replies, and the clients of hostPorts, come in through
+		// the uplink's outside feature.
 		role |= NATFrontend
 	}
 	old := d.nodeRoles[iface]

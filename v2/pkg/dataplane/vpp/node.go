@@ -27,6 +27,11 @@ type nodeState struct {
 	uplink       uint32 // ^0 without an uplink
 	mtu          int
 	natEnabled   bool
+	// natForwarding: NAT forwarding was enabled for hostPorts.
+	natForwarding bool
+	// uplinkIPv4 are the uplink's IPv4 addresses, read when a hostPort
+	// first needs them (nil: not read yet).
+	uplinkIPv4 []netip.Addr
 }
 
 // vppInterface is one line of sw_interface_dump that the driver keeps.

@@ -82,6 +82,11 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 	if st != nil && st.wired && samePod(st.pod, pod) {
 		if err := d.checkWired(ctx, st); err == nil {
 			st.pod.Namespace, st.pod.Name = pod.Namespace, pod.Name
+			if len(pod.PortMappings) > 0 || len(st.pod.PortMappings) > 0 || len(st.hostPorts) > 0 {
+				if err := d.setHostPorts(st, pod.PortMappings); err != nil {
+					return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+				}
+			}
 			return st.interfaces(d.cfg.PodInterface), nil
 		} else {
 			d.log.Info("rewiring pod", "containerID", pod.ContainerID, "ifname", pod.IfName, "reason", err.Error())
@@ -89,10 +94,12 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 	}
 	var role NATRole
 	if st != nil {
-		role = st.role
+		role = st.role &^ d.hostPortRole(st.pod)
 	}
 	if d.podRolesKnown {
-		role = d.podRole(pod.IPv4)
+		role = d.podRole(pod)
+	} else {
+		role |= d.hostPortRole(pod)
 	}
 	if st != nil {
 		if err := d.unwire(ctx, st); err != nil {
@@ -103,6 +110,16 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 	nst := &podState{pod: pod, role: role}
 	if err := d.wire(ctx, nst); err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+	}
+	if len(pod.PortMappings) > 0 {
+		// After the interface and its routes, before ADD returns: a
+		// failure undoes the pod whole.
+		if err := d.setHostPorts(nst, pod.PortMappings); err != nil {
+			if uerr := d.unwire(ctx, nst); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove the pod's wiring: %w", uerr))
+			}
+			return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+		}
 	}
 	d.pods[pod.PodKey] = nst
 	d.log.Info("pod wired", "containerID", pod.ContainerID, "ifname", pod.IfName, "vppInterface", nst.vppName,
@@ -298,6 +315,9 @@ func (d *driver) unwire(ctx context.Context, st *podState) error {
 	}
 	ch, pod, sw := d.ch, st.pod, st.swIfIndex
 	var errs []error
+	if err := d.removeHostPorts(st); err != nil {
+		errs = append(errs, err)
+	}
 	if st.role != 0 {
 		if err := d.applyRole(sw, 0, st.role); err != nil {
 			errs = append(errs, err)

@@ -28,7 +28,7 @@ func (d *driver) SetPodNATRoles(ctx context.Context, backends []netip.Addr) erro
 	}
 	var errs []error
 	for _, st := range sortedPods(d.pods) {
-		role := d.podRole(st.pod.IPv4)
+		role := d.podRole(st.pod)
 		if !st.wired {
 			st.role = role
 			continue
@@ -48,17 +48,21 @@ func (d *driver) SetPodNATRoles(ctx context.Context, backends []netip.Addr) erro
 	return errors.Join(errs...)
 }
 
-// podRole is the role SetPodNATRoles asks for a pod with address ipv4:
-// every pod is a frontend (its clients' traffic to services is DNATed),
-// and a pod that backs a service is a backend too. The caller holds d.mu.
-func (d *driver) podRole(ipv4 netip.Addr) NATRole {
-	if !d.podRolesKnown {
-		return 0
+// podRole is the role SetPodNATRoles asks for pod: every pod is a
+// frontend (its clients' traffic to services is DNATed), and a pod that
+// backs a service is a backend too; a pod with hostPorts is both whether
+// the services renderer has spoken or not (hostport.go). The caller holds
+// d.mu.
+func (d *driver) podRole(pod dataplane.Pod) NATRole {
+	role := d.hostPortRole(pod)
+	switch {
+	case !d.podRolesKnown:
+	case d.backends[pod.IPv4]:
+		role |= NATFrontend | NATBackend
+	default:
+		role |= NATFrontend
 	}
-	if d.backends[ipv4] {
-		return NATFrontend | NATBackend
-	}
-	return NATFrontend
+	return role
 }
 
 // sortedPods returns the pods in key order, so that the messages of a

@@ -156,7 +156,7 @@ func TestSetPodNATRolesSendsOnlyTheDifferences(t *testing.T) {
 		}
 	}
 	for _, m := range h.vpp.take() {
-		if strings.HasPrefix(m, "nat44") {
+		if strings.HasPrefix(m, "nat44_interface") {
 			t.Fatalf("a pod got a NAT role before SetPodNATRoles: %s", m)
 		}
 	}

@@ -62,6 +62,9 @@ func (d *driver) resync(ctx context.Context) error {
 	if err := d.removeUnwantedVeths(ctx, veths); err != nil {
 		return err
 	}
+	if err := d.syncHostPorts(); err != nil {
+		return fmt.Errorf("hostPorts: %w", err)
+	}
 	if err := d.syncBlocks(ctx); err != nil {
 		return err
 	}
