@@ -125,3 +125,43 @@ func TestDefaultOverlayRenders(t *testing.T) {
 		t.Errorf("role namespace = %s", role.Namespace)
 	}
 }
+
+// On VPP nodes the conflist gives vcoil the portMappings capability instead
+// of chaining portmap: install-cni runs with --dataplane=vpp where vcoild
+// does, and only there.
+func TestVPPOverlaysWriteAConflistWhereVcoilServesHostPorts(t *testing.T) {
+	for _, tc := range []struct {
+		overlay string
+		daemons map[string]string // DaemonSet: the dataplane of its install-cni
+	}{
+		{"overlays/vpp", map[string]string{"vcoil-daemon": "vpp"}},
+		{"overlays/lab-vpp", map[string]string{"vcoil-daemon": "linux", "vcoil-daemon-vpp": "vpp"}},
+	} {
+		t.Run(tc.overlay, func(t *testing.T) {
+			m, err := testenv.Render(tc.overlay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range tc.daemons {
+				ds := &appsv1.DaemonSet{}
+				decode(t, m, "DaemonSet", name, ds)
+				spec := ds.Spec.Template.Spec
+				got := "linux" // install-cni's default
+				for _, a := range spec.InitContainers[0].Args {
+					if v, ok := strings.CutPrefix(a, "--dataplane="); ok {
+						got = v
+					}
+				}
+				vcoild := "linux"
+				for _, a := range spec.Containers[0].Args {
+					if v, ok := strings.CutPrefix(a, "--dataplane="); ok {
+						vcoild = v
+					}
+				}
+				if got != want || vcoild != want {
+					t.Errorf("DaemonSet %s: install-cni for dataplane %s, vcoild %s; want %s for both", name, got, vcoild, want)
+				}
+			}
+		})
+	}
+}

@@ -155,11 +155,22 @@ func main() {
 
 func installCommand() *cobra.Command {
 	opts := cniinstall.Options{}
+	var dataplane string
 	cmd := &cobra.Command{
 		Use:   "install-cni",
 		Short: "install the vcoil CNI binary (and the plugins it chains) and " + constants.CNIConfName + " on this node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			portmap := opts.Conflist.PortMap
+			if err := opts.Conflist.ForDataplane(dataplane); err != nil {
+				return fmt.Errorf("--dataplane: %w", err)
+			}
+			if cmd.Flags().Changed("portmap") {
+				if portmap && opts.Conflist.HostPorts {
+					return errors.New("--portmap: the VPP dataplane serves hostPorts itself (portmap's rules in the node's kernel never see pod traffic); leave it out with --dataplane=vpp")
+				}
+				opts.Conflist.PortMap = portmap
+			}
 			res, err := cniinstall.Install(opts)
 			if err != nil {
 				return err
@@ -183,7 +194,8 @@ func installCommand() *cobra.Command {
 	fs.IntVar(&opts.Conflist.MTU, "mtu", 0, "MTU written into the conflist; 0 lets vcoild choose")
 	fs.StringVar(&opts.Conflist.CNIVersion, "cni-version", constants.CNIVersion, "cniVersion of the conflist")
 	fs.StringVar(&opts.Conflist.Name, "network-name", constants.CNINetworkName, "network name of the conflist")
-	fs.BoolVar(&opts.Conflist.PortMap, "portmap", true, "chain the portmap plugin for hostPort")
+	fs.StringVar(&dataplane, "dataplane", "linux", "the dataplane vcoild runs on this node (linux or vpp): on linux the portmap plugin is chained for hostPort, on vpp vcoil gets the portMappings capability and serves hostPorts in VPP")
+	fs.BoolVar(&opts.Conflist.PortMap, "portmap", true, "chain the portmap plugin for hostPort (--dataplane=linux; false leaves hostPorts unserved)")
 	return cmd
 }
 

@@ -43,15 +43,41 @@ type Conflist struct {
 	Socket string
 	// MTU of pod interfaces; 0 lets vcoild detect it.
 	MTU int
-	// PortMap chains the portmap plugin for hostPort.
+	// PortMap chains the portmap plugin for hostPort (the Linux
+	// dataplane: its iptables rules sit in the node's kernel, which pod
+	// traffic passes).
 	PortMap bool
+	// HostPorts gives vcoil itself the portMappings capability, so that
+	// the runtime hands it the hostPorts (the VPP dataplane, whose pod
+	// traffic never passes the node's kernel). Not with PortMap.
+	HostPorts bool
+}
+
+// ForDataplane sets PortMap and HostPorts for the dataplane vcoild runs
+// ("linux" or "vpp"): who serves hostPorts.
+func (c *Conflist) ForDataplane(dataplane string) error {
+	switch dataplane {
+	case "linux":
+		c.PortMap, c.HostPorts = true, false
+	case "vpp":
+		c.PortMap, c.HostPorts = false, true
+	default:
+		return fmt.Errorf("dataplane %q: want linux or vpp", dataplane)
+	}
+	return nil
 }
 
 // Render returns the conflist as JSON.
 func (c Conflist) Render() ([]byte, error) {
+	if c.PortMap && c.HostPorts {
+		return nil, errors.New("conflist: hostPorts are served by vcoil (the VPP dataplane) or by the chained portmap plugin, not both")
+	}
 	vcoil := map[string]any{"type": "vcoil", "socket": c.Socket}
 	if c.MTU > 0 {
 		vcoil["mtu"] = c.MTU
+	}
+	if c.HostPorts {
+		vcoil["capabilities"] = map[string]bool{"portMappings": true}
 	}
 	plugins := []any{vcoil}
 	if c.PortMap {

@@ -1,10 +1,12 @@
 package cniinstall
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -75,5 +77,41 @@ func TestInstallWithoutTheVcoilBinaryFails(t *testing.T) {
 	_, err := Install(Options{SourceDir: src, BinDir: t.TempDir(), ConfDir: t.TempDir(), ConfName: "10-vcoil.conflist"})
 	if err == nil {
 		t.Fatal("installed without a vcoil binary")
+	}
+}
+
+func TestTheDataplaneDecidesWhoServesHostPorts(t *testing.T) {
+	for _, tc := range []struct {
+		dataplane string
+		want      string
+	}{
+		{"linux", `{"cniVersion":"1.1.0","name":"vcoil","plugins":[{"socket":"/run/vcoild.sock","type":"vcoil"},` +
+			`{"capabilities":{"portMappings":true},"type":"portmap"}]}`},
+		{"vpp", `{"cniVersion":"1.1.0","name":"vcoil","plugins":[{"capabilities":{"portMappings":true},"socket":"/run/vcoild.sock","type":"vcoil"}]}`},
+	} {
+		t.Run(tc.dataplane, func(t *testing.T) {
+			c := Conflist{CNIVersion: "1.1.0", Name: "vcoil", Socket: "/run/vcoild.sock"}
+			if err := c.ForDataplane(tc.dataplane); err != nil {
+				t.Fatal(err)
+			}
+			data, err := c.Render()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, data); err != nil {
+				t.Fatal(err)
+			}
+			if compact.String() != tc.want {
+				t.Errorf("conflist:\n got %s\nwant %s", compact.String(), tc.want)
+			}
+		})
+	}
+	c := Conflist{}
+	if err := c.ForDataplane("dpdk"); err == nil || !strings.Contains(err.Error(), `dataplane "dpdk": want linux or vpp`) {
+		t.Errorf("an unknown dataplane: %v", err)
+	}
+	if _, err := (Conflist{PortMap: true, HostPorts: true}).Render(); err == nil {
+		t.Error("a conflist with portmap chained and vcoil serving hostPorts was rendered")
 	}
 }
