@@ -28,8 +28,9 @@
 // desired state replayed after a restart, and owns the node interfaces' ACL
 // lists, merging what each owner asks for. With Config.SNAT it translates
 // pods' IPv4 traffic leaving the cluster to the uplink's address, choosing
-// it by routing through two VPP pipes (snat.go). It does not allocate addresses,
-// read vcoild's checkpoint, program NAT44 mappings or ACLs (the renderers
-// do), or export routes to other nodes. docs/vpp.md describes deployment
-// and operation.
+// it by routing through two VPP pipes (snat.go). It serves the pods'
+// hostPorts as NAT44-ED static mappings of its own (hostport.go). It does not
+// allocate addresses, read vcoild's checkpoint, program the services' NAT44
+// mappings or ACLs (the renderers do), or export routes to other nodes.
+// docs/vpp.md describes deployment and operation.
 package vpp
