@@ -157,3 +157,67 @@ func TestRealVPPHostPorts(t *testing.T) {
 		t.Errorf("the node's address after the DEL: %v", err)
 	}
 }
+
+// Without the service proxy (no renderer, NAT44-ED off until the first
+// hostPort): an outside client reaches pod a's hostPort, and traffic no
+// mapping matches (the outside client to pod b directly) still passes the
+// uplink, which the hostPort made a NAT frontend, thanks to NAT forwarding.
+func TestRealVPPHostPortsWithoutTheServiceProxy(t *testing.T) {
+	netnstest.RequireRoot(t)
+	bin := vpptest.Binary(t)
+	uplink := netip.MustParsePrefix("198.18.0.10/24")
+	gateway := netip.MustParseAddr("198.18.0.254")
+	node := netnstest.New(t, "hpnode2")
+	ext := netnstest.New(t, "hpext2")
+	netnstest.Veth(t, node, "vppup", ext, "eth0")
+	ext.AddAddr("eth0", netip.PrefixFrom(gateway, 24).String())
+	ext.IP("route", "add", "10.100.0.0/24", "via", uplink.Addr().String())
+	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup hw-addr 02:fe:00:00:00:01")
+	d, err := vpp.New(vpp.Config{
+		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()),
+		Uplink: "host-vppup", UplinkAddresses: []netip.Prefix{uplink}, UplinkGatewayIPv4: gateway,
+		PingInterval: 200 * time.Millisecond, RequestTimeout: 3 * time.Second, ReadyWait: 30 * time.Second,
+	}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := d.Init(ctx); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	if err := d.Blocks().Sync(ctx, []netip.Prefix{netip.MustParsePrefix("10.100.0.0/29")}); err != nil {
+		t.Fatal(err)
+	}
+	nsA, nsB := netnstest.New(t, "hppod2-a"), netnstest.New(t, "hppod2-b")
+	a := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "hp-it2-a", IfName: "eth0"}, Netns: nsA.Path(), IPv4: netip.MustParseAddr("10.100.0.2"),
+		PortMappings: []dataplane.PortMapping{{HostPort: 30999, ContainerPort: 8080, Protocol: dataplane.ProtocolTCP}}}
+	b := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "hp-it2-b", IfName: "eth0"}, Netns: nsB.Path(), IPv4: netip.MustParseAddr("10.100.0.3")}
+	for _, p := range []dataplane.Pod{a, b} {
+		if _, err := d.SetupPod(ctx, p); err != nil {
+			t.Fatalf("SetupPod %s: %v", p.ContainerID, err)
+		}
+	}
+	serveWhoami(t, nsA, "a", netip.IPv4Unspecified())
+	serveWhoami(t, nsB, "b", netip.IPv4Unspecified())
+	for _, c := range []struct {
+		what   string
+		target netip.AddrPort
+		name   string
+	}{
+		{"the outside client reaches pod a's hostPort", netip.AddrPortFrom(uplink.Addr(), 30999), "a"},
+		{"the outside client reaches pod b directly", netip.AddrPortFrom(b.IPv4, 8080), "b"},
+	} {
+		poll.Eventually(t, 20*time.Second, func() error {
+			name, seen, err := whoami(ctx, ext, "tcp", c.target)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.what, err)
+			}
+			if name != c.name || seen != gateway {
+				return fmt.Errorf("%s: %q saw %s, want %q seeing %s", c.what, name, seen, c.name, gateway)
+			}
+			return nil
+		})
+	}
+}
