@@ -277,6 +277,25 @@ func (d *driver) setHostPorts(st *podState, mappings []dataplane.PortMapping) er
 	return nil
 }
 
+// checkHostPorts reports whether st's pod has the hostPorts mappings asks
+// for and VPP holds their static mappings (as this connection made them).
+// The caller holds d.mu.
+func (d *driver) checkHostPorts(st *podState, mappings []dataplane.PortMapping) error {
+	if !slices.Equal(st.pod.PortMappings, mappings) {
+		return fmt.Errorf("hostPorts %v; want %v", st.pod.PortMappings, mappings)
+	}
+	want, _, err := d.renderHostPorts(st.pod)
+	if err != nil {
+		return err
+	}
+	for _, m := range want {
+		if !slices.Contains(st.hostPorts, m) {
+			return fmt.Errorf("VPP lacks the static mapping of hostPort %s", m)
+		}
+	}
+	return nil
+}
+
 // podRoleWith is the role st's pod should have now: the services
 // renderer's (podRole) with its hostPorts', or, before the renderer has
 // spoken, what the pod had besides its hostPorts' role. The caller holds

@@ -316,3 +316,18 @@ func TestHostPortTagsFitVPP(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckPodComparesTheHostPorts(t *testing.T) {
+	h := start(t, hostPortConfig(), func(h *harness) { withAddressedUplink(h.vpp) })
+	if _, err := h.d.SetupPod(ctx(t), podHP); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.CheckPod(ctx(t), podHP); err != nil {
+		t.Errorf("CHECK of the pod as it was added: %v", err)
+	}
+	other := podHP
+	other.PortMappings = []dataplane.PortMapping{hpWeb}
+	if err := h.d.CheckPod(ctx(t), other); err == nil || !strings.Contains(err.Error(), "hostPorts [") {
+		t.Errorf("CHECK with other hostPorts: %v", err)
+	}
+}

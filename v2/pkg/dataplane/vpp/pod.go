@@ -425,6 +425,9 @@ func (d *driver) CheckPod(ctx context.Context, pod dataplane.Pod) error {
 	if err := d.checkWired(ctx, st); err != nil {
 		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
 	}
+	if err := d.checkHostPorts(st, pod.PortMappings); err != nil {
+		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
+	}
 	return nil
 }
 
