@@ -178,6 +178,7 @@ func TestVPPNodeConfiguration(t *testing.T) {
 		"ip route add 198.18.0.0/24 via 169.254.100.1 dev vcoilhost src 198.18.0.12",
 		"ip route add default via 169.254.100.1 dev vcoilhost src 198.18.0.12",
 		"sysctl -q -w net.ipv4.conf.eth0.arp_ignore=8",
+		"sysctl -q -w net.ipv4.conf.vcoilhost.arp_announce=2",
 		"type filter hook ingress device eth0 priority 0 ; policy drop",
 	} {
 		if !strings.Contains(all, want) {

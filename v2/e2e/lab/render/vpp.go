@@ -113,6 +113,11 @@ func VPPNodeNetwork(n topology.Node) [][]string {
 		// The kernel must never answer ARP on the uplink for the node's
 		// address: VPP does.
 		sysctl("net.ipv4.conf." + VPPUplink + ".arp_ignore=8"),
+		// The kernel's ARP requests to VPP on the interconnect must come
+		// from its address there: VPP ignores a request whose source is
+		// one of its own addresses, the node's, which the kernel would
+		// otherwise take from the packet that needs the neighbour.
+		sysctl("net.ipv4.conf." + VPPHostLink + ".arp_announce=2"),
 		ip("link", "set", VPPHostPeer, "up"),
 		ip("link", "set", VPPUplink, "up"),
 		ip("addr", "add", vppHostNodeIP+"/30", "dev", VPPHostLink),

@@ -95,6 +95,12 @@ func (k *netlinkKernel) SetUpHost(context.Context) error {
 		kernelns.Sysctl{Key: "net/ipv4/ip_forward", Value: "1"},
 		kernelns.Sysctl{Key: "net/ipv6/conf/all/forwarding", Value: "1"},
 		kernelns.Sysctl{Key: "net/ipv6/conf/" + HostInterconnectName + "/accept_ra", Value: "0"},
+		// ARP requests to VPP from the interconnect's own address: the
+		// kernel would otherwise take the source of the packet that needs
+		// the neighbour, which may be the node's address, and VPP ignores
+		// requests from an address it holds itself (a node whose uplink
+		// address VPP holds lost VPP as its neighbour that way).
+		kernelns.Sysctl{Key: "net/ipv4/conf/" + HostInterconnectName + "/arp_announce", Value: "2"},
 	); err != nil {
 		return err
 	}

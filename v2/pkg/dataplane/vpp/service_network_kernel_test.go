@@ -261,3 +261,33 @@ func TestServiceNetworkInTheNodeKernel(t *testing.T) {
 		t.Fatalf("table ip %s is left:\n%s", ServiceTable, out)
 	}
 }
+
+// The node's end of the host interconnect, for real: its addresses, and
+// the sysctls that keep the node's ARP requests to VPP from the node's
+// own address (which VPP may hold too) and router advertisements away.
+func TestSetUpHostInTheNodeKernel(t *testing.T) {
+	netnstest.RequireRoot(t)
+	node := netnstest.New(t, "hostnode")
+	node.IP("link", "add", HostInterconnectName, "type", "veth", "peer", "name", HostInterconnectVPPName)
+	k := &netlinkKernel{nodeNetns: node.Path()}
+	for range 2 { // the second time changes nothing
+		if err := k.SetUpHost(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addrs := node.IP("-o", "addr", "show", "dev", HostInterconnectName)
+	for _, a := range []string{"inet 169.254.100.2/30 ", "inet6 fe80::2/64 "} {
+		if !strings.Contains(addrs, a) {
+			t.Errorf("%s lacks %q:\n%s", HostInterconnectName, a, addrs)
+		}
+	}
+	for key, want := range map[string]string{
+		"net.ipv4.conf." + HostInterconnectName + ".arp_announce": "2",
+		"net.ipv6.conf." + HostInterconnectName + ".accept_ra":    "0",
+		"net.ipv4.ip_forward": "1",
+	} {
+		if got := node.ReadSysctl(key); got != want {
+			t.Errorf("%s = %s, want %s", key, got, want)
+		}
+	}
+}
