@@ -98,6 +98,10 @@ type driver struct {
 	// hostPortsOn: a pod wanted a hostPort since vcoild started, so the
 	// uplink is a NAT frontend and NAT forwarding is on (hostport.go).
 	hostPortsOn bool
+	// kernelHostPortsDone are the hostPort DNATs the node's kernel was
+	// last given (hostport_kernel.go), when kernelHostPortsKnown.
+	kernelHostPortsDone  []HostPortDNAT
+	kernelHostPortsKnown bool
 }
 
 // podState is a desired pod and what the driver knows of its wiring on the

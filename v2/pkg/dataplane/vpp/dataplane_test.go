@@ -152,7 +152,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_tap_v2_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
-			wantKernel: []string{"SetUpHost"},
+			wantKernel: []string{"SetUpHost", "SyncHostPorts []"},
 		},
 		{
 			name: "an af_packet interconnect with an addressed uplink routes VPP's defaults through the uplink's gateways",
@@ -186,7 +186,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_tap_v2_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
-			wantKernel: []string{"CreateHostVeth mtu=9000", "SetUpHost"},
+			wantKernel: []string{"CreateHostVeth mtu=9000", "SetUpHost", "SyncHostPorts []"},
 		},
 		{
 			name: "an af_packet interconnect that VPP's start-up configuration made is adopted, not made again",
@@ -217,7 +217,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_tap_v2_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
-			wantKernel: []string{"SetUpHost"},
+			wantKernel: []string{"SetUpHost", "SyncHostPorts []"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -637,6 +637,13 @@ func (k *fakeKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix) (
 func (k *fakeKernel) SyncServiceNetwork(_ context.Context, net ServiceNetwork) error {
 	return k.record("SyncServiceNetwork cidrs=%v source=%s sinks=%t", net.CIDRs, net.Source, net.Sinks)
 }
+func (k *fakeKernel) SyncHostPorts(_ context.Context, dnats []HostPortDNAT) error {
+	var s []string
+	for _, h := range dnats {
+		s = append(s, fmt.Sprintf("%s/%d/%d->%s:%d", h.Addr, h.Protocol, h.Port, h.PodAddr, h.PodPort))
+	}
+	return k.record("SyncHostPorts %v", s)
+}
 func (k *fakeKernel) CreatePodVeth(_ context.Context, pod dataplane.Pod, node string, mac net.HardwareAddr, mtu int) error {
 	if err := k.record("CreatePodVeth %s %s/%s mac=%s mtu=%d", node, pod.Netns, pod.IfName, mac, mtu); err != nil {
 		return err

@@ -120,15 +120,7 @@ func TestRealVPPHostPorts(t *testing.T) {
 	}
 	check(t, "first start")
 
-	v.Restart()
-	select {
-	case inc := <-d.Resynced():
-		if inc != 2 {
-			t.Fatalf("incarnation after the restart %d", inc)
-		}
-	case <-ctx.Done():
-		t.Fatal("no new incarnation after VPP's restart")
-	}
+	restartVPP(ctx, t, v, d, 2)
 	render(d)
 	check(t, "after VPP's restart")
 

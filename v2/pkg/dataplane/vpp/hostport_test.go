@@ -98,11 +98,17 @@ var podHPStatics = []string{
 func TestHostPortsAreStaticMappingsMadeAtADDAndRemovedAtDEL(t *testing.T) {
 	h := start(t, hostPortConfig(), func(h *harness) { withAddressedUplink(h.vpp) })
 	h.vpp.take()
+	// The first sync removes what an earlier vcoild left.
+	wantLines(t, "kernel calls of the first sync", kernelLines(h.kernel.take(), "SyncHostPorts"), []string{"SyncHostPorts []"})
 	if _, err := h.d.SetupPod(ctx(t), podHP); err != nil {
 		t.Fatal(err)
 	}
 	wantLines(t, "NAT messages of the ADD", natLines(h.vpp.take()), podHPAdd)
 	wantLines(t, "VPP's static mappings", h.vpp.statics(), podHPStatics)
+	// The node's own connections to them are DNATed in its kernel.
+	wantLines(t, "kernel calls of the ADD", kernelLines(h.kernel.take(), "SyncHostPorts"), []string{
+		"SyncHostPorts [198.18.0.11/6/8080->10.100.0.2:80 198.18.0.12/6/8080->10.100.0.2:80 198.18.0.12/17/5353->10.100.0.2:53]",
+	})
 
 	// A repeated ADD with the same hostPorts changes nothing; one with
 	// other hostPorts sends only the difference.
@@ -110,8 +116,12 @@ func TestHostPortsAreStaticMappingsMadeAtADDAndRemovedAtDEL(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "NAT messages of a repeat", natLines(h.vpp.take()), nil)
+	wantLines(t, "kernel calls of a repeat", kernelLines(h.kernel.take(), "SyncHostPorts"), nil)
+	// A hostPort on 127.0.0.1 is the node's own: its kernel only, no
+	// static mapping in VPP.
 	changed := podHP
-	changed.PortMappings = []dataplane.PortMapping{hpDNS, {HostPort: 8443, ContainerPort: 443, Protocol: "tcp", HostIP: netip.MustParseAddr("0.0.0.0")}}
+	changed.PortMappings = []dataplane.PortMapping{hpDNS, {HostPort: 8443, ContainerPort: 443, Protocol: "tcp", HostIP: netip.MustParseAddr("0.0.0.0")},
+		{HostPort: 9443, ContainerPort: 443, Protocol: "tcp", HostIP: netip.MustParseAddr("127.0.0.1")}}
 	if _, err := h.d.SetupPod(ctx(t), changed); err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +131,14 @@ func TestHostPortsAreStaticMappingsMadeAtADDAndRemovedAtDEL(t *testing.T) {
 		hpAdd("proto=6 198.18.0.11:8443 -> 10.100.0.2:443"),
 		hpAdd("proto=6 198.18.0.12:8443 -> 10.100.0.2:443"),
 	})
+	wantLines(t, "kernel calls of an ADD with other hostPorts", kernelLines(h.kernel.take(), "SyncHostPorts"), []string{
+		"SyncHostPorts [127.0.0.1/6/9443->10.100.0.2:443 198.18.0.11/6/8443->10.100.0.2:443 198.18.0.12/6/8443->10.100.0.2:443 198.18.0.12/17/5353->10.100.0.2:53]",
+	})
 
 	if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podHP.PodKey}); err != nil {
 		t.Fatal(err)
 	}
+	wantLines(t, "kernel calls of the DEL", kernelLines(h.kernel.take(), "SyncHostPorts"), []string{"SyncHostPorts []"})
 	wantLines(t, "NAT messages of the DEL", natLines(h.vpp.take()), []string{
 		hpDel("proto=17 198.18.0.12:5353 -> 10.100.0.2:53"),
 		hpDel("proto=6 198.18.0.11:8443 -> 10.100.0.2:443"),
@@ -330,4 +344,15 @@ func TestCheckPodComparesTheHostPorts(t *testing.T) {
 	if err := h.d.CheckPod(ctx(t), other); err == nil || !strings.Contains(err.Error(), "hostPorts [") {
 		t.Errorf("CHECK with other hostPorts: %v", err)
 	}
+}
+
+// kernelLines keeps the kernel calls that start with prefix.
+func kernelLines(calls []string, prefix string) []string {
+	var out []string
+	for _, c := range calls {
+		if strings.HasPrefix(c, prefix) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -32,6 +32,9 @@ type kernel interface {
 	// and, with net.Sinks, the nftables table ServiceTable (which also
 	// refuses the node's own connections to net.Refused).
 	SyncServiceNetwork(ctx context.Context, net ServiceNetwork) error
+	// SyncHostPorts makes the nftables table HostPortTable DNAT the node's
+	// own connections to exactly dnats (none: no table).
+	SyncHostPorts(ctx context.Context, dnats []HostPortDNAT) error
 
 	// CreatePodVeth makes an af_packet pod's veth pair: node end `node`
 	// (alias from the key, up, no IPv6 of its own) and pod end pod.IfName in

@@ -86,6 +86,7 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 				if err := d.setHostPorts(st, pod.PortMappings); err != nil {
 					return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
 				}
+				d.syncKernelHostPorts(ctx)
 			}
 			return st.interfaces(d.cfg.PodInterface), nil
 		} else {
@@ -122,6 +123,9 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 		}
 	}
 	d.pods[pod.PodKey] = nst
+	if len(pod.PortMappings) > 0 || (st != nil && len(st.pod.PortMappings) > 0) {
+		d.syncKernelHostPorts(ctx)
+	}
 	d.log.Info("pod wired", "containerID", pod.ContainerID, "ifname", pod.IfName, "vppInterface", nst.vppName,
 		"swIfIndex", nst.swIfIndex, "ipv4", pod.IPv4, "ipv6", pod.IPv6, "mtu", pod.MTU, "type", d.cfg.PodInterface)
 	return nst.interfaces(d.cfg.PodInterface), nil
@@ -396,6 +400,9 @@ func (d *driver) TeardownPod(ctx context.Context, pod dataplane.Pod) error {
 		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
 	}
 	delete(d.pods, pod.PodKey)
+	if len(st.pod.PortMappings) > 0 {
+		d.syncKernelHostPorts(ctx)
+	}
 	d.log.Info("pod torn down", "containerID", pod.ContainerID, "ifname", pod.IfName)
 	return nil
 }

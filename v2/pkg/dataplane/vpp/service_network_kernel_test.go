@@ -3,6 +3,7 @@ package vpp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -289,5 +290,77 @@ func TestSetUpHostInTheNodeKernel(t *testing.T) {
 		if got := node.ReadSysctl(key); got != want {
 			t.Errorf("%s = %s, want %s", key, got, want)
 		}
+	}
+}
+
+// The node's own connections to its hostPorts, for real: to one of the
+// node's addresses and to 127.0.0.1 (from a loopback source too), DNATed
+// to a pod behind a stand-in VPP; the table goes with the last hostPort.
+func TestHostPortsOfTheNodesOwnConnections(t *testing.T) {
+	netnstest.RequireRoot(t)
+	s := newServiceNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// VPP holds the node's address too and hands the kernel what comes
+	// for it; it routes the interconnect's /30 back as a connected route.
+	s.vpp.IP("route", "add", "198.18.0.2/32", "via", "169.254.100.2", "dev", HostInterconnectVPPName)
+	pod := s.vpp.Listen("tcp4", "10.100.0.2:80")
+	seen := make(chan string, 8)
+	go func() {
+		for {
+			c, err := pod.Accept()
+			if err != nil {
+				return
+			}
+			seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+			_, _ = c.Write([]byte("pod"))
+			c.Close()
+		}
+	}()
+	dnats := []HostPortDNAT{
+		{Addr: netip.MustParseAddr("127.0.0.1"), Protocol: 6, Port: 9443, PodAddr: netip.MustParseAddr("10.100.0.2"), PodPort: 80},
+		{Addr: netip.MustParseAddr("198.18.0.2"), Protocol: 6, Port: 8080, PodAddr: netip.MustParseAddr("10.100.0.2"), PodPort: 80},
+	}
+	for range 2 { // the second time changes nothing
+		if err := s.k.SyncHostPorts(ctx, dnats); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ src, dst, wantSeen string }{
+		{"", "198.18.0.2:8080", "198.18.0.2"},
+		{"198.18.0.2", "127.0.0.1:9443", "198.18.0.2"},
+		// A loopback source leaves masqueraded to the interconnect's address.
+		{"127.0.0.1", "127.0.0.1:9443", "169.254.100.2"},
+	} {
+		err := s.node.Do(func() error {
+			d := net.Dialer{Timeout: 2 * time.Second}
+			if tc.src != "" {
+				d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(tc.src)}
+			}
+			c, err := d.DialContext(ctx, "tcp4", tc.dst)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			b := make([]byte, 8)
+			n, _ := c.Read(b)
+			if string(b[:n]) != "pod" {
+				return fmt.Errorf("read %q, want the pod's answer", b[:n])
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("the node (from %q) to %s: %v", tc.src, tc.dst, err)
+		}
+		if got := <-seen; got != tc.wantSeen {
+			t.Errorf("the node (from %q) to %s: the pod saw %s, want %s", tc.src, tc.dst, got, tc.wantSeen)
+		}
+	}
+	if err := s.k.SyncHostPorts(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.node.TryExec(ctx, "nft", "list", "table", "ip", HostPortTable); err == nil {
+		t.Fatalf("table ip %s is still there:\n%s", HostPortTable, out)
 	}
 }

@@ -151,15 +151,7 @@ func TestRealVPPServicesAPI(t *testing.T) {
 		t.Fatalf("NAT interfaces: %v", podIf)
 	}
 
-	v.Restart()
-	select {
-	case inc := <-d.Resynced():
-		if inc != 2 {
-			t.Fatalf("incarnation after the restart %d, want 2", inc)
-		}
-	case <-ctx.Done():
-		t.Fatal("no new incarnation after the restart")
-	}
+	restartVPP(ctx, t, v, d, 2)
 	if err := ch.SendRequest(&acl.ACLAddReplace{ACLIndex: ^uint32(0), Tag: "vcoil-test", Count: 1, R: []acl_types.ACLRule{permit}}).ReceiveReply(reply); err == nil {
 		t.Fatal("the old incarnation's channel still works")
 	}

@@ -318,7 +318,7 @@ func TestSetServiceNetworkBeforeTheFirstSync(t *testing.T) {
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.2/32 drop",
 	})
-	wantLines(t, "kernel calls", h.kernel.take(), []string{"SetUpHost", "SyncServiceNetwork cidrs=[10.96.0.0/12] source=invalid IP sinks=true"})
+	wantLines(t, "kernel calls", h.kernel.take(), []string{"SetUpHost", "SyncHostPorts []", "SyncServiceNetwork cidrs=[10.96.0.0/12] source=invalid IP sinks=true"})
 }
 
 // The lists of every owner, merged with the policies' first, sent only

@@ -203,15 +203,7 @@ func TestRealVPPSNAT(t *testing.T) {
 	}
 	check(t, "first start")
 
-	v.Restart()
-	select {
-	case inc := <-d.Resynced():
-		if inc != 2 {
-			t.Fatalf("incarnation after the restart %d", inc)
-		}
-	case <-ctx.Done():
-		t.Fatal("no new incarnation after VPP's restart")
-	}
+	restartVPP(ctx, t, v, d, 2)
 	if err := r.Resync(ctx, state); err != nil {
 		t.Fatalf("Resync after the restart: %v", err)
 	}

@@ -65,6 +65,7 @@ func (d *driver) resync(ctx context.Context) error {
 	if err := d.syncHostPorts(); err != nil {
 		return fmt.Errorf("hostPorts: %w", err)
 	}
+	d.syncKernelHostPorts(ctx)
 	if err := d.syncBlocks(ctx); err != nil {
 		return err
 	}
