@@ -151,7 +151,7 @@ func TestVPPNodeConfiguration(t *testing.T) {
 	for _, want := range []string{
 		"create host-interface name eth0\n",
 		"set interface ip address host-eth0 198.18.0.12/24\n",
-		"create host-interface v2 name vcoilvpp cksum-gso-disable\n",
+		"create host-interface v2 name vcoilvpp\n",
 		"set interface ip address host-vcoilvpp 169.254.100.1/30\n",
 		"ip route add 0.0.0.0/0 via 198.18.0.1 host-eth0\n",
 		"ip punt redirect add rx all via 169.254.100.2 host-vcoilvpp\n",
