@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -419,7 +420,7 @@ func vppCommands(cfg *cluster.Config) []*cobra.Command {
 			return err
 		},
 	}
-	var pidFile string
+	var pidFile, probe string
 	vppSupervise := &cobra.Command{
 		Use:    "vpp-supervise [--pid-file FILE] -- VPP ARGS...",
 		Short:  "run VPP and start it again whenever it dies, as a node's service manager would (run by lab up)",
@@ -430,9 +431,24 @@ func vppCommands(cfg *cluster.Config) []*cobra.Command {
 			defer stop()
 			opts := supervise.DefaultOptions
 			opts.PidFile = pidFile
+			if probe != "" {
+				// The node's kernel must reach VPP through the host
+				// interconnect: VPP 25.10's af_packet transmit ring
+				// towards the kernel can stall under load, which cuts
+				// the node off until VPP starts again.
+				opts.Check = func(ctx context.Context) error {
+					out, err := exec.CommandContext(ctx, "ping", "-c", "1", "-W", "1", probe).CombinedOutput()
+					if err != nil {
+						return fmt.Errorf("ping %s: %w: %s", probe, err, strings.TrimSpace(string(out)))
+					}
+					return nil
+				}
+				opts.CheckInterval, opts.CheckGrace, opts.CheckFailures = 2*time.Second, 30*time.Second, 5
+			}
 			return supervise.Run(ctx, args, opts, os.Stderr)
 		},
 	}
 	vppSupervise.Flags().StringVar(&pidFile, "pid-file", "", "file that receives VPP's PID at each start")
+	vppSupervise.Flags().StringVar(&probe, "probe", "", "liveness check: VPP is killed (and started again) when this address does not answer ping 5 times in a row, 2 s apart")
 	return []*cobra.Command{vppctl, vppSupervise}
 }

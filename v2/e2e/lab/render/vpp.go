@@ -32,9 +32,10 @@ const (
 	VPPUplinkGuard = "vcoil-lab-uplink"
 )
 
-// The host interconnect's addresses (vcoild's, fixed for every node).
+// The host interconnect's addresses (vcoild's, fixed for every node); the
+// supervisor's liveness check pings VPP's.
 const (
-	vppHostVPPIP  = "169.254.100.1"
+	VPPHostVPPIP  = "169.254.100.1"
 	vppHostNodeIP = "169.254.100.2"
 )
 
@@ -93,7 +94,7 @@ func VPPStartupCLI(n topology.Node) string {
 		// checksum and GSO offload stays: the kernel leaves checksums to
 		// it on the veth.
 		"create host-interface v2 name " + VPPHostPeer,
-		fmt.Sprintf("set interface ip address %s %s/30", host, vppHostVPPIP),
+		fmt.Sprintf("set interface ip address %s %s/30", host, VPPHostVPPIP),
 		"set interface state " + host + " up",
 		fmt.Sprintf("ip route add 0.0.0.0/0 via %s %s", topology.FabricIP, up),
 		fmt.Sprintf("ip punt redirect add rx all via %s %s", vppHostNodeIP, host),
@@ -128,8 +129,8 @@ func VPPNodeNetwork(n topology.Node) [][]string {
 		ip("link", "set", VPPUplink, "up"),
 		ip("addr", "add", vppHostNodeIP+"/30", "dev", VPPHostLink),
 		ip("link", "set", VPPHostLink, "up"),
-		ip("route", "add", topology.FabricNet.String(), "via", vppHostVPPIP, "dev", VPPHostLink, "src", src),
-		ip("route", "add", "default", "via", vppHostVPPIP, "dev", VPPHostLink, "src", src),
+		ip("route", "add", topology.FabricNet.String(), "via", VPPHostVPPIP, "dev", VPPHostLink, "src", src),
+		ip("route", "add", "default", "via", VPPHostVPPIP, "dev", VPPHostLink, "src", src),
 		{"nft", "add table netdev " + VPPUplinkGuard + " ; add chain netdev " + VPPUplinkGuard + " ingress { type filter hook ingress device " + VPPUplink + " priority 0 ; policy drop ; }"},
 	}
 }

@@ -25,6 +25,13 @@ type Options struct {
 	// PidFile, when set, receives the PID of each start of the program
 	// (a test that kills the program reads it).
 	PidFile string
+	// Check, when set, is a liveness check run every CheckInterval while
+	// the program runs, from CheckGrace after its start: after
+	// CheckFailures failures in a row the program is killed (and started
+	// again), as a service manager's watchdog kills a hung service.
+	Check                     func(context.Context) error
+	CheckInterval, CheckGrace time.Duration
+	CheckFailures             int
 }
 
 // DefaultOptions restart at once (0.5 s), back off to 10 s for a program
@@ -58,10 +65,16 @@ func Run(ctx context.Context, argv []string, opts Options, log io.Writer) error 
 			}
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
+			checkCtx, stopCheck := context.WithCancel(ctx)
+			if opts.Check != nil {
+				go watch(checkCtx, cmd, opts, log)
+			}
 			select {
 			case err := <-done:
+				stopCheck()
 				fmt.Fprintf(log, "supervise: %s (pid %d) exited after %s: %v; restarting in %s\n", argv[0], cmd.Process.Pid, time.Since(start).Round(time.Millisecond), exitText(err), delay)
 			case <-ctx.Done():
+				stopCheck()
 				stop(cmd, done, opts.StopTimeout)
 				fmt.Fprintf(log, "supervise: stopped %s (pid %d)\n", argv[0], cmd.Process.Pid)
 				return nil
@@ -94,4 +107,39 @@ func exitText(err error) string {
 		return "exit status 0"
 	}
 	return err.Error()
+}
+
+// watch runs opts.Check until ctx ends and kills cmd after
+// opts.CheckFailures failures in a row.
+func watch(ctx context.Context, cmd *exec.Cmd, opts Options, log io.Writer) {
+	select {
+	case <-time.After(opts.CheckGrace):
+	case <-ctx.Done():
+		return
+	}
+	failed := 0
+	t := time.NewTicker(opts.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		err := opts.Check(ctx)
+		if err == nil {
+			failed = 0
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		failed++
+		fmt.Fprintf(log, "supervise: liveness check of %s (pid %d) failed (%d of %d): %v\n", cmd.Path, cmd.Process.Pid, failed, opts.CheckFailures, err)
+		if failed >= opts.CheckFailures {
+			fmt.Fprintf(log, "supervise: killing %s (pid %d): its liveness check failed %d times in a row\n", cmd.Path, cmd.Process.Pid, failed)
+			_ = cmd.Process.Kill()
+			return
+		}
+	}
 }

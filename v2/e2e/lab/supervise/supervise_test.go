@@ -110,3 +110,51 @@ func TestRunFailsForAMissingProgram(t *testing.T) {
 		t.Fatalf("Run = %v, want an error naming the program", err)
 	}
 }
+
+// A program whose liveness check keeps failing is killed and started
+// again; a passing check leaves it alone.
+func TestRunKillsAProgramWhoseLivenessCheckFails(t *testing.T) {
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	healthy := filepath.Join(dir, "healthy")
+	if err := os.WriteFile(healthy, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var log syncBuffer
+	done := make(chan error, 1)
+	opts := Options{Delay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond, MinUptime: time.Second, StopTimeout: time.Second,
+		CheckInterval: 20 * time.Millisecond, CheckGrace: 20 * time.Millisecond, CheckFailures: 3,
+		Check: func(context.Context) error {
+			_, err := os.Stat(healthy)
+			return err
+		}}
+	go func() {
+		done <- Run(ctx, []string{"sh", "-c", "echo run >> " + count + "; exec sleep 60"}, opts, &log)
+	}()
+	runs := func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "run")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := runs(); n != 1 {
+		t.Fatalf("a healthy program ran %d times, want once; log:\n%s", n, log.String())
+	}
+	if err := os.Remove(healthy); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runs() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("an unhealthy program was not started again; log:\n%s", log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if l := log.String(); !strings.Contains(l, "failed (3 of 3)") || !strings.Contains(l, "its liveness check failed 3 times in a row") {
+		t.Errorf("the log does not show the failed checks:\n%s", l)
+	}
+}
