@@ -432,10 +432,11 @@ func vppCommands(cfg *cluster.Config) []*cobra.Command {
 			opts := supervise.DefaultOptions
 			opts.PidFile = pidFile
 			if probe != "" {
-				// The node's kernel must reach VPP through the host
-				// interconnect: VPP 25.10's af_packet transmit ring
-				// towards the kernel can stall under load, which cuts
-				// the node off until VPP starts again.
+				// The node's kernel must reach its gateway through VPP
+				// (the host interconnect, then the uplink): VPP 25.10's
+				// af_packet transmit rings, towards the kernel and
+				// towards the fabric alike, can stall under load, which
+				// cuts the node off until VPP starts again.
 				opts.Check = func(ctx context.Context) error {
 					out, err := exec.CommandContext(ctx, "ping", "-c", "1", "-W", "1", probe).CombinedOutput()
 					if err != nil {

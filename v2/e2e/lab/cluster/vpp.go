@@ -95,7 +95,7 @@ func (c Config) startVPPs(ctx context.Context) error {
 			return err
 		}
 		if err := c.start(daemon{name: vppDaemonName(n), netns: n.Netns, mountNS: c.mountNS(n), uts: c.utsNS(n.Name),
-			args: []string{c.Self, "vpp-supervise", "--pid-file", render.VPPPidfile(c.StateDir, n), "--probe", render.VPPHostVPPIP, "--", c.VPPBin, "-c", conf}}); err != nil {
+			args: []string{c.Self, "vpp-supervise", "--pid-file", render.VPPPidfile(c.StateDir, n), "--probe", topology.FabricIP.String(), "--", c.VPPBin, "-c", conf}}); err != nil {
 			return err
 		}
 	}

@@ -32,8 +32,7 @@ const (
 	VPPUplinkGuard = "vcoil-lab-uplink"
 )
 
-// The host interconnect's addresses (vcoild's, fixed for every node); the
-// supervisor's liveness check pings VPP's.
+// The host interconnect's addresses (vcoild's, fixed for every node).
 const (
 	VPPHostVPPIP  = "169.254.100.1"
 	vppHostNodeIP = "169.254.100.2"
