@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 )
 
 // LabelDataplane is the node label (linux or vpp) by which vcoil's lab
@@ -20,11 +21,6 @@ const (
 	// VPPUplink is the node's fabric link, which VPP attaches with
 	// af_packet as host-eth0 and which then belongs to VPP alone.
 	VPPUplink = "eth0"
-	// VPPHostLink and VPPHostPeer are the host interconnect's veth: the
-	// kernel's end and the end VPP attaches (host-vcoilvpp). They are
-	// vcoild's names for an af_packet interconnect, which vcoild adopts.
-	VPPHostLink = "vcoilhost"
-	VPPHostPeer = "vcoilvpp"
 	// VPPUplinkGuard is the nftables table (family netdev) in the node's
 	// namespace that drops everything the kernel would receive on the
 	// uplink: only VPP's packet socket, which sees frames before the
@@ -32,10 +28,14 @@ const (
 	VPPUplinkGuard = "vcoil-lab-uplink"
 )
 
-// The host interconnect's addresses (vcoild's, fixed for every node).
-const (
-	VPPHostVPPIP  = "169.254.100.1"
-	vppHostNodeIP = "169.254.100.2"
+// The host interconnect: vcoild's names and addresses for an af_packet
+// one (the kernel's veth end, the end VPP attaches), which VPP's start-up
+// configuration makes here and vcoild adopts.
+var (
+	vppHostLink   = vpp.HostInterconnectName
+	vppHostPeer   = vpp.HostInterconnectVPPName
+	vppHostVPPIP  = vpp.InterconnectVPPIPv4.Addr().String()
+	vppHostNodeIP = vpp.InterconnectHostIPv4.Addr().String()
 )
 
 // vppPidfile is where a node's VPP supervisor writes VPP's PID at each
@@ -81,7 +81,7 @@ plugins { plugin dpdk_plugin.so { disable } }
 // containerd's and hostNetwork pods' TCP and UDP. VPP answers ARP and ping
 // for the address.
 func VPPStartupCLI(n topology.Node) string {
-	up, host := "host-"+VPPUplink, "host-"+VPPHostPeer
+	up, host := "host-"+VPPUplink, "host-"+vppHostPeer
 	lines := []string{
 		"create host-interface name " + VPPUplink,
 		fmt.Sprintf("set interface ip address %s %s/%d", up, n.IP, topology.FabricNet.Bits()),
@@ -92,8 +92,8 @@ func VPPStartupCLI(n topology.Node) string {
 		// the kernel, none sent), and the node lost its network. The
 		// checksum and GSO offload stays: the kernel leaves checksums to
 		// it on the veth.
-		"create host-interface v2 name " + VPPHostPeer,
-		fmt.Sprintf("set interface ip address %s %s/30", host, VPPHostVPPIP),
+		"create host-interface v2 name " + vppHostPeer,
+		fmt.Sprintf("set interface ip address %s %s/30", host, vppHostVPPIP),
 		"set interface state " + host + " up",
 		fmt.Sprintf("ip route add 0.0.0.0/0 via %s %s", topology.FabricIP, up),
 		fmt.Sprintf("ip punt redirect add rx all via %s %s", vppHostNodeIP, host),
@@ -113,8 +113,8 @@ func VPPNodeNetwork(n topology.Node) [][]string {
 	src := n.IP.String()
 	return [][]string{
 		ip("addr", "add", src+"/32", "dev", "lo"),
-		ip("link", "add", VPPHostLink, "type", "veth", "peer", "name", VPPHostPeer),
-		sysctl("net.ipv6.conf." + VPPHostPeer + ".disable_ipv6=1"),
+		ip("link", "add", vppHostLink, "type", "veth", "peer", "name", vppHostPeer),
+		sysctl("net.ipv6.conf." + vppHostPeer + ".disable_ipv6=1"),
 		sysctl("net.ipv6.conf." + VPPUplink + ".disable_ipv6=1"),
 		// The kernel must never answer ARP on the uplink for the node's
 		// address: VPP does.
@@ -123,13 +123,13 @@ func VPPNodeNetwork(n topology.Node) [][]string {
 		// from its address there: VPP ignores a request whose source is
 		// one of its own addresses, the node's, which the kernel would
 		// otherwise take from the packet that needs the neighbour.
-		sysctl("net.ipv4.conf." + VPPHostLink + ".arp_announce=2"),
-		ip("link", "set", VPPHostPeer, "up"),
+		sysctl("net.ipv4.conf." + vppHostLink + ".arp_announce=2"),
+		ip("link", "set", vppHostPeer, "up"),
 		ip("link", "set", VPPUplink, "up"),
-		ip("addr", "add", vppHostNodeIP+"/30", "dev", VPPHostLink),
-		ip("link", "set", VPPHostLink, "up"),
-		ip("route", "add", topology.FabricNet.String(), "via", VPPHostVPPIP, "dev", VPPHostLink, "src", src),
-		ip("route", "add", "default", "via", VPPHostVPPIP, "dev", VPPHostLink, "src", src),
+		ip("addr", "add", vppHostNodeIP+"/30", "dev", vppHostLink),
+		ip("link", "set", vppHostLink, "up"),
+		ip("route", "add", topology.FabricNet.String(), "via", vppHostVPPIP, "dev", vppHostLink, "src", src),
+		ip("route", "add", "default", "via", vppHostVPPIP, "dev", vppHostLink, "src", src),
 		{"nft", "add table netdev " + VPPUplinkGuard + " ; add chain netdev " + VPPUplinkGuard + " ingress { type filter hook ingress device " + VPPUplink + " priority 0 ; policy drop ; }"},
 	}
 }

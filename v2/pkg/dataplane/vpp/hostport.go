@@ -131,13 +131,8 @@ func (d *driver) renderHostPorts(pod dataplane.Pod) ([]hostPortMapping, []string
 	var skipped []string
 	var uplink []netip.Addr
 	for _, m := range pod.PortMappings {
-		var proto uint8
-		switch m.Protocol {
-		case dataplane.ProtocolTCP:
-			proto = 6
-		case dataplane.ProtocolUDP:
-			proto = 17
-		default:
+		proto, ok := hostPortProtocol(m.Protocol)
+		if !ok {
 			skipped = append(skipped, fmt.Sprintf("%s: NAT44-ED translates TCP and UDP only", m))
 			continue
 		}
@@ -178,6 +173,18 @@ func (d *driver) renderHostPorts(pod dataplane.Pod) ([]hostPortMapping, []string
 	}
 	slices.SortFunc(out, compareHostPortMappings)
 	return slices.CompactFunc(out, func(a, b hostPortMapping) bool { return a == b }), skipped, nil
+}
+
+// hostPortProtocol is the IP protocol number of a hostPort's protocol, when
+// NAT44-ED translates it (TCP, UDP).
+func hostPortProtocol(p string) (uint8, bool) {
+	switch p {
+	case dataplane.ProtocolTCP:
+		return 6, true
+	case dataplane.ProtocolUDP:
+		return 17, true
+	}
+	return 0, false
 }
 
 // uplinkIPv4 returns the uplink's IPv4 addresses, read from VPP once per

@@ -12,7 +12,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"sigs.k8s.io/knftables"
 
-	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -69,8 +68,8 @@ func (d *driver) kernelHostPorts() []HostPortDNAT {
 			if m.HostIP != netip.AddrFrom4([4]byte{127, 0, 0, 1}) || !st.pod.IPv4.IsValid() {
 				continue
 			}
-			proto := map[string]uint8{dataplane.ProtocolTCP: 6, dataplane.ProtocolUDP: 17}[m.Protocol]
-			if proto == 0 {
+			proto, ok := hostPortProtocol(m.Protocol)
+			if !ok {
 				continue
 			}
 			out = append(out, HostPortDNAT{Addr: m.HostIP, Protocol: proto, Port: m.HostPort, PodAddr: st.pod.IPv4, PodPort: m.ContainerPort})
