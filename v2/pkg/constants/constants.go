@@ -133,3 +133,8 @@ const (
 	// migration).
 	ServiceMasqueradeMark = 0x4000
 )
+
+// PolicyTable is the inet table of the nftables policy renderer (package
+// policy/renderer/nftables); nothing else may write to it. docs/policy.md
+// documents it.
+const PolicyTable = "vcoil-policy"

@@ -1,0 +1,195 @@
+package nftables
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// The table's layout (docs/policy.md, "The nftables renderer").
+//
+// Two base chains check every pod's traffic, each with two verdict maps
+// keyed by the local pods' addresses:
+//
+//   - forward (filter, forward hook, after the service renderer's filter):
+//     traffic out of a local pod, by its source address (maps eg4, eg6),
+//     with the destination already translated by the service DNAT of
+//     prerouting: a pod's egress rules see the backend, not the Service.
+//   - postrouting (filter, postrouting hook, after source NAT): traffic
+//     into a local pod, by its destination address (maps in4, in6), with
+//     the source as the pod sees it: the NAT loopback for a pod reaching
+//     itself through a Service (hairpin), which the rules always permit.
+//
+// A map's element sends the packet to its pod's group chain with jump. A
+// group chain returns when a rule permits the packet and drops it at its
+// end, so traffic between two local pods is checked by the source pod's
+// egress group in forward and then by the destination pod's ingress group
+// in postrouting: neither check can skip the other.
+//
+// Traffic of established and related connections is accepted first, and
+// the node's own traffic to its pods (the kubelet's probes) and IPv6
+// neighbour discovery always pass. Traffic from a pod to its own node (the
+// input hook) is never filtered: Kubernetes always permits it.
+const (
+	chainForward     = "forward"
+	chainPostrouting = "postrouting"
+	// formatVersion is written as the comment of the empty set
+	// setFormat (nft's JSON shows no table or chain comments): a vcoild
+	// adopts a table of its own version and refuses one of a newer one.
+	formatVersion = 1
+	setFormat     = "format"
+	formatComment = "vcoil policy v1"
+	// logRate bounds the drop log: at most this many lines per second
+	// over the whole table, so that a flood cannot fill the kernel log.
+	logRate = "10/second burst 20 packets"
+)
+
+var dirMaps = [2][2]string{
+	renderer.Ingress: {"in4", "in6"},
+	renderer.Egress:  {"eg4", "eg6"},
+}
+
+func ipOf(f int) string {
+	if f == v4 {
+		return "ip"
+	}
+	return "ip6"
+}
+
+func addrType(f int) string {
+	if f == v4 {
+		return "ipv4_addr"
+	}
+	return "ipv6_addr"
+}
+
+func famSuffix(f int) string {
+	if f == v4 {
+		return "4"
+	}
+	return "6"
+}
+
+// peerField is the address of the peer in a packet of direction d: the
+// source of traffic into the pod, the destination of traffic out of it.
+func peerField(d renderer.Direction) string {
+	if d == renderer.Egress {
+		return "daddr"
+	}
+	return "saddr"
+}
+
+// setNames names a group's sets.
+type setNames string // the group's chain name
+
+func (g setNames) hostPorts(f int) string { return string(g) + "-hp" + famSuffix(f) }
+func (g setNames) hosts(f int) string     { return string(g) + "-h" + famSuffix(f) }
+func (g setNames) nets(f int) string      { return string(g) + "-n" + famSuffix(f) }
+func (g setNames) sig(i, f int) string {
+	return string(g) + "-s" + strconv.Itoa(i) + "-" + famSuffix(f)
+}
+
+// setDef is one set of a group: its name, type, whether it holds
+// intervals, and a comment (a signature's, which adoption reads back).
+type setDef struct {
+	name, typ string
+	interval  bool
+	comment   string
+}
+
+// groupSets lists the sets of a group with chain name g and the given
+// signatures, in a fixed order.
+func groupSets(g setNames, sigs []signature) []setDef {
+	var out []setDef
+	for f := range 2 {
+		out = append(out,
+			setDef{name: g.hostPorts(f), typ: addrType(f) + " . inet_proto . inet_service"},
+			setDef{name: g.hosts(f), typ: addrType(f)},
+			setDef{name: g.nets(f), typ: addrType(f), interval: true},
+		)
+		for i, s := range sigs {
+			out = append(out, setDef{name: g.sig(i, f), typ: addrType(f), interval: true, comment: s.String()})
+		}
+	}
+	return out
+}
+
+// groupRules are the rules of group chain g of direction d: permits that
+// return, then the drop (logged when logDrops).
+func groupRules(g setNames, d renderer.Direction, sigs []signature, logDrops bool) []string {
+	peer := peerField(d)
+	var out []string
+	for f := range 2 {
+		ip := ipOf(f)
+		out = append(out,
+			fmt.Sprintf("%s %s . meta l4proto . th dport @%s return", ip, peer, g.hostPorts(f)),
+			fmt.Sprintf("%s %s @%s return", ip, peer, g.hosts(f)),
+			fmt.Sprintf("%s %s @%s return", ip, peer, g.nets(f)),
+		)
+	}
+	for i, s := range sigs {
+		l4 := "meta l4proto " + s.proto.String()
+		if !s.sport.IsAny() {
+			l4 += " th sport " + portsString(s.sport)
+		}
+		if !s.dport.IsAny() {
+			l4 += " th dport " + portsString(s.dport)
+		}
+		for f := range 2 {
+			out = append(out, fmt.Sprintf("%s %s %s @%s return", l4, ipOf(f), peer, g.sig(i, f)))
+		}
+	}
+	if logDrops {
+		out = append(out, fmt.Sprintf("limit rate %s log prefix %q level info", logRate, "vcoil-policy "+string(g)+" "+d.String()+" drop: "))
+	}
+	out = append(out, fmt.Sprintf("counter name %q drop", string(g)))
+	return out
+}
+
+func portsString(p renderer.PortRange) string {
+	if p.First == p.Last {
+		return strconv.Itoa(int(p.First))
+	}
+	return strconv.Itoa(int(p.First)) + "-" + strconv.Itoa(int(p.Last))
+}
+
+// baseRules are the rules of the two base chains.
+func baseRules() map[string][]string {
+	fwd := []string{"ct state established,related accept"}
+	post := []string{
+		"ct state established,related accept",
+		"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, nd-router-advert, nd-redirect } accept",
+		// The node's own traffic to its pods, and what the node itself
+		// translated to one of its addresses.
+		"fib saddr type local accept",
+	}
+	for f := range 2 {
+		fwd = append(fwd, fmt.Sprintf("%s saddr vmap @%s", ipOf(f), dirMaps[renderer.Egress][f]))
+		post = append(post, fmt.Sprintf("%s daddr vmap @%s", ipOf(f), dirMaps[renderer.Ingress][f]))
+	}
+	return map[string][]string{chainForward: fwd, chainPostrouting: post}
+}
+
+// ruleID is the comment a rule carries: a digest of its text, by which
+// adoption recognizes the rules it would write.
+func ruleID(rule string) string {
+	h := sha256.Sum256([]byte(rule))
+	return hex.EncodeToString(h[:8])
+}
+
+// groupName is the chain name of group number n.
+func groupName(n int) string { return "g" + strconv.Itoa(n) }
+
+// parseGroupName returns the number of a group chain name.
+func parseGroupName(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, "g")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0 && groupName(n) == name
+}

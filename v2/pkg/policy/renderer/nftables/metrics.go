@@ -1,0 +1,126 @@
+package nftables
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of the renderer, registered with Config.Registry.
+type metrics struct {
+	duration *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	r        *Renderer
+}
+
+var (
+	descGroups = prometheus.NewDesc("vcoil_policy_nftables_groups",
+		"Groups (a chain and its sets) in the nftables policy table, by direction: pods whose rules of a direction are equal share one.",
+		[]string{"direction"}, nil)
+	descPods = prometheus.NewDesc("vcoil_policy_nftables_isolated_addresses",
+		"Local pod addresses whose traffic the nftables policy table filters, by direction.",
+		[]string{"direction"}, nil)
+	descRules = prometheus.NewDesc("vcoil_policy_rules",
+		"Rules the policy configurator generated for this node's pods (both directions, all pods), as the nftables renderer last received them.",
+		nil, nil)
+	descDenied = prometheus.NewDesc("vcoil_policy_denied_packets_total",
+		"Packets the nftables policy table denied, by group and direction (the group's pods: kubectl vcoil / docs/policy.md).",
+		[]string{"group", "direction"}, nil)
+)
+
+func newMetrics(reg prometheus.Registerer, r *Renderer) (*metrics, error) {
+	m := &metrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "vcoil", Subsystem: "policy", Name: "render_duration_seconds",
+			Help:    "Time the nftables policy renderer took to apply a transaction, by kind (resync, update).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"kind"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "vcoil", Subsystem: "policy", Name: "render_errors_total",
+			Help: "Transactions the nftables policy renderer failed to apply, by kind.",
+		}, []string{"kind"}),
+		r: r,
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.duration, m.errors, m} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(start time.Time, resync bool, err error) {
+	kind := "update"
+	if resync {
+		kind = "resync"
+	}
+	m.duration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	if err != nil {
+		m.errors.WithLabelValues(kind).Inc()
+	}
+}
+
+// Describe and Collect make the table's state a collector: it is read at
+// each scrape, the counters from the kernel.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descGroups, descPods, descRules, descDenied} {
+		ch <- d
+	}
+}
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	r := m.r
+	r.mu.Lock()
+	var groups, addrs [2]int
+	for _, g := range r.groups {
+		groups[g.dir]++
+	}
+	for d := range r.elems {
+		addrs[d] = len(r.elems[d])
+	}
+	dirs := map[string]string{}
+	for name, g := range r.groups {
+		dirs[name] = g.dir.String()
+	}
+	rules := 0
+	for _, w := range r.pods {
+		rules += w.rules
+	}
+	r.mu.Unlock()
+	for d := range groups {
+		dir := []string{"ingress", "egress"}[d]
+		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(groups[d]), dir)
+		ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(addrs[d]), dir)
+	}
+	ch <- prometheus.MustNewConstMetric(descRules, prometheus.GaugeValue, float64(rules))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := r.k.nftCmd(ctx, "", "-j", "list", "counters", "table", "inet", r.cfg.Table)
+	if err != nil {
+		return
+	}
+	var doc struct {
+		Nftables []struct {
+			Counter *struct {
+				Name    string `json:"name"`
+				Packets float64
+			} `json:"counter"`
+		} `json:"nftables"`
+	}
+	if json.Unmarshal(out, &doc) != nil {
+		return
+	}
+	for _, o := range doc.Nftables {
+		if o.Counter == nil {
+			continue
+		}
+		if dir, ok := dirs[o.Counter.Name]; ok {
+			ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, o.Counter.Packets, o.Counter.Name, dir)
+		}
+	}
+}

@@ -1,0 +1,860 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/knftables"
+
+	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// Config configures a Renderer.
+type Config struct {
+	// Netns is the node's network namespace ("" = the process's own).
+	Netns string
+	// Table is the inet table the renderer owns (constants.PolicyTable
+	// when empty).
+	Table string
+	// LogDrops logs denied packets to the kernel log, at most ten a second
+	// over the table (off by default: the counters are always there).
+	LogDrops bool
+	// Registry takes the renderer's metrics; nil registers none.
+	Registry prometheus.Registerer
+	Log      logr.Logger
+}
+
+// Renderer enforces the policies of a node's pods with nftables. It is a
+// renderer.Renderer; Render is called from one goroutine at a time.
+type Renderer struct {
+	cfg     Config
+	log     logr.Logger
+	k       *kernel
+	metrics *metrics
+
+	// mu guards what the metrics collector reads while Render runs.
+	mu sync.Mutex
+
+	// The desired state: every local pod's rules and their contents, and
+	// the pod of each address.
+	pods   map[renderer.PodID]*podWant
+	owners map[netip.Addr]renderer.PodID
+
+	// The mirror of the kernel's table, valid when synced: the groups and
+	// the dispatch maps' elements, by direction and address.
+	synced bool
+	groups map[string]*group // by chain name
+	byKey  map[string]*group
+	elems  [2]map[netip.Addr]*group
+	nextID int
+
+	// lastScript is the last transaction's nft input, for tests.
+	lastScript string
+}
+
+type podWant struct {
+	rules    int // the length of both rule lists, for the metrics
+	ips      []netip.Addr
+	contents [2]*content // by renderer.Direction; nil: not restricted
+	keys     [2]string
+}
+
+// group is a chain with its sets, shared by the pods whose rule lists of
+// one direction have the same content.
+type group struct {
+	name      string
+	dir       renderer.Direction
+	c         *content
+	key       string // groupKey(dir, c)
+	structure string
+	refs      int // dispatch map elements jumping to it
+}
+
+func groupKey(d renderer.Direction, c *content) string {
+	if c == nil {
+		return ""
+	}
+	return d.String() + "/" + c.key()
+}
+
+// New opens the node's namespace and checks that nft runs there. The
+// table is not touched until the first Render, which adopts what an
+// earlier vcoild left and changes only what differs.
+func New(cfg Config) (*Renderer, error) {
+	if cfg.Table == "" {
+		cfg.Table = constants.PolicyTable
+	}
+	k, err := openKernel(cfg.Netns, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	r := &Renderer{
+		cfg: cfg, log: cfg.Log, k: k,
+		pods: map[renderer.PodID]*podWant{}, owners: map[netip.Addr]renderer.PodID{},
+	}
+	r.resetMirror()
+	if r.metrics, err = newMetrics(cfg.Registry, r); err != nil {
+		k.close()
+		return nil, fmt.Errorf("register the nftables policy renderer's metrics: %w", err)
+	}
+	return r, nil
+}
+
+// Close releases the namespace.
+func (r *Renderer) Close() { r.k.close() }
+
+func (r *Renderer) resetMirror() {
+	r.synced = false
+	r.groups = map[string]*group{}
+	r.byKey = map[string]*group{}
+	r.elems = [2]map[netip.Addr]*group{{}, {}}
+	r.nextID = 0
+}
+
+// Render applies txn to the table in one nft transaction.
+func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
+	start := time.Now()
+	defer func() { r.metrics.observe(start, txn.Resync, err) }()
+	for i := range txn.Pods {
+		pr := &txn.Pods[i]
+		if pr.Removed {
+			continue
+		}
+		for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
+			list := pr.Ingress
+			if d == renderer.Egress {
+				list = pr.Egress
+			}
+			if err := renderer.ValidateRuleList(d, list); err != nil {
+				return fmt.Errorf("render the policies of pod %s: %w", pr.Pod, err)
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	affected := r.want(txn)
+	full := txn.Resync || !r.synced
+	var kt *kernelTable
+	purge := false
+	if !r.synced {
+		r.resetMirror()
+		kt, err = r.k.list(ctx)
+		switch {
+		case errors.Is(err, errNoTable):
+			kt, err = nil, nil
+		case err != nil:
+			return fmt.Errorf("render policies: read table inet %s: %w", r.cfg.Table, err)
+		}
+		if kt != nil {
+			if purge, err = r.adopt(kt); err != nil {
+				return fmt.Errorf("render policies: table inet %s: %w", r.cfg.Table, err)
+			}
+			if purge {
+				r.resetMirror()
+			}
+		}
+	}
+	if full {
+		affected = r.allAddresses()
+	}
+	p := r.plan(affected)
+	if full {
+		p.base = kt == nil || purge || !baseMatches(kt)
+		p.purge = purge
+		p.deleteUnused(r)
+	}
+	script, err := p.script(r)
+	if err != nil {
+		return fmt.Errorf("render policies into table inet %s: %w", r.cfg.Table, err)
+	}
+	r.lastScript = script
+	if script != "" {
+		if err := r.k.runScript(ctx, script); err != nil {
+			r.synced = false
+			return fmt.Errorf("render policies into table inet %s: %w", r.cfg.Table, err)
+		}
+	}
+	p.commit(r)
+	r.synced = true
+	if p.purge {
+		r.log.Info("replaced a policy table this vcoild could not adopt", "table", r.cfg.Table)
+	}
+	return nil
+}
+
+// want applies txn to the desired state and returns the addresses whose
+// desired groups may have changed.
+func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
+	affected := map[netip.Addr]bool{}
+	forget := func(id renderer.PodID) {
+		if old := r.pods[id]; old != nil {
+			for _, a := range old.ips {
+				affected[a] = true
+				if r.owners[a] == id {
+					delete(r.owners, a)
+				}
+			}
+			delete(r.pods, id)
+		}
+	}
+	if txn.Resync {
+		listed := map[renderer.PodID]bool{}
+		for _, pr := range txn.Pods {
+			listed[pr.Pod] = true
+		}
+		for id := range r.pods {
+			if !listed[id] {
+				forget(id)
+			}
+		}
+	}
+	for i := range txn.Pods {
+		pr := &txn.Pods[i]
+		forget(pr.Pod)
+		if pr.Removed || len(pr.IPs) == 0 {
+			continue
+		}
+		w := &podWant{rules: len(pr.Ingress) + len(pr.Egress)}
+		for _, a := range pr.IPs {
+			a = a.Unmap()
+			w.ips = append(w.ips, a)
+			if other, taken := r.owners[a]; taken && other != pr.Pod {
+				r.log.Info("two pods claim one address: the later one's rules apply", "address", a, "pod", pr.Pod, "other", other)
+			}
+			r.owners[a] = pr.Pod
+			affected[a] = true
+		}
+		w.contents[renderer.Ingress] = contentOf(renderer.Ingress, pr.Ingress)
+		w.contents[renderer.Egress] = contentOf(renderer.Egress, pr.Egress)
+		for d := range w.contents {
+			w.keys[d] = groupKey(renderer.Direction(d), w.contents[d])
+		}
+		r.pods[pr.Pod] = w
+	}
+	return affected
+}
+
+func (r *Renderer) allAddresses() map[netip.Addr]bool {
+	all := map[netip.Addr]bool{}
+	for a := range r.owners {
+		all[a] = true
+	}
+	for _, m := range r.elems {
+		for a := range m {
+			all[a] = true
+		}
+	}
+	return all
+}
+
+// desired is the content address a should have in direction d.
+func (r *Renderer) desired(d renderer.Direction, a netip.Addr) (*content, string) {
+	id, ok := r.owners[a]
+	if !ok {
+		return nil, ""
+	}
+	w := r.pods[id]
+	return w.contents[d], w.keys[d]
+}
+
+// plan is one transaction's changes to the mirror, and the script that
+// makes them in the kernel.
+type plan struct {
+	base, purge bool
+	created     []*group
+	// changed are groups whose sets change in place (same chain, same
+	// signatures, new elements): peers came or went.
+	changed []groupChange
+	assign  []assignment
+	deleted []*group
+	refs    map[*group]int // refs after the plan
+}
+
+type groupChange struct {
+	g   *group
+	c   *content
+	key string
+}
+
+type assignment struct {
+	dir  renderer.Direction
+	addr netip.Addr
+	old  *group
+	new  *group
+}
+
+// plan computes the changes for the given addresses.
+func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
+	p := &plan{refs: map[*group]int{}}
+	refs := func(g *group) int {
+		if n, ok := p.refs[g]; ok {
+			return n
+		}
+		return g.refs
+	}
+	sorted := make([]netip.Addr, 0, len(addrs))
+	for a := range addrs {
+		sorted = append(sorted, a)
+	}
+	slices.SortFunc(sorted, netip.Addr.Compare)
+	for d := range r.elems {
+		dir := renderer.Direction(d)
+		type move struct {
+			addr netip.Addr
+			old  *group
+			c    *content
+			key  string
+		}
+		var moves []move
+		for _, a := range sorted {
+			c, key := r.desired(dir, a)
+			old := r.elems[d][a]
+			if (old == nil && key == "") || (old != nil && old.key == key) {
+				continue
+			}
+			moves = append(moves, move{a, old, c, key})
+		}
+		// keys is the post-plan group of each content key.
+		keys := func(key string) *group {
+			for _, ch := range p.changed {
+				if ch.key == key {
+					return ch.g
+				}
+				if ch.g.key == key {
+					// That group is changing away from key.
+					return nil
+				}
+			}
+			for _, g := range p.created {
+				if g.key == key {
+					return g
+				}
+			}
+			return r.byKey[key]
+		}
+		// A group all of whose addresses move to one new content of the
+		// same signatures changes in place: a peer came or went.
+		byOld := map[*group][]int{}
+		for i, m := range moves {
+			if m.old != nil {
+				byOld[m.old] = append(byOld[m.old], i)
+			}
+		}
+		done := make([]bool, len(moves))
+		for _, g := range sortedGroups(byOld) {
+			ix := byOld[g]
+			first := moves[ix[0]]
+			if len(ix) != g.refs || first.key == "" || keys(first.key) != nil || first.c.structure() != g.structure {
+				continue
+			}
+			same := true
+			for _, i := range ix[1:] {
+				same = same && moves[i].key == first.key
+			}
+			if !same {
+				continue
+			}
+			p.changed = append(p.changed, groupChange{g: g, c: first.c, key: first.key})
+			for _, i := range ix {
+				done[i] = true
+			}
+		}
+		for i, m := range moves {
+			if done[i] {
+				continue
+			}
+			var ng *group
+			if m.key != "" {
+				if ng = keys(m.key); ng == nil {
+					ng = &group{name: groupName(r.nextID + len(p.created)), dir: dir, c: m.c, key: m.key, structure: m.c.structure()}
+					p.created = append(p.created, ng)
+				}
+			}
+			if m.old != nil {
+				p.refs[m.old] = refs(m.old) - 1
+			}
+			if ng != nil {
+				p.refs[ng] = refs(ng) + 1
+			}
+			p.assign = append(p.assign, assignment{dir: dir, addr: m.addr, old: m.old, new: ng})
+		}
+	}
+	for g, n := range p.refs {
+		if n == 0 && !slices.Contains(p.created, g) {
+			p.deleted = append(p.deleted, g)
+		}
+	}
+	slices.SortFunc(p.deleted, func(a, b *group) int { return strings.Compare(a.name, b.name) })
+	return p
+}
+
+// deleteUnused adds the groups that no address uses (left by an earlier
+// vcoild) to the plan's deletions.
+func (p *plan) deleteUnused(r *Renderer) {
+	for _, g := range r.groups {
+		if _, planned := p.refs[g]; !planned && g.refs == 0 {
+			p.deleted = append(p.deleted, g)
+		}
+	}
+	slices.SortFunc(p.deleted, func(a, b *group) int { return strings.Compare(a.name, b.name) })
+	p.deleted = slices.Compact(p.deleted)
+}
+
+func sortedGroups(m map[*group][]int) []*group {
+	out := make([]*group, 0, len(m))
+	for g := range m {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b *group) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// commit makes the mirror what the kernel holds after the plan.
+func (p *plan) commit(r *Renderer) {
+	for _, g := range p.created {
+		r.groups[g.name] = g
+		r.byKey[g.key] = g
+		if n, ok := parseGroupName(g.name); ok && n >= r.nextID {
+			r.nextID = n + 1
+		}
+	}
+	for _, ch := range p.changed {
+		if r.byKey[ch.g.key] == ch.g {
+			delete(r.byKey, ch.g.key)
+		}
+		ch.g.c, ch.g.key = ch.c, ch.key
+		r.byKey[ch.key] = ch.g
+	}
+	for _, a := range p.assign {
+		if a.new == nil {
+			delete(r.elems[a.dir], a.addr)
+		} else {
+			r.elems[a.dir][a.addr] = a.new
+		}
+	}
+	for g, n := range p.refs {
+		g.refs = n
+	}
+	for _, g := range p.deleted {
+		delete(r.groups, g.name)
+		if r.byKey[g.key] == g {
+			delete(r.byKey, g.key)
+		}
+	}
+}
+
+// elementsPerCommand bounds the elements of one nft command; knftables
+// writes one command per element, which nft parses many times slower.
+const elementsPerCommand = 1000
+
+// script writes the plan as nft's input: one transaction in which new
+// groups are complete before any address jumps to them and groups are
+// deleted only after no address jumps to them.
+func (p *plan) script(r *Renderer) (string, error) {
+	var b strings.Builder
+	table := r.cfg.Table
+	objects := func(build func(tx *knftables.Transaction)) error {
+		tx := r.k.nft.NewTransaction()
+		build(tx)
+		if tx.NumOperations() == 0 {
+			return nil
+		}
+		text := tx.String()
+		if i := strings.Index(text, "# ERROR: "); i >= 0 {
+			return errors.New(strings.TrimSpace(text[i+len("# ERROR: "):]))
+		}
+		b.WriteString(text)
+		return nil
+	}
+	elements := func(verb, set string, elems []string) {
+		for len(elems) > 0 {
+			n := min(len(elems), elementsPerCommand)
+			fmt.Fprintf(&b, "%s element inet %s %s { %s }\n", verb, table, set, strings.Join(elems[:n], ", "))
+			elems = elems[n:]
+		}
+	}
+	err := objects(func(tx *knftables.Transaction) {
+		if p.purge {
+			tx.Delete(&knftables.Table{})
+		}
+		if p.base {
+			tx.Add(&knftables.Table{Comment: knftables.PtrTo(formatComment)})
+			tx.Add(&knftables.Set{Name: setFormat, Type: "ipv4_addr", Comment: knftables.PtrTo(formatComment)})
+			for d, names := range dirMaps {
+				for f, name := range names {
+					tx.Add(&knftables.Map{Name: name, Type: addrType(f) + " : verdict",
+						Comment: knftables.PtrTo("local pods' " + renderer.Direction(d).String() + " groups")})
+				}
+			}
+			for _, c := range []struct {
+				name string
+				hook knftables.BaseChainHook
+				prio knftables.BaseChainPriority
+			}{
+				{chainForward, knftables.ForwardHook, knftables.FilterPriority + "+10"},
+				{chainPostrouting, knftables.PostroutingHook, knftables.SNATPriority + "+10"},
+			} {
+				ch := &knftables.Chain{Name: c.name, Type: knftables.PtrTo(knftables.FilterType), Hook: &c.hook, Priority: &c.prio}
+				tx.Add(ch)
+				tx.Flush(ch)
+				for _, rule := range baseRules()[c.name] {
+					tx.Add(&knftables.Rule{Chain: c.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
+				}
+			}
+		}
+		for _, g := range p.created {
+			sigs := signaturesOf(g.c)
+			for _, s := range groupSets(setNames(g.name), sigs) {
+				set := &knftables.Set{Name: s.name, Type: s.typ}
+				if s.interval {
+					set.Flags = []knftables.SetFlag{knftables.IntervalFlag}
+				}
+				if s.comment != "" {
+					set.Comment = knftables.PtrTo(s.comment)
+				}
+				tx.Add(set)
+			}
+			tx.Add(&knftables.Counter{Name: g.name, Comment: knftables.PtrTo("packets the group's " + g.dir.String() + " rules denied")})
+			tx.Add(&knftables.Chain{Name: g.name, Comment: knftables.PtrTo(g.dir.String())})
+			for _, rule := range groupRules(setNames(g.name), g.dir, sigs, r.cfg.LogDrops) {
+				tx.Add(&knftables.Rule{Chain: g.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
+			}
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	// Deletions first, so that a set's interval can grow into one that a
+	// deleted element held.
+	for _, ch := range p.changed {
+		have, want := ch.g.c.elements(setNames(ch.g.name)), ch.c.elements(setNames(ch.g.name))
+		for _, set := range sortedKeys(have) {
+			elements("delete", set, minus(have[set], want[set]))
+		}
+	}
+	var dels, adds [2][2][]string
+	for _, a := range p.assign {
+		f := familyOf(a.addr)
+		if a.old != nil {
+			dels[a.dir][f] = append(dels[a.dir][f], a.addr.String())
+		}
+		if a.new != nil {
+			adds[a.dir][f] = append(adds[a.dir][f], a.addr.String()+" : jump "+a.new.name)
+		}
+	}
+	for d := range dels {
+		for f := range dels[d] {
+			elements("delete", dirMaps[d][f], dels[d][f])
+		}
+	}
+	for _, g := range p.created {
+		el := g.c.elements(setNames(g.name))
+		for _, set := range sortedKeys(el) {
+			elements("add", set, el[set])
+		}
+	}
+	for _, ch := range p.changed {
+		have, want := ch.g.c.elements(setNames(ch.g.name)), ch.c.elements(setNames(ch.g.name))
+		for _, set := range sortedKeys(want) {
+			elements("add", set, minus(want[set], have[set]))
+		}
+	}
+	for d := range adds {
+		for f := range adds[d] {
+			elements("add", dirMaps[d][f], adds[d][f])
+		}
+	}
+	if !p.purge {
+		err = objects(func(tx *knftables.Transaction) {
+			for _, g := range p.deleted {
+				ch := &knftables.Chain{Name: g.name}
+				tx.Flush(ch)
+				tx.Delete(ch)
+				for _, s := range groupSets(setNames(g.name), signaturesOf(g.c)) {
+					tx.Delete(&knftables.Set{Name: s.name})
+				}
+				tx.Delete(&knftables.Counter{Name: g.name})
+			}
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return b.String(), nil
+}
+
+func signaturesOf(c *content) []signature {
+	out := make([]signature, len(c.sigs))
+	for i, s := range c.sigs {
+		out[i] = s.sig
+	}
+	return out
+}
+
+func sortedKeys(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// minus is a without the elements of b.
+func minus(a, b []string) []string {
+	in := make(map[string]bool, len(b))
+	for _, e := range b {
+		in[e] = true
+	}
+	var out []string
+	for _, e := range a {
+		if !in[e] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// baseMatches says whether the table's base chains, maps and version are
+// the ones this renderer writes.
+func baseMatches(kt *kernelTable) bool {
+	if kt.format != formatComment {
+		return false
+	}
+	for d := range dirMaps {
+		for _, name := range dirMaps[d] {
+			if _, ok := kt.maps[name]; !ok {
+				return false
+			}
+		}
+	}
+	for name, rules := range baseRules() {
+		c := kt.chains[name]
+		if c == nil || !c.base || len(c.rules) != len(rules) {
+			return false
+		}
+		for i, rule := range rules {
+			if c.rules[i] != ruleID(rule) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// adopt fills the mirror from the kernel's table. It returns purge when
+// the table is one this vcoild cannot adopt (another layout of an older
+// version, or objects it does not recognize): the plan then replaces the
+// whole table in one transaction, so that no pod is ever unfiltered.
+func (r *Renderer) adopt(kt *kernelTable) (purge bool, err error) {
+	reason, err := r.adoptTable(kt)
+	if reason != "" {
+		r.log.Info("cannot adopt the policy table: replacing it in one transaction", "table", r.cfg.Table, "reason", reason)
+	}
+	return reason != "", err
+}
+
+// adoptTable is adopt; it returns why the table cannot be adopted.
+func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
+	if kt.format != formatComment {
+		if v, ok := strings.CutPrefix(kt.format, "vcoil policy v"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > formatVersion {
+				return "", fmt.Errorf("the table has format version %d, newer than this vcoild's (%d): refusing to change it; run a vcoild of that version or newer", n, formatVersion)
+			}
+		}
+		return fmt.Sprintf("its format %q is not this vcoild's (%q)", kt.format, formatComment), nil
+	}
+	sets := map[string]bool{}
+	for name := range kt.chains {
+		if name == chainForward || name == chainPostrouting {
+			continue
+		}
+		n, ok := parseGroupName(name)
+		if !ok {
+			return "unknown chain " + name, nil
+		}
+		g, err := r.adoptGroup(kt, name)
+		if err != nil {
+			return fmt.Sprintf("group %s: %v", name, err), nil
+		}
+		for _, s := range groupSets(setNames(name), signaturesOf(g.c)) {
+			sets[s.name] = true
+		}
+		r.groups[name] = g
+		if other := r.byKey[g.key]; other == nil || other.name > g.name {
+			r.byKey[g.key] = g
+		}
+		r.nextID = max(r.nextID, n+1)
+	}
+	for name := range kt.sets {
+		if !sets[name] {
+			return "unknown set " + name, nil
+		}
+	}
+	for d := range dirMaps {
+		for _, name := range dirMaps[d] {
+			for a, target := range kt.maps[name] {
+				g := r.groups[target]
+				if g == nil || g.dir != renderer.Direction(d) {
+					return fmt.Sprintf("map %s sends %s to %q, not a group of its direction", name, a, target), nil
+				}
+				r.elems[d][a] = g
+				g.refs++
+			}
+		}
+	}
+	return "", nil
+}
+
+// adoptGroup reads group chain name from the kernel: its direction, its
+// content from its sets, and checks its rules.
+func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
+	kc := kt.chains[name]
+	g := setNames(name)
+	c := &content{}
+	var sigs []signature
+	for i := 0; ; i++ {
+		s, ok := kt.sets[g.sig(i, v4)]
+		if !ok {
+			break
+		}
+		sig, err := parseSignature(s.comment)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", g.sig(i, v4), err)
+		}
+		sigs = append(sigs, sig)
+	}
+	for _, s := range groupSets(g, sigs) {
+		ks := kt.sets[s.name]
+		if ks == nil || ks.typ != s.typ || ks.comment != s.comment {
+			return nil, fmt.Errorf("set %s is missing or of another type", s.name)
+		}
+	}
+	for f := range 2 {
+		for _, e := range kt.sets[g.hostPorts(f)].elems {
+			hp, err := hostPortOf(e)
+			if err != nil {
+				return nil, fmt.Errorf("set %s: %w", g.hostPorts(f), err)
+			}
+			c.hostPorts[f] = append(c.hostPorts[f], hp)
+		}
+		for _, e := range kt.sets[g.hosts(f)].elems {
+			a, err := netip.ParseAddr(fmt.Sprint(e))
+			if err != nil {
+				return nil, fmt.Errorf("set %s: %w", g.hosts(f), err)
+			}
+			c.hosts[f] = append(c.hosts[f], a)
+		}
+		var err error
+		if c.nets[f], err = intervalsOf(kt.sets[g.nets(f)]); err != nil {
+			return nil, fmt.Errorf("set %s: %w", g.nets(f), err)
+		}
+	}
+	for i, sig := range sigs {
+		ss := sigSets{sig: sig}
+		for f := range 2 {
+			var err error
+			if ss.peers[f], err = intervalsOf(kt.sets[g.sig(i, f)]); err != nil {
+				return nil, fmt.Errorf("set %s: %w", g.sig(i, f), err)
+			}
+		}
+		c.sigs = append(c.sigs, ss)
+	}
+	for f := range 2 {
+		slices.SortFunc(c.hostPorts[f], compareHostPorts)
+		slices.SortFunc(c.hosts[f], netip.Addr.Compare)
+	}
+	// The rules say the direction: they match the peer's source or
+	// destination address.
+	dir, found := renderer.Ingress, false
+	for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
+		want := groupRules(g, d, sigs, r.cfg.LogDrops)
+		same := len(kc.rules) == len(want)
+		for i := 0; same && i < len(want); i++ {
+			same = kc.rules[i] == ruleID(want[i])
+		}
+		if same {
+			dir, found = d, true
+		}
+	}
+	if !found {
+		return nil, errors.New("its rules are not those of a group of its sets (drop logging switched?)")
+	}
+	if !kt.counters[name] {
+		return nil, errors.New("its counter is missing")
+	}
+	return &group{name: name, dir: dir, c: c, key: groupKey(dir, c), structure: c.structure()}, nil
+}
+
+func intervalsOf(s *kernelSet) ([]interval, error) {
+	var out []interval
+	for _, e := range s.elems {
+		iv, err := intervalOf(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, iv)
+	}
+	return normalize(out), nil
+}
+
+func parseProtocol(v any) (renderer.Protocol, bool) {
+	switch fmt.Sprint(v) {
+	case "tcp", "6":
+		return renderer.ProtocolTCP, true
+	case "udp", "17":
+		return renderer.ProtocolUDP, true
+	case "sctp", "132":
+		return renderer.ProtocolSCTP, true
+	}
+	return 0, false
+}
+
+// parseSignature reads signature.String.
+func parseSignature(s string) (signature, error) {
+	var proto, sport, dport string
+	if _, err := fmt.Sscanf(s, "%s sport %s dport %s", &proto, &sport, &dport); err != nil {
+		return signature{}, fmt.Errorf("signature %q: %w", s, err)
+	}
+	p, ok := parseProtocol(proto)
+	if !ok {
+		return signature{}, fmt.Errorf("signature %q: protocol %q", s, proto)
+	}
+	sp, err := parsePorts(sport)
+	if err != nil {
+		return signature{}, fmt.Errorf("signature %q: %w", s, err)
+	}
+	dp, err := parsePorts(dport)
+	if err != nil {
+		return signature{}, fmt.Errorf("signature %q: %w", s, err)
+	}
+	return signature{proto: p, sport: sp, dport: dp}, nil
+}
+
+func parsePorts(s string) (renderer.PortRange, error) {
+	if s == "any" {
+		return renderer.AnyPort, nil
+	}
+	first, last, isRange := strings.Cut(s, "-")
+	a, err := strconv.ParseUint(first, 10, 16)
+	if err != nil {
+		return renderer.PortRange{}, fmt.Errorf("ports %q", s)
+	}
+	b := a
+	if isRange {
+		if b, err = strconv.ParseUint(last, 10, 16); err != nil {
+			return renderer.PortRange{}, fmt.Errorf("ports %q", s)
+		}
+	}
+	return renderer.PortRange{First: uint16(a), Last: uint16(b)}, nil
+}

@@ -1,0 +1,129 @@
+package nftables
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// permit is a permit rule of direction d for peer (any when "") with
+// protocol and destination ports.
+func permit(d renderer.Direction, peer string, proto renderer.Protocol, ports renderer.PortRange) renderer.Rule {
+	r := renderer.Rule{Action: renderer.ActionPermit, Protocol: proto, SrcPort: renderer.AnyPort, DstPort: ports}
+	if proto == renderer.ProtocolAny {
+		r.DstPort = renderer.AnyPort
+	}
+	if peer != "" {
+		if d == renderer.Ingress {
+			r.SrcNetwork = pfx(peer)
+		} else {
+			r.DstNetwork = pfx(peer)
+		}
+	}
+	return r
+}
+
+// list sorts rules and ends them with DenyAll.
+func list(rules ...renderer.Rule) []renderer.Rule {
+	out := append([]renderer.Rule(nil), rules...)
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Compare(out[j-1]) < 0; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return append(out, renderer.DenyAll)
+}
+
+func newRenderer(t *testing.T, n *netnstest.NS) *Renderer {
+	t.Helper()
+	r, err := New(Config{Netns: n.Path(), Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func TestPodsWithEqualRulesShareAGroupAndARestartChangesNothing(t *testing.T) {
+	netnstest.RequireRoot(t)
+	n := netnstest.New(t, "polnft")
+	in := list(
+		permit(renderer.Ingress, "10.1.0.5/32", renderer.ProtocolTCP, renderer.SinglePort(80)),
+		permit(renderer.Ingress, "10.2.0.0/16", renderer.ProtocolTCP, renderer.PortRange{First: 8000, Last: 8080}),
+		permit(renderer.Ingress, "fd00::5/128", renderer.ProtocolAny, renderer.AnyPort),
+		permit(renderer.Ingress, "203.0.113.0/24", renderer.ProtocolUDP, renderer.SinglePort(53)),
+	)
+	eg := list(permit(renderer.Egress, "10.1.0.0/24", renderer.ProtocolAny, renderer.AnyPort))
+	txn := renderer.Txn{Resync: true, Pods: []renderer.PodRules{
+		{Pod: renderer.PodID{Namespace: "ns", Name: "a"}, IPs: []netip.Addr{addr("10.0.0.1"), addr("fd00::1")}, Ingress: in, Egress: eg},
+		{Pod: renderer.PodID{Namespace: "ns", Name: "b"}, IPs: []netip.Addr{addr("10.0.0.2")}, Ingress: in},
+		{Pod: renderer.PodID{Namespace: "ns", Name: "c"}, IPs: []netip.Addr{addr("10.0.0.3")}},
+	}}
+	r := newRenderer(t, n)
+	if err := r.Render(t.Context(), txn); err != nil {
+		t.Fatal(err)
+	}
+	listing := n.Exec("nft", "list", "table", "inet", "vcoil-policy")
+	t.Log(listing)
+	for _, want := range []string{"10.0.0.1 : jump g0", "10.0.0.2 : jump g0", "fd00::1 : jump g0", "10.0.0.1 : jump g1", "10.1.0.5 . tcp . 80", "10.2.0.0/16", "fd00::5", "203.0.113.0/24"} {
+		if !strings.Contains(listing, want) {
+			t.Errorf("the table lacks %q", want)
+		}
+	}
+	if strings.Contains(listing, "10.0.0.3") {
+		t.Errorf("pod c has no policy but is in the table")
+	}
+
+	// A new renderer (a restarted vcoild) adopts the table: the same state
+	// writes nothing.
+	r2 := newRenderer(t, n)
+	if err := r2.Render(t.Context(), txn); err != nil {
+		t.Fatal(err)
+	}
+	if r2.lastScript != "" {
+		t.Fatalf("a restart rewrote the table:\n%s", r2.lastScript)
+	}
+
+	// A peer coming changes set elements, not chains.
+	in2 := list(append(in[:len(in)-1:len(in)-1], permit(renderer.Ingress, "10.1.0.6/32", renderer.ProtocolTCP, renderer.SinglePort(80)))...)
+	txn2 := renderer.Txn{Pods: []renderer.PodRules{
+		{Pod: renderer.PodID{Namespace: "ns", Name: "a"}, IPs: []netip.Addr{addr("10.0.0.1"), addr("fd00::1")}, Ingress: in2, Egress: eg},
+		{Pod: renderer.PodID{Namespace: "ns", Name: "b"}, IPs: []netip.Addr{addr("10.0.0.2")}, Ingress: in2},
+	}}
+	if err := r2.Render(t.Context(), txn2); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(r2.lastScript), "add element inet vcoil-policy g0-hp4 { 10.1.0.6 . tcp . 80 }"; got != want {
+		t.Fatalf("a new peer wrote\n%s\nwant\n%s", got, want)
+	}
+	// Pod b's rules diverge: it gets a group of its own, a gets the old one.
+	txn3 := renderer.Txn{Pods: []renderer.PodRules{
+		{Pod: renderer.PodID{Namespace: "ns", Name: "b"}, IPs: []netip.Addr{addr("10.0.0.2")}, Ingress: in},
+	}}
+	if err := r2.Render(t.Context(), txn3); err != nil {
+		t.Fatal(err)
+	}
+	listing = n.Exec("nft", "list", "table", "inet", "vcoil-policy")
+	for _, want := range []string{"10.0.0.1 : jump g0", "10.0.0.2 : jump g2"} {
+		if !strings.Contains(listing, want) {
+			t.Errorf("the table lacks %q:\n%s", want, listing)
+		}
+	}
+	// Removing every pod leaves the base chains only.
+	if err := r2.Render(t.Context(), renderer.Txn{Resync: true}); err != nil {
+		t.Fatal(err)
+	}
+	listing = n.Exec("nft", "list", "table", "inet", "vcoil-policy")
+	if strings.Contains(listing, "chain g") || strings.Contains(listing, "set g") || strings.Contains(listing, "jump") {
+		t.Fatalf("groups are left:\n%s", listing)
+	}
+}
