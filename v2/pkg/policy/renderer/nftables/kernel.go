@@ -95,8 +95,8 @@ var errNoTable = errors.New("no table")
 type kernelTable struct {
 	// format is the comment of the format set (setFormat), "" without it.
 	format string
-	chains  map[string]*kernelChain
-	sets    map[string]*kernelSet
+	chains map[string]*kernelChain
+	sets   map[string]*kernelSet
 	// maps holds the elements of the dispatch maps: address -> group
 	// chain jumped to ("" for another verdict).
 	maps     map[string]map[netip.Addr]string
@@ -104,8 +104,8 @@ type kernelTable struct {
 }
 
 type kernelChain struct {
-	base    bool
-	rules   []string // the rules' comments, in order
+	base  bool
+	rules []string // the rules' comments, in order
 }
 
 type kernelSet struct {
