@@ -2,67 +2,244 @@ package vpp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
+	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
-// maxACLs is what an interface's ACL list holds (its count is a u8).
+// maxACLs is what an interface's ACL list holds, input and output
+// together (its count is a u8).
 const maxACLs = 255
 
-// SetInterfaceACLs records owner's input ACLs on iface and sends the
-// interface's merged list when it differs from the one sent in this
-// incarnation. The first list set on an interface in an incarnation is
-// sent whatever it is, so that what an earlier vcoild left there is
-// replaced: owners set their lists (empty ones too) at each resync.
-func (d *driver) SetInterfaceACLs(ctx context.Context, inc Incarnation, iface NodeInterface, owner ACLOwner, input []uint32) error {
-	if owner != ACLPolicy && owner != ACLServices {
-		return fmt.Errorf("set the input ACLs of the %s interface: unknown owner %d", iface, owner)
+// aclWindow is how many ACLInterfaceSetACLList requests are in flight at
+// once on the driver's channel: a batch is pipelined, but never beyond what
+// GoVPP's default reply queue holds.
+const aclWindow = 64
+
+// ACLLists are one owner's ACLs on one interface, each list in the order
+// VPP applies it: Input to the packets VPP receives on the interface,
+// Output to those it sends there.
+type ACLLists struct {
+	Input, Output []uint32
+}
+
+func (l ACLLists) empty() bool { return len(l.Input) == 0 && len(l.Output) == 0 }
+
+// ACLInterface names an interface whose ACL lists the driver owns: one of
+// the node's (Node), or the interface of the local pod that holds the
+// address Pod. Exactly one of the two is set.
+type ACLInterface struct {
+	Node NodeInterface
+	Pod  netip.Addr
+}
+
+func (i ACLInterface) String() string {
+	if i.Pod.IsValid() {
+		return "pod " + i.Pod.String() + "'s"
 	}
+	return "the " + string(i.Node)
+}
+
+// ACLSetting is one owner's lists for one interface.
+type ACLSetting struct {
+	Interface ACLInterface
+	Lists     ACLLists
+}
+
+// aclSent is the merged list sent to an interface in this incarnation.
+type aclSent struct {
+	sw            uint32
+	input, output []uint32
+}
+
+// SetInterfaceACLs records owner's input ACLs on iface, keeping the
+// owner's output ACLs there, and sends the interface's merged list when it
+// differs from the one sent in this incarnation (see SetACLLists).
+func (d *driver) SetInterfaceACLs(ctx context.Context, inc Incarnation, iface NodeInterface, owner ACLOwner, input []uint32) error {
 	if err := d.lockReady(ctx); err != nil {
 		return fmt.Errorf("set the input ACLs of the %s interface: %w", iface, err)
 	}
 	defer d.mu.Unlock()
-	if inc != d.incarnation {
-		return fmt.Errorf("set the input ACLs of the %s interface: incarnation %d is stale, VPP is in incarnation %d: resync", iface, inc, d.incarnation)
+	target := ACLInterface{Node: iface}
+	lists := ACLLists{Input: input, Output: d.acls[target][owner].Output}
+	if err := d.setACLLists(inc, owner, []ACLSetting{{Interface: target, Lists: lists}}); err != nil {
+		return fmt.Errorf("set the input ACLs of the %s interface: %w", iface, err)
 	}
-	sw, err := d.nodeInterface(iface)
-	if err != nil {
-		return fmt.Errorf("set the input ACLs: %w", err)
-	}
-	owners := maps.Clone(d.acls[iface])
-	if owners == nil {
-		owners = map[ACLOwner][]uint32{}
-	}
-	owners[owner] = slices.Clone(input)
-	merged := mergeACLs(owners)
-	if len(merged) > maxACLs {
-		return fmt.Errorf("set the input ACLs of the %s interface: %d ACLs, VPP takes at most %d", iface, len(merged), maxACLs)
-	}
-	sent, known := d.aclsSent[iface]
-	if !known || !slices.Equal(sent, merged) {
-		req := &acl.ACLInterfaceSetACLList{SwIfIndex: index(sw), Count: uint8(len(merged)), NInput: uint8(len(merged)), Acls: merged}
-		if err := vppapi.Call(d.ch, req, &acl.ACLInterfaceSetACLListReply{}); err != nil {
-			return fmt.Errorf("set the input ACLs %v of the %s interface (%d): %w", merged, iface, sw, err)
-		}
-		d.aclsSent[iface] = merged
-	}
-	d.acls[iface] = owners
 	return nil
 }
 
-// mergeACLs is the interface's list: the owners' ACLs in the order of the
-// owners' constants (policies first), each owner's in its own order.
-func mergeACLs(owners map[ACLOwner][]uint32) []uint32 {
-	merged := []uint32{}
-	for _, o := range slices.Sorted(maps.Keys(owners)) {
-		merged = append(merged, owners[o]...)
+// SetACLLists records owner's lists on each setting's interface and sends
+// the interfaces' merged lists (every owner's, in the order of the owners'
+// constants, input then output) that differ from those sent in this
+// incarnation, pipelined in one batch. The first list set on an interface
+// in an incarnation is sent whatever it is, so that what an earlier vcoild
+// left there is replaced: owners set their lists (empty ones too) at each
+// resync. A pod that is not wired yet gets its lists when it is; lists of
+// an address no owner restricts any more are forgotten. Nothing is
+// recorded when a setting is refused (a stale incarnation, an unknown
+// owner or node interface, more than 255 ACLs on one interface); when VPP
+// refuses a list, the others are still sent and that interface's list is
+// sent again on the next call.
+func (d *driver) SetACLLists(ctx context.Context, inc Incarnation, owner ACLOwner, settings []ACLSetting) error {
+	if err := d.lockReady(ctx); err != nil {
+		return fmt.Errorf("set the ACL lists of %d interfaces: %w", len(settings), err)
 	}
-	return merged
+	defer d.mu.Unlock()
+	return d.setACLLists(inc, owner, settings)
+}
+
+// setACLLists is SetACLLists; the caller holds d.mu.
+func (d *driver) setACLLists(inc Incarnation, owner ACLOwner, settings []ACLSetting) error {
+	if owner != ACLPolicy && owner != ACLServices {
+		return fmt.Errorf("unknown ACL owner %d", owner)
+	}
+	if inc != d.incarnation {
+		return fmt.Errorf("incarnation %d is stale, VPP is in incarnation %d: resync", inc, d.incarnation)
+	}
+	type pending struct {
+		target ACLInterface
+		owners map[ACLOwner]ACLLists
+		sw     uint32
+		wired  bool
+		in     []uint32
+		out    []uint32
+	}
+	todo := make([]pending, 0, len(settings))
+	seen := make(map[ACLInterface]bool, len(settings))
+	for _, s := range settings {
+		t := s.Interface
+		if t.Pod.IsValid() == (t.Node != "") {
+			return fmt.Errorf("ACL lists for %+v: name a node interface or a pod's address", t)
+		}
+		if seen[t] {
+			return fmt.Errorf("ACL lists for %s interface: set twice in one batch", t)
+		}
+		seen[t] = true
+		p := pending{target: t}
+		if t.Node != "" {
+			sw, err := d.nodeInterface(t.Node)
+			if err != nil {
+				return err
+			}
+			p.sw, p.wired = sw, true
+		} else if st := d.podByAddr(t.Pod); st != nil {
+			p.sw, p.wired = st.swIfIndex, true
+		}
+		p.owners = maps.Clone(d.acls[t])
+		if p.owners == nil {
+			p.owners = map[ACLOwner]ACLLists{}
+		}
+		p.owners[owner] = ACLLists{Input: slices.Clone(s.Lists.Input), Output: slices.Clone(s.Lists.Output)}
+		p.in, p.out = mergeACLs(p.owners)
+		if n := len(p.in) + len(p.out); n > maxACLs {
+			return fmt.Errorf("%s interface: %d ACLs (%d input, %d output), VPP takes at most %d", t, n, len(p.in), len(p.out), maxACLs)
+		}
+		todo = append(todo, p)
+	}
+	var send []int
+	for i, p := range todo {
+		d.recordACLs(p.target, p.owners)
+		if !p.wired {
+			continue
+		}
+		sent, known := d.aclsSent[p.target]
+		if known && sent.sw == p.sw && slices.Equal(sent.input, p.in) && slices.Equal(sent.output, p.out) {
+			continue
+		}
+		send = append(send, i)
+	}
+	var errs []error
+	for start := 0; start < len(send); start += aclWindow {
+		batch := send[start:min(start+aclWindow, len(send))]
+		reqs := make([]api.RequestCtx, len(batch))
+		for j, i := range batch {
+			reqs[j] = d.ch.SendRequest(aclListRequest(todo[i].sw, todo[i].in, todo[i].out))
+		}
+		for j, i := range batch {
+			p := todo[i]
+			if err := reqs[j].ReceiveReply(&acl.ACLInterfaceSetACLListReply{}); err != nil {
+				delete(d.aclsSent, p.target)
+				errs = append(errs, fmt.Errorf("set the ACL lists of %s interface (%d) to input %v, output %v: %w",
+					p.target, p.sw, p.in, p.out, &vppapi.Error{Msg: "acl_interface_set_acl_list", Err: err}))
+				continue
+			}
+			d.aclsSent[p.target] = aclSent{sw: p.sw, input: p.in, output: p.out}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recordACLs keeps the owners' lists of target as desired state; a pod's
+// entry goes when no owner has ACLs for it.
+func (d *driver) recordACLs(target ACLInterface, owners map[ACLOwner]ACLLists) {
+	if target.Pod.IsValid() {
+		used := false
+		for _, l := range owners {
+			used = used || !l.empty()
+		}
+		if !used {
+			delete(d.acls, target)
+			return
+		}
+	}
+	d.acls[target] = owners
+}
+
+func aclListRequest(sw uint32, in, out []uint32) *acl.ACLInterfaceSetACLList {
+	all := append(slices.Clip(slices.Clone(in)), out...)
+	if all == nil {
+		all = []uint32{}
+	}
+	return &acl.ACLInterfaceSetACLList{SwIfIndex: index(sw), Count: uint8(len(all)), NInput: uint8(len(in)), Acls: all}
+}
+
+// mergeACLs is the interface's lists: the owners' ACLs in the order of the
+// owners' constants (policies first), each owner's in its own order.
+func mergeACLs(owners map[ACLOwner]ACLLists) (in, out []uint32) {
+	in, out = []uint32{}, []uint32{}
+	for _, o := range slices.Sorted(maps.Keys(owners)) {
+		in = append(in, owners[o].Input...)
+		out = append(out, owners[o].Output...)
+	}
+	return in, out
+}
+
+// podByAddr is the wired pod holding a, or nil. The caller holds d.mu.
+func (d *driver) podByAddr(a netip.Addr) *podState {
+	for _, st := range d.pods {
+		if st.wired && (st.pod.IPv4 == a || st.pod.IPv6 == a) {
+			return st
+		}
+	}
+	return nil
+}
+
+// applyPodACLs sends the lists the owners set for the pod's addresses to
+// its new interface sw, before the routes make the pod reachable: an
+// isolated pod is never reachable without its ACLs. A new interface holds
+// no ACLs, so nothing is sent when no owner has any. The caller holds d.mu.
+func (d *driver) applyPodACLs(st *podState, sw uint32) error {
+	for _, a := range addrsOf(st.pod.IPv4, st.pod.IPv6) {
+		target := ACLInterface{Pod: a}
+		owners, ok := d.acls[target]
+		if !ok {
+			continue
+		}
+		in, out := mergeACLs(owners)
+		if err := vppapi.Call(d.ch, aclListRequest(sw, in, out), &acl.ACLInterfaceSetACLListReply{}); err != nil {
+			return fmt.Errorf("set the ACL lists of %s interface (%d) to input %v, output %v: %w", target, sw, in, out, err)
+		}
+		d.aclsSent[target] = aclSent{sw: sw, input: in, output: out}
+		return nil
+	}
+	return nil
 }
 
 // resetACLs forgets the lists at a new incarnation: their ACL indexes

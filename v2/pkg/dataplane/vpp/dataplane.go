@@ -90,11 +90,12 @@ type driver struct {
 	serviceNet      ServiceNetwork
 	serviceNetKnown bool
 	loggedIPv6      bool
-	// acls are the owners' input ACLs per node interface; aclsSent the
-	// merged list sent in this incarnation (absent: unknown, so that the
+	// acls are the owners' ACL lists per interface (node interfaces, and
+	// pods by address, kept while the pod is not wired); aclsSent the
+	// merged lists sent in this incarnation (absent: unknown, so that the
 	// first list set is sent whatever VPP holds from an earlier vcoild).
-	acls     map[NodeInterface]map[ACLOwner][]uint32
-	aclsSent map[NodeInterface][]uint32
+	acls     map[ACLInterface]map[ACLOwner]ACLLists
+	aclsSent map[ACLInterface]aclSent
 	// hostPortsOn: a pod wanted a hostPort since vcoild started, so the
 	// uplink is a NAT frontend and NAT forwarding is on (hostport.go).
 	hostPortsOn bool
@@ -141,7 +142,7 @@ func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel) *driver {
 		ready: make(chan struct{}), why: errors.New("not started: Init was not called"), initial: true,
 		pods: map[dataplane.PodKey]*podState{}, nodeRoles: map[NodeInterface]NATRole{},
 		done: make(chan struct{}), resynced: make(chan Incarnation, 1),
-		acls: map[NodeInterface]map[ACLOwner][]uint32{}, aclsSent: map[NodeInterface][]uint32{},
+		acls: map[ACLInterface]map[ACLOwner]ACLLists{}, aclsSent: map[ACLInterface]aclSent{},
 	}
 	if cfg.SNAT != nil {
 		// SNAT's replies come back through the uplink's outside feature,

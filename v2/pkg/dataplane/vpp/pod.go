@@ -233,6 +233,9 @@ func (d *driver) finishWiring(ctx context.Context, st *podState, sw uint32, u *u
 	if err := setUp(ch, sw, fmt.Sprintf("interface %d", sw)); err != nil {
 		return err
 	}
+	if err := d.applyPodACLs(st, sw); err != nil {
+		return err
+	}
 	// An adopted af_packet pod has no known namespace; its veth, and so the
 	// pod's side, outlived VPP.
 	if pod.Netns != "" {

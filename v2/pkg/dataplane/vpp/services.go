@@ -137,4 +137,11 @@ type Services interface {
 	// replayed after a restart: ACL indexes die with VPP, and the owners
 	// resync.
 	SetInterfaceACLs(ctx context.Context, inc Incarnation, iface NodeInterface, owner ACLOwner, input []uint32) error
+	// SetACLLists makes each setting's lists (input and output) owner's
+	// ACLs on its interface in incarnation inc, keeping the other owners'
+	// ACLs, and sends the changed interfaces' lists in one pipelined batch.
+	// A pod is named by one of its addresses; a pod that is not wired yet
+	// gets its lists when SetupPod wires it, before its routes. Like
+	// SetInterfaceACLs, lists are not replayed after a restart.
+	SetACLLists(ctx context.Context, inc Incarnation, owner ACLOwner, settings []ACLSetting) error
 }

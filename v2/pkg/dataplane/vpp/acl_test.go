@@ -1,0 +1,136 @@
+package vpp
+
+import (
+	"strings"
+	"testing"
+
+	"go.fd.io/govpp/api"
+)
+
+// The policy renderer's lists: a pod named by its address gets its lists
+// when it is wired (before its routes), a wired pod at once; the node
+// interfaces' lists merge the policies' output ACLs with the services'
+// input ones; a batch is one call, each interface's list sent once.
+func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
+	cfg := testConfig()
+	cfg.Uplink = "host-up0"
+	h := start(t, cfg, func(h *harness) { h.vpp.add(&fakeIf{name: "host-up0", mtu: 1500}) })
+	h.vpp.take()
+	const inc = 1
+	podAddr := ACLInterface{Pod: podB.IPv4}
+	if err := h.d.SetACLLists(ctx(t), inc, ACLPolicy, []ACLSetting{
+		{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{5}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "lists of a pod that is not wired yet", h.vpp.take(), nil)
+	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "the pod's wiring", h.vpp.take(), []string{
+		`tap_create_v3 tag="vcoil beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		"sw_interface_set_unnumbered add=true 4 uses 2",
+		"sw_interface_set_flags 4 flags=1",
+		"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 5]",
+		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 4",
+		"sw_interface_dump 4",
+	})
+
+	if err := h.d.SetInterfaceACLs(ctx(t), inc, Uplink, ACLServices, []uint32{7}); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.take()
+	steps := []struct {
+		name     string
+		settings []ACLSetting
+		want     []string
+	}{
+		{"the global table and the reflective ACL on the uplink, after the services' input ACL", []ACLSetting{
+			{Interface: ACLInterface{Node: Uplink}, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{1}}},
+			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{5}}},
+		}, []string{"acl_interface_set_acl_list 1 count=3 n_input=2 acls=[0 7 1]"}},
+		{"a new table for the pod", []ACLSetting{
+			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{6}}},
+		}, []string{"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 6]"}},
+		{"the pod is open again, the global table gone", []ACLSetting{
+			{Interface: podAddr},
+			{Interface: ACLInterface{Node: Uplink}},
+		}, []string{
+			"acl_interface_set_acl_list 4 count=0 n_input=0 acls=[]",
+			"acl_interface_set_acl_list 1 count=1 n_input=1 acls=[7]",
+		}},
+	}
+	for _, s := range steps {
+		if err := h.d.SetACLLists(ctx(t), inc, ACLPolicy, s.settings); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		wantLines(t, s.name, h.vpp.take(), s.want)
+	}
+	if err := h.d.SetInterfaceACLs(ctx(t), inc, Uplink, ACLServices, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "the services' input ACL gone", h.vpp.take(), []string{"acl_interface_set_acl_list 1 count=0 n_input=0 acls=[]"})
+	h.d.mu.Lock()
+	_, kept := h.d.acls[podAddr]
+	h.d.mu.Unlock()
+	if kept {
+		t.Fatal("the lists of a pod no owner restricts are kept")
+	}
+
+	for _, tc := range []struct {
+		name     string
+		settings []ACLSetting
+		want     string
+	}{
+		{"256 ACLs on one interface, input and output together", []ACLSetting{{Interface: podAddr, Lists: ACLLists{Input: make([]uint32, 1), Output: make([]uint32, 255)}}}, "pod 10.100.0.3's interface: 256 ACLs (1 input, 255 output), VPP takes at most 255"},
+		{"an interface named twice", []ACLSetting{{Interface: podAddr}, {Interface: podAddr}}, "set twice in one batch"},
+		{"neither a node interface nor a pod", []ACLSetting{{}}, "name a node interface or a pod's address"},
+		{"both", []ACLSetting{{Interface: ACLInterface{Node: Uplink, Pod: podB.IPv4}}}, "name a node interface or a pod's address"},
+	} {
+		err := h.d.SetACLLists(ctx(t), inc, ACLPolicy, tc.settings)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if err := h.d.SetACLLists(ctx(t), 0, ACLPolicy, nil); err == nil || !strings.Contains(err.Error(), "incarnation 0 is stale") {
+		t.Fatalf("a stale incarnation: %v", err)
+	}
+	wantLines(t, "refused batches", h.vpp.take(), nil)
+}
+
+// A list VPP refuses is sent again on the next call, and the others of
+// the batch are sent.
+func TestSetACLListsResendsARefusedList(t *testing.T) {
+	h := start(t, testConfig())
+	if _, err := h.d.SetupPod(ctx(t), podA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.take()
+	h.vpp.mu.Lock()
+	h.vpp.failWhen = func(m api.Message) int32 {
+		if strings.Contains(msgString(m), "acl_interface_set_acl_list 3 ") {
+			return -6
+		}
+		return 0
+	}
+	h.vpp.mu.Unlock()
+	set := []ACLSetting{
+		{Interface: ACLInterface{Pod: podA.IPv6}, Lists: ACLLists{Output: []uint32{2}}},
+		{Interface: ACLInterface{Pod: podB.IPv4}, Lists: ACLLists{Output: []uint32{3}}},
+	}
+	err := h.d.SetACLLists(ctx(t), 1, ACLPolicy, set)
+	if err == nil || !strings.Contains(err.Error(), "pod fd00:100::2's interface (3)") {
+		t.Fatalf("a refused list: %v", err)
+	}
+	wantLines(t, "the batch", h.vpp.take(), []string{
+		"acl_interface_set_acl_list 3 count=1 n_input=0 acls=[2]",
+		"acl_interface_set_acl_list 4 count=1 n_input=0 acls=[3]",
+	})
+	if err := h.d.SetACLLists(ctx(t), 1, ACLPolicy, set); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "the next call", h.vpp.take(), []string{"acl_interface_set_acl_list 3 count=1 n_input=0 acls=[2]"})
+}
