@@ -11,8 +11,8 @@
 // What it understands is what a filter table of policies or services uses:
 // base chains (hook, priority, policy) of type filter; matches on ip/ip6
 // addresses, ip protocol, th/tcp/udp/sctp ports, icmp/icmpv6 types, meta
-// l4proto, nfproto, iifname, oifname and mark, ct state and `fib daddr type
-// local`; the operators ==, !=, the implicit flag match and <, >, <=, >=;
+// l4proto, nfproto, iifname, oifname and mark, ct state, `fib daddr type
+// local` and `fib saddr type local`; the operators ==, !=, the implicit flag match and <, >, <=, >=;
 // literals, prefixes, ranges, anonymous and named sets, interval sets and
 // concatenations; verdict maps, named and anonymous; accept, drop, reject,
 // continue, return, jump and goto; counter and log, which change nothing.
@@ -21,8 +21,10 @@
 // set, a limit before a verdict, a ct key other than state, raw payload
 // offsets, a set type it does not know) makes Parse fail with the rule's
 // chain and handle, and a packet for which a rule's outcome would be
-// undefined (ports of an ICMP packet) makes Evaluate fail: a check that
-// silently skipped what it does not understand could not fail.
+// undefined makes Evaluate fail: `th dport 80` on an ICMP packet (the kernel
+// reads whatever bytes sit there), unless another part of the match decides
+// it (`ip daddr . meta l4proto . th dport @set` whose elements are all TCP).
+// A check that silently skipped what it does not understand could not fail.
 //
 // The implicit dependencies that nft adds when it compiles a rule (an `ip
 // saddr` match only applies to IPv4, a `tcp dport` match only to TCP) are not

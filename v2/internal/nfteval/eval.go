@@ -185,13 +185,11 @@ func (r *rule) eval(p *Packet) (*verdict, error) {
 			if err != nil || !ok {
 				return nil, err
 			}
-			kinds := selectorKinds(s.vmap.sels)
-			for _, e := range s.vmap.elems {
-				if e.covers(kinds, vs) {
-					return e.verdict, nil
-				}
+			e, err := lookup(s.vmap.elems, selectorKinds(s.vmap.sels), vs)
+			if err != nil || e == nil {
+				return nil, err
 			}
-			return nil, nil
+			return e.verdict, nil
 		case s.verdict != nil:
 			return s.verdict, nil
 		}
@@ -216,15 +214,20 @@ func (m *match) eval(p *Packet) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	kinds := selectorKinds(m.sels)
 	switch m.op {
 	case "<", ">", "<=", ">=":
+		if vs[0].unknown {
+			return false, fmt.Errorf("%s %s: the value is not modelled (ports of a packet without ports)", m.sels[0], m.op)
+		}
 		v, lit := vs[0].num, m.right[0].key[0].lo.num
 		return map[string]bool{"<": v < lit, ">": v > lit, "<=": v <= lit, ">=": v >= lit}[m.op], nil
 	}
-	in := slices.ContainsFunc(m.right, func(e element) bool { return e.covers(kinds, vs) })
-	if m.op == "!=" {
-		return !in, nil
+	e, err := lookup(m.right, selectorKinds(m.sels), vs)
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", selectorsString(m.sels), m.op, err)
 	}
-	return in, nil
+	if m.op == "!=" {
+		return e == nil, nil
+	}
+	return e != nil, nil
 }

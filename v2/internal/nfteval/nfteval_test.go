@@ -68,12 +68,18 @@ table inet t {
     icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept comment "nd"
     meta mark 0x10 accept comment "marked"
     iifname "ext1" jump tail
+    iifname "ext2" th dport 7 accept comment "th only"
     oifname vmap @to_pod
     oifname "vcoil*" drop comment "other pods"
   }
   chain late {
     type filter hook forward priority 10; policy accept;
     iifname "ext0" tcp dport 8080 drop comment "late drop"
+  }
+  chain post {
+    type filter hook postrouting priority srcnat + 10; policy accept;
+    fib saddr type local accept comment "from the node"
+    oifname "vcoilb" ip saddr 10.9.9.9 drop comment "post drop"
   }
   chain input {
     type filter hook input priority filter; policy drop;
@@ -192,6 +198,13 @@ func TestEvaluatorGivesTheKernelsVerdictsOfAPolicyLikeTable(t *testing.T) {
 			fwd(tcp("203.0.113.10", "198.18.0.9", 8080), "ext0", "peer0"), want{Drop, "late drop"}},
 		{"an interface name wildcard", Forward,
 			fwd(tcp("203.0.113.10", "10.1.0.7", 8080), "ext2", "vcoilc"), want{Drop, "other pods"}},
+		{"an ICMP packet misses a concatenation with th dport by its protocol", Forward,
+			fwd(Packet{Src: netip.MustParseAddr(other), Dst: netip.MustParseAddr(podA), Proto: ICMP, ICMPType: 8}, "vcoilb", "vcoila"),
+			want{Drop, "other pods"}},
+		{"fib saddr type local", Postrouting,
+			with(tcp("10.9.9.9", podB, 80), func(p *Packet) { p.OIF, p.SrcLocal = "vcoilb", true }), want{Accept, "from the node"}},
+		{"not from the node", Postrouting,
+			fwd(tcp("10.9.9.9", podB, 80), "ext0", "vcoilb"), want{Drop, "post drop"}},
 		{"fib daddr type local", Input,
 			with(tcp("203.0.113.10", "198.18.0.1", 22), func(p *Packet) { p.IIF, p.DstLocal = "ext0", true }), want{Accept, "ssh"}},
 		{"an input chain's drop policy", Input,
@@ -248,7 +261,7 @@ func TestEvaluatorGivesTheKernelsVerdictsOfAPolicyLikeTable(t *testing.T) {
 		}
 	})
 	t.Run("th ports of an ICMP packet are an error, not a guess", func(t *testing.T) {
-		p := fwd(Packet{Src: netip.MustParseAddr(other), Dst: netip.MustParseAddr(podA), Proto: ICMP, ICMPType: 8}, "vcoilb", "vcoila")
+		p := fwd(Packet{Src: netip.MustParseAddr(other), Dst: netip.MustParseAddr(podA), Proto: ICMP, ICMPType: 8}, "ext2", "vcoila")
 		if got, err := tbl.Evaluate(Forward, p); err == nil || !strings.Contains(err.Error(), "th dport") {
 			t.Errorf("Evaluate(%s) = %v, %v; want an error naming th dport", p, got, err)
 		}

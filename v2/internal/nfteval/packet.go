@@ -62,6 +62,9 @@ type Packet struct {
 	// type local` tests). It must be true at the input hook and false at
 	// the forward hook.
 	DstLocal bool
+	// SrcLocal says that Src is an address of the host (what `fib saddr
+	// type local` tests), as for the host's own packets.
+	SrcLocal bool
 }
 
 func (p Packet) String() string {
@@ -86,8 +89,11 @@ func (p Packet) String() string {
 	if p.Mark != 0 {
 		s += fmt.Sprintf(" mark %#x", p.Mark)
 	}
+	if p.SrcLocal {
+		s += " from-local"
+	}
 	if p.DstLocal {
-		s += " local"
+		s += " to-local"
 	}
 	return s
 }

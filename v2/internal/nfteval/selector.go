@@ -1,7 +1,6 @@
 package nfteval
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -59,8 +58,6 @@ func parseSelectors(raw any) ([]selector, error) {
 	return []selector{s}, nil
 }
 
-var errNoPorts = errors.New("the ports of a packet without ports (th sport/dport of ICMP) are not modelled")
-
 func parseSelector(raw any) (selector, error) {
 	m, ok := raw.(map[string]any)
 	if !ok || len(m) != 1 {
@@ -91,15 +88,16 @@ func parseSelector(raw any) (selector, error) {
 			return selector{}, fmt.Errorf("ct %v is not modelled (only ct state)", arg)
 		case "fib":
 			flags, _ := a["flags"].([]any)
-			if r, _ := a["result"].(string); r == "type" && len(flags) == 1 && flags[0] == "daddr" {
-				return selector{name: "fib daddr type", kind: kFibType, get: func(p *Packet) (value, bool, error) {
-					if p.DstLocal {
+			if r, _ := a["result"].(string); r == "type" && len(flags) == 1 && (flags[0] == "daddr" || flags[0] == "saddr") {
+				daddr := flags[0] == "daddr"
+				return selector{name: fmt.Sprintf("fib %s type", flags[0]), kind: kFibType, get: func(p *Packet) (value, bool, error) {
+					if (daddr && p.DstLocal) || (!daddr && p.SrcLocal) {
 						return value{num: 1}, true, nil
 					}
 					return value{num: 0}, true, nil
 				}}, nil
 			}
-			return selector{}, fmt.Errorf("fib %v is not modelled (only fib daddr type local)", arg)
+			return selector{}, fmt.Errorf("fib %v is not modelled (only fib daddr type local and fib saddr type local)", arg)
 		}
 		return selector{}, fmt.Errorf("expression %q is not modelled", key)
 	}
@@ -122,8 +120,9 @@ func payloadSelector(proto, field string) (selector, bool) {
 			switch {
 			case proto == "th" && !hasPorts(p.Proto):
 				// th has no dependency: the kernel reads whatever is at
-				// the ports' offset.
-				return value{}, false, fmt.Errorf("%s of %s: %w", name, p, errNoPorts)
+				// the ports' offset. The match is decided only if it is
+				// decided whatever that is.
+				return value{unknown: true}, true, nil
 			case proto != "th" && p.Proto != want:
 				return value{}, false, nil
 			}

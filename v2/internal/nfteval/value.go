@@ -48,10 +48,16 @@ type value struct {
 	addr netip.Addr
 	name string
 	num  uint64
+	// unknown is a value the kernel reads but this package does not model:
+	// the th ports of a packet without ports. A comparison with it is
+	// decided only when another component of a concatenation decides it.
+	unknown bool
 }
 
 func (v value) String() string {
 	switch {
+	case v.unknown:
+		return "(unknown)"
 	case v.addr.IsValid():
 		return v.addr.String()
 	case v.name != "":
@@ -103,13 +109,46 @@ type element struct {
 	verdict *verdict
 }
 
-func (e element) covers(kinds []kind, vs []value) bool {
+// covers says whether e covers vs; undecided is true when that depends
+// only on unknown components.
+func (e element) covers(kinds []kind, vs []value) (covered, undecided bool) {
 	for i, s := range e.key {
+		if vs[i].unknown {
+			undecided = true
+			continue
+		}
 		if !s.covers(kinds[i], vs[i]) {
-			return false
+			return false, false
 		}
 	}
-	return true
+	return !undecided, undecided
+}
+
+// lookup finds the first element covering vs, as the kernel's lookup does;
+// it fails when the answer depends on an unknown value.
+func lookup(elems []element, kinds []kind, vs []value) (*element, error) {
+	var undecided *element
+	for i := range elems {
+		covered, maybe := elems[i].covers(kinds, vs)
+		if covered {
+			return &elems[i], nil
+		}
+		if maybe && undecided == nil {
+			undecided = &elems[i]
+		}
+	}
+	if undecided != nil {
+		return nil, fmt.Errorf("whether %s is in %s depends on values that are not modelled (ports of a packet without ports)", valuesString(vs), undecided)
+	}
+	return nil, nil
+}
+
+func valuesString(vs []value) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = v.String()
+	}
+	return strings.Join(parts, " . ")
 }
 
 func (e element) String() string {
