@@ -1,0 +1,100 @@
+package acl
+
+import (
+	"errors"
+	"fmt"
+
+	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/acl"
+	"go.fd.io/govpp/binapi/memclnt"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+)
+
+// op is one request of a pipelined batch.
+type op struct {
+	req, reply api.Message
+	what       string
+	// del: NO_SUCH_ENTRY means done.
+	del bool
+	// done runs when the request succeeded.
+	done func()
+}
+
+// send runs ops on ch with up to maxInFlight requests sent and not yet
+// answered, receiving the replies in the order sent. ACL API handlers run
+// with VPP's workers stopped (forwarding stalls while they run), so one
+// transaction's requests go back to back instead of one round trip each.
+//
+// Every reply is received, even after a failure, so that the channel holds
+// no stale replies. It returns the first failure, naming what failed, with
+// the number of other failures.
+func send(ch api.Channel, ops []op, maxInFlight int) error {
+	inFlight := make([]api.RequestCtx, 0, maxInFlight)
+	first, failed := -1, 0
+	var firstErr error
+	receive := func(i int, rc api.RequestCtx) {
+		e := rc.ReceiveReply(ops[i].reply)
+		if e != nil && ops[i].del && vppapi.IsRetval(e, api.NO_SUCH_ENTRY) {
+			e = nil
+		}
+		if e != nil {
+			failed++
+			if first < 0 {
+				first, firstErr = i, e
+			}
+			return
+		}
+		if ops[i].done != nil {
+			ops[i].done()
+		}
+	}
+	next := 0
+	for i := range ops {
+		if len(inFlight) == maxInFlight {
+			receive(next, inFlight[0])
+			inFlight = inFlight[1:]
+			next++
+		}
+		inFlight = append(inFlight, ch.SendRequest(ops[i].req))
+	}
+	for _, rc := range inFlight {
+		receive(next, rc)
+		next++
+	}
+	if first < 0 {
+		return nil
+	}
+	err := &vppapi.Error{Msg: ops[first].req.GetMessageName(), Err: firstErr}
+	if failed > 1 {
+		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[first].what, err, failed-1, len(ops))
+	}
+	return fmt.Errorf("%s: %w", ops[first].what, err)
+}
+
+// Messages are the requests the renderer sends on its own channel, with
+// their replies and the details of its dump. The renderer checks once per
+// VPP incarnation that VPP knows them all (they need the acl plugin).
+func Messages() []api.Message {
+	return []api.Message{
+		&memclnt.ControlPing{}, &memclnt.ControlPingReply{},
+		&acl.ACLDump{}, &acl.ACLDetails{},
+		&acl.ACLAddReplace{}, &acl.ACLAddReplaceReply{},
+		&acl.ACLDel{}, &acl.ACLDelReply{},
+	}
+}
+
+// checkMessages fails, naming them, when VPP lacks messages the renderer
+// sends.
+func checkMessages(ch api.Channel) error {
+	err := ch.CheckCompatiblity(Messages()...)
+	if err == nil {
+		return nil
+	}
+	var ce *api.CompatibilityError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("VPP does not know %d of the %d messages the VPP ACL policy renderer sends (is the acl plugin loaded?): %v",
+			len(ce.IncompatibleMessages), len(Messages()), ce.IncompatibleMessages)
+	}
+	return fmt.Errorf("check the messages the VPP ACL policy renderer sends: %w", err)
+}
