@@ -234,6 +234,12 @@ type pod struct {
 	namespace string
 	name      string
 	result    *current.Result
+	// labels and ports go to the pod's Pod object (ensurePodObject).
+	labels map[string]string
+	ports  []corev1.ContainerPort
+	// onNode is the node its Pod object is scheduled to ("" before one
+	// exists).
+	onNode string
 }
 
 func newPod(t *testing.T, name string) *pod {
@@ -267,8 +273,45 @@ func (n *node) inNode(f func(ctx context.Context) error) error {
 	return n.ns.Do(func() error { return f(ctx) })
 }
 
+// ensurePodObject makes the Pod object of p exist, scheduled to n, as a
+// pod exists in the apiserver before its node's runtime calls CNI ADD
+// (vcoild reads it for its network policies). It carries p's labels and
+// ports; it has no status: no kubelet reports the pod's addresses.
+func (n *node) ensurePodObject(p *pod) error {
+	if p.onNode == n.name {
+		return nil
+	}
+	ctx := context.Background()
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: p.name, Labels: p.labels},
+		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{
+			Name: "c", Image: "none", Ports: p.ports,
+		}}},
+	}
+	have := &corev1.Pod{}
+	err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), have)
+	if err == nil && have.Spec.NodeName == n.name {
+		p.onNode = n.name
+		return nil
+	}
+	if err == nil {
+		if err := env.Client.Delete(ctx, have, client.GracePeriodSeconds(0)); err != nil {
+			return err
+		}
+	}
+	if err := env.Client.Create(ctx, obj); err != nil {
+		return fmt.Errorf("create the Pod object of %s: %w", p.name, err)
+	}
+	p.onNode = n.name
+	n.t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj, client.GracePeriodSeconds(0)) })
+	return nil
+}
+
 // add runs CNI ADD for the pod and keeps its result.
 func (n *node) add(p *pod, portMappings ...map[string]any) error {
+	if err := n.ensurePodObject(p); err != nil {
+		return err
+	}
 	return n.inNode(func(ctx context.Context) error {
 		r, err := n.cni.AddNetworkList(ctx, n.conf, n.runtimeConf(p, portMappings))
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/cniinstall"
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/daemon"
@@ -37,6 +39,8 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
+	"github.com/vcoil/vcoil/v2/pkg/policy/agent"
+	polnft "github.com/vcoil/vcoil/v2/pkg/policy/renderer/nftables"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
@@ -54,6 +58,12 @@ type flags struct {
 	blockRequestTimeout                   time.Duration
 	vpp                                   vppFlags
 	services                              serviceFlags
+	policies                              policyFlags
+}
+
+// policyFlags configure NetworkPolicy enforcement (docs/policy.md).
+type policyFlags struct {
+	enabled, logDrops bool
 }
 
 // serviceFlags configure the service proxy (docs/services.md, and
@@ -126,6 +136,8 @@ func main() {
 	fs.StringSliceVar(&f.vpp.clusterCIDRs, "cluster-cidr", nil, "the cluster's address ranges (pod CIDRs, node networks, service CIDRs; repeatable): destinations that --vpp-snat never translates")
 	fs.IntVar(&f.vpp.localBackendWeight, "vpp-local-backend-weight", constants.VPPLocalBackendWeight, "weight (1..255) of a service's backends on this node against remote ones (1: even, as kube-proxy)")
 	f.services.conntrack = conntrack.DefaultConfig()
+	fs.BoolVar(&f.policies.enabled, "network-policies", true, "enforce NetworkPolicies on this node's pods; false leaves them to another agent")
+	fs.BoolVar(&f.policies.logDrops, "policy-log-drops", false, "log packets that NetworkPolicies deny to the kernel log (nftables), at most ten a second")
 	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy")
 	fs.StringSliceVar(&f.services.serviceCIDRs, "service-cidr", nil, "the cluster's service CIDR (repeatable); on VPP, routed from the node into VPP so that the node's own processes reach cluster IPs")
 	fs.BoolVar(&f.services.removeKubeProxyTables, "remove-kube-proxy-tables", false, "at start, delete the nftables tables kube-proxy leaves behind (for a migration)")
@@ -250,7 +262,12 @@ func run(ctx context.Context, f flags) error {
 		// Only this node's requests; every block (for direct routes).
 		&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
 	}
+	if f.policies.enabled {
+		maps.Copy(byObject, agent.CacheOptions(f.nodeName))
+	}
 	if services {
+		// The service processor's Node settings (trimmed, and every node
+		// with direct routing) include what the policy agent reads.
 		maps.Copy(byObject, proxy.CacheOptions(f.nodeName, f.directRouting))
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -292,11 +309,25 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 	}
+	var policies daemon.PodPolicies
+	if f.policies.enabled {
+		a, err := setupPolicies(ctx, mgr, f, vppDP)
+		if err != nil {
+			return err
+		}
+		if a != nil {
+			policies = a
+			if err := mgr.AddReadyzCheck("policies", a.Ready); err != nil {
+				return err
+			}
+		}
+	}
 	if _, err := daemon.Setup(mgr, daemon.Options{
 		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
 		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
 		BlockRequestTimeout: f.blockRequestTimeout,
 		Registry:            metrics.Registry,
+		Policies:            policies,
 	}); err != nil {
 		return err
 	}
@@ -305,6 +336,52 @@ func run(ctx context.Context, f flags) error {
 	}
 	log.Info("starting vcoild", "node", f.nodeName, "dataplane", dp.Name(), "socket", f.socket, "services", services)
 	return mgr.Start(ctx)
+}
+
+// setupPolicies runs the NetworkPolicy stack with the dataplane's renderer.
+// It returns nil where no renderer exists yet (VPP).
+func setupPolicies(ctx context.Context, mgr ctrl.Manager, f flags, vppDP vpp.Dataplane) (*agent.Agent, error) {
+	log := ctrl.Log.WithName("policies")
+	if vppDP != nil {
+		log.Info("NetworkPolicies are not enforced on the VPP dataplane by this vcoild")
+		return nil, nil
+	}
+	r, err := polnft.New(polnft.Config{Netns: f.netns, LogDrops: f.policies.logDrops, Registry: metrics.Registry, Log: log.WithName("nftables")})
+	if err != nil {
+		return nil, fmt.Errorf("network policies: %w", err)
+	}
+	return agent.Setup(ctx, mgr, agent.Options{
+		NodeName: f.nodeName, Renderer: r, RendererName: "nftables",
+		Reader: mgr.GetAPIReader(), Log: log,
+		Known: func() (map[types.NamespacedName][]netip.Addr, error) {
+			return knownPods(daemon.CheckpointDir(f.stateDir))
+		},
+	})
+}
+
+// knownPods reads the pods' addresses from vcoild's checkpoint.
+func knownPods(dir string) (map[types.NamespacedName][]netip.Addr, error) {
+	store, err := checkpoint.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := store.Load()
+	if err != nil {
+		return nil, err
+	}
+	out := map[types.NamespacedName][]netip.Addr{}
+	for _, e := range entries {
+		if e.Name == "" {
+			continue
+		}
+		key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
+		for _, a := range []netip.Addr{e.IPv4, e.IPv6} {
+			if a.IsValid() && !slices.Contains(out[key], a) {
+				out[key] = append(out[key], a)
+			}
+		}
+	}
+	return out, nil
 }
 
 // newDataplane builds the chosen dataplane and the routes it needs for the

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vcoil/vcoil/v2/pkg/cni"
@@ -17,3 +18,7 @@ func cniError(code cnirpc.ErrorCode, details string, format string, args ...any)
 func errorCode(err error) cnirpc.ErrorCode {
 	return cnirpc.ErrorCode(cni.FromRPCError(err, cnirpc.ErrorCode_INTERNAL).Code)
 }
+
+// errPolicies marks an ADD that failed because the pod's network policies
+// could not be applied: the pod is undone and the kubelet retries.
+var errPolicies = errors.New("apply network policies")

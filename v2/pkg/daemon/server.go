@@ -39,6 +39,15 @@ type AddressManager interface {
 	Blocks() []ipam.BlockUsage
 }
 
+// PodPolicies is the NetworkPolicy stack as the CNI service sees it
+// (policy/agent.Agent): a new pod's rules must be in the dataplane before
+// its ADD returns, and a released pod's addresses must leave the policies
+// before another pod gets them.
+type PodPolicies interface {
+	PodAdded(ctx context.Context, namespace, name string, ips []netip.Addr) error
+	PodReleased(ctx context.Context, namespace, name string)
+}
+
 // vcoild reads namespaces for their pool annotation (role "daemon").
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
@@ -50,6 +59,7 @@ type Server struct {
 	dp         dataplane.Dataplane
 	store      *checkpoint.Store
 	namespaces client.Reader
+	policies   PodPolicies
 	nodeName   string
 	metrics    *Metrics
 	log        logr.Logger
@@ -68,12 +78,14 @@ type Config struct {
 	NodeName   string
 	Metrics    *Metrics
 	Log        logr.Logger
+	// Policies may be nil: no NetworkPolicies are enforced.
+	Policies PodPolicies
 }
 
 // NewServer returns the CNI service.
 func NewServer(cfg Config) *Server {
 	return &Server{
-		ipam: cfg.IPAM, dp: cfg.Dataplane, store: cfg.Store, namespaces: cfg.Namespaces,
+		ipam: cfg.IPAM, dp: cfg.Dataplane, store: cfg.Store, namespaces: cfg.Namespaces, policies: cfg.Policies,
 		nodeName: cfg.NodeName, metrics: cfg.Metrics, log: cfg.Log,
 		keys: newKeyLock(), now: time.Now,
 	}
@@ -138,6 +150,22 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	pod.MTU = conf.MTU
 	pod.PortMappings = portMappings
 	ifs, err := s.dp.SetupPod(ctx, pod)
+	if err == nil && s.policies != nil {
+		// The pod's rules are in before its first packet: its containers
+		// start only after ADD returns.
+		var ips []netip.Addr
+		for _, a := range []netip.Addr{entry.IPv4, entry.IPv6} {
+			if a.IsValid() {
+				ips = append(ips, a)
+			}
+		}
+		if perr := s.policies.PodAdded(ctx, pod.Namespace, pod.Name, ips); perr != nil {
+			if !found {
+				s.policies.PodReleased(ctx, pod.Namespace, pod.Name)
+			}
+			err = fmt.Errorf("%w: %w", errPolicies, perr)
+		}
+	}
 	if err != nil {
 		if !found {
 			// A new allocation that could not be wired is undone whole.
@@ -149,6 +177,9 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 					log.Error(derr, "cannot delete checkpoint of an undone pod")
 				}
 			}
+		}
+		if errors.Is(err, errPolicies) {
+			return nil, cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "pod interface %s: %v", key(args.ContainerId, args.Ifname), err)
 		}
 		return nil, cniError(dataplaneCode(err), "", "wire pod interface %s with %s dataplane: %v", key(args.ContainerId, args.Ifname), s.dp.Name(), err)
 	}
@@ -204,6 +235,9 @@ func (s *Server) release(ctx context.Context, entry checkpoint.Entry, found bool
 		return nil
 	}
 	log := s.log.WithValues("containerID", entry.ContainerID, "ifname", entry.IfName)
+	if s.policies != nil && entry.Name != "" {
+		s.policies.PodReleased(ctx, entry.Namespace, entry.Name)
+	}
 	s.freeOrLog(ctx, log, allocationOf(entry))
 	if err := s.store.Delete(entry.ContainerID, entry.IfName); err != nil {
 		return cniError(cnirpc.ErrorCode_IO_FAILURE, "", "%v", err)

@@ -36,6 +36,9 @@ type Options struct {
 	// Registry receives vcoild's metrics (controller-runtime's
 	// metrics.Registry in vcoild).
 	Registry prometheus.Registerer
+	// Policies, when set, applies a new pod's network policies before its
+	// ADD returns (package policy/agent).
+	Policies PodPolicies
 }
 
 // CheckpointDir is where vcoild keeps its checkpoint under its state
@@ -79,6 +82,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 	srv := NewServer(Config{
 		IPAM: im, Dataplane: opts.Dataplane, Store: store, Namespaces: mgr.GetClient(),
 		NodeName: opts.NodeName, Metrics: metrics, Log: log.WithName("cni"),
+		Policies: opts.Policies,
 	})
 	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{})}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}

@@ -29,6 +29,24 @@ type Feed struct {
 	ctx   context.Context
 	cache *Cache
 	log   logr.Logger
+	// podFilter, when set, sees every pod of the informer before the
+	// cache stores it (SetPodFilter).
+	podFilter func(*corev1.Pod) *corev1.Pod
+}
+
+// SetPodFilter makes every pod of the pod informer pass through filter
+// before the cache stores it; filter returns the pod to store (a copy when
+// it changes it: informer objects are shared). vcoild uses it to give a
+// new pod the address its CNI ADD allocated before the kubelet reports it
+// in the pod's status. Call it before Register.
+func (f *Feed) SetPodFilter(filter func(*corev1.Pod) *corev1.Pod) { f.podFilter = filter }
+
+// Locked runs fn with the feed's lock held, serialized with the informers'
+// changes: for changes that come from elsewhere (a CNI ADD or DEL).
+func (f *Feed) Locked(fn func(c *Cache) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fn(f.cache)
 }
 
 // NewFeed returns a feed into c. ctx is passed to the cache's watchers for
@@ -71,8 +89,13 @@ func (f *Feed) PodHandler() toolscache.ResourceEventHandler {
 	return handler[corev1.Pod]{
 		f:    f,
 		kind: "pod",
-		set:  f.cache.SetPod,
-		del:  f.cache.DeletePod,
+		set: func(ctx context.Context, pod *corev1.Pod) error {
+			if f.podFilter != nil {
+				pod = f.podFilter(pod)
+			}
+			return f.cache.SetPod(ctx, pod)
+		},
+		del: f.cache.DeletePod,
 	}
 }
 

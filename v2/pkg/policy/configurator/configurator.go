@@ -57,29 +57,41 @@ type namedRenderer struct {
 // New checks cfg and returns a configurator without renderers.
 func New(cfg Config) (*Configurator, error) {
 	c := &Configurator{last: make(map[renderer.PodID]renderer.PodRules)}
+	if err := c.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// SetConfig changes what the configurator knows about its node (the NAT
+// loopback appears when the node gets its subnet). It takes effect for the
+// pods of the next transactions: the caller resyncs (processor.Resync).
+func (c *Configurator) SetConfig(cfg Config) error {
+	var ingress, egress []netip.Addr
 	v4, v6 := 0, 0
 	for _, a := range cfg.NATLoopback {
 		if !a.IsValid() {
-			return nil, fmt.Errorf("NAT loopback %v: not an address", a)
+			return fmt.Errorf("NAT loopback %v: not an address", a)
 		}
 		if a.Unmap().Is4() {
 			v4++
 		} else {
 			v6++
 		}
-		c.ingressPeers = append(c.ingressPeers, a.Unmap())
+		ingress = append(ingress, a.Unmap())
 	}
 	if v4 > 1 || v6 > 1 {
-		return nil, fmt.Errorf("NAT loopback %v: at most one address per family", cfg.NATLoopback)
+		return fmt.Errorf("NAT loopback %v: at most one address per family", cfg.NATLoopback)
 	}
 	for _, a := range cfg.NodeAddresses {
 		if !a.IsValid() {
-			return nil, fmt.Errorf("node address %v: not an address", a)
+			return fmt.Errorf("node address %v: not an address", a)
 		}
-		c.ingressPeers = append(c.ingressPeers, a.Unmap())
-		c.egressPeers = append(c.egressPeers, a.Unmap())
+		ingress = append(ingress, a.Unmap())
+		egress = append(egress, a.Unmap())
 	}
-	return c, nil
+	c.ingressPeers, c.egressPeers = ingress, egress
+	return nil
 }
 
 // Register adds a renderer; every later transaction goes to it. name is used

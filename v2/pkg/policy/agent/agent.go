@@ -1,0 +1,345 @@
+// Package agent runs vcoil's NetworkPolicy stack in vcoild: informers (the
+// manager's cache: Pods, Namespaces, NetworkPolicies and the node's own
+// Node) feed the policy cache, whose processor and configurator hand each
+// change to the dataplane's renderer as one transaction (docs/policy.md).
+//
+// It also closes the window between a pod's creation and its first
+// packet: the kubelet reports a pod's addresses in its status only after
+// the CNI ADD returned, so vcoild gives the policy cache the addresses it
+// allocated (PodAdded) and the pod's rules are in the dataplane before ADD
+// returns. At DEL the pod's addresses leave the cache (PodReleased), before
+// they can be given to another pod.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
+	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
+	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// vcoild reads what NetworkPolicies select (role "daemon").
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
+
+// Options configure the agent of one node.
+type Options struct {
+	NodeName string
+	// Renderer enforces the rules (the nftables renderer, or VPP's ACLs);
+	// RendererName names it in errors.
+	Renderer     renderer.Renderer
+	RendererName string
+	// Reader reads a pod that the informer has not delivered yet, at its
+	// CNI ADD (the manager's API reader: not cached).
+	Reader client.Reader
+	// Known, when set, lists the local pods this node's vcoild gave
+	// addresses to (its checkpoint), read once before the first sync: a
+	// restarted vcoild must not drop the rules of pods whose status does
+	// not list their addresses yet.
+	Known func() (map[types.NamespacedName][]netip.Addr, error)
+	Log   logr.Logger
+}
+
+// Agent is the policy stack of one node.
+type Agent struct {
+	nodeName string
+	reader   client.Reader
+	log      logr.Logger
+	feed     *pcache.Feed
+	conf     *configurator.Configurator
+	proc     *processor.Processor
+	synced   chan struct{}
+
+	// The fields below are guarded by the feed's lock (Feed.Locked): the
+	// informers' callbacks and PodAdded/PodReleased run under it.
+	overlay   map[types.NamespacedName]podOverlay
+	node      configurator.Config
+	hasSynced bool
+}
+
+// podOverlay is what vcoild's own CNI calls say about a local pod, ahead
+// of its status: the addresses it was given, or that it gave them back.
+type podOverlay struct {
+	ips      []netip.Addr
+	released bool
+}
+
+// Setup adds the agent to mgr: its informers' handlers now, the initial
+// sync once the manager's cache has synced.
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, error) {
+	if opts.Renderer == nil {
+		return nil, errors.New("policy agent: no renderer")
+	}
+	conf, err := configurator.New(configurator.Config{})
+	if err != nil {
+		return nil, err
+	}
+	conf.Register(opts.RendererName, opts.Renderer)
+	c := pcache.New()
+	a := &Agent{
+		nodeName: opts.NodeName, reader: opts.Reader, log: opts.Log,
+		conf: conf, synced: make(chan struct{}),
+		overlay: map[types.NamespacedName]podOverlay{},
+	}
+	if opts.Known != nil {
+		// Before the informers start: their first pods pass the filter.
+		known, err := opts.Known()
+		if err != nil {
+			return nil, fmt.Errorf("policy agent: the pods of this node: %w", err)
+		}
+		for key, ips := range known {
+			a.overlay[key] = podOverlay{ips: ips}
+		}
+	}
+	a.proc = processor.New(opts.NodeName, c, conf, opts.Log.WithName("processor"))
+	c.Watch(a.proc)
+	a.feed = pcache.NewFeed(ctx, c, opts.Log)
+	a.feed.SetPodFilter(a.filterPod)
+	informers := mgr.GetCache()
+	if err := a.feed.Register(ctx, informers); err != nil {
+		return nil, fmt.Errorf("policy agent: %w", err)
+	}
+	podInf, err := informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("policy agent: pod informer: %w", err)
+	}
+	if _, err := podInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: a.forgetPod}); err != nil {
+		return nil, fmt.Errorf("policy agent: pod informer: %w", err)
+	}
+	nodeInf, err := informers.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return nil, fmt.Errorf("policy agent: node informer: %w", err)
+	}
+	if _, err := nodeInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.nodeChanged(ctx, obj) },
+		UpdateFunc: func(_, obj any) { a.nodeChanged(ctx, obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("policy agent: node informer: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if !informers.WaitForCacheSync(ctx) {
+			return ctx.Err()
+		}
+		err := a.feed.Locked(func(c *pcache.Cache) error {
+			a.hasSynced = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := a.feed.Synced(); err != nil {
+			// The next change or resync repairs it; the pods' ADDs fail
+			// until the renderer works.
+			a.log.Error(err, "the first policy sync failed")
+		}
+		close(a.synced)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Ready is a readiness check: the agent has done its first sync.
+func (a *Agent) Ready(*http.Request) error {
+	select {
+	case <-a.synced:
+		return nil
+	default:
+		return errors.New("the NetworkPolicy cache has not synced yet")
+	}
+}
+
+// PodAdded gives the policy cache the addresses that CNI ADD allocated to a
+// local pod and returns once the pod's rules are in the dataplane. An error
+// means they are not: the ADD must fail (the kubelet retries it).
+func (a *Agent) PodAdded(ctx context.Context, namespace, name string, ips []netip.Addr) error {
+	select {
+	case <-a.synced:
+	case <-ctx.Done():
+		return fmt.Errorf("apply the network policies of pod %s/%s: the policy cache has not synced yet: %w", namespace, name, ctx.Err())
+	}
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	return a.feed.Locked(func(c *pcache.Cache) error {
+		a.overlay[key] = podOverlay{ips: slices.Clone(ips)}
+		pod := c.Pod(namespace, name)
+		if pod == nil {
+			// The informer has not delivered the pod yet.
+			p := &corev1.Pod{}
+			if err := a.reader.Get(ctx, key, p); err != nil {
+				return fmt.Errorf("apply the network policies of pod %s: read the pod: %w", key, err)
+			}
+			pod = p
+		}
+		if err := c.SetPod(ctx, a.filterPod(pod)); err != nil {
+			return fmt.Errorf("apply the network policies of pod %s: %w", key, err)
+		}
+		return nil
+	})
+}
+
+// PodReleased takes a local pod's addresses out of the policy cache when
+// CNI DEL gave them back, before they can be given to another pod.
+func (a *Agent) PodReleased(ctx context.Context, namespace, name string) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	err := a.feed.Locked(func(c *pcache.Cache) error {
+		a.overlay[key] = podOverlay{released: true}
+		if pod := c.Pod(namespace, name); pod != nil && a.hasSynced {
+			return c.SetPod(ctx, a.filterPod(pod))
+		}
+		return nil
+	})
+	if err != nil {
+		a.log.Error(err, "cannot remove the network policies of a released pod; the next resync will", "pod", key)
+	}
+}
+
+// filterPod gives a local pod the addresses of its CNI calls. The caller
+// holds the feed's lock.
+func (a *Agent) filterPod(pod *corev1.Pod) *corev1.Pod {
+	o, ok := a.overlay[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}]
+	if !ok || pod.Spec.NodeName != a.nodeName {
+		return pod
+	}
+	want := make([]corev1.PodIP, 0, len(o.ips))
+	for _, ip := range o.ips {
+		want = append(want, corev1.PodIP{IP: ip.String()})
+	}
+	if slices.Equal(pod.Status.PodIPs, want) {
+		return pod
+	}
+	pod = pod.DeepCopy()
+	pod.Status.PodIPs, pod.Status.PodIP = want, ""
+	if len(want) > 0 {
+		pod.Status.PodIP = want[0].IP
+	}
+	return pod
+}
+
+func (a *Agent) forgetPod(obj any) {
+	var key types.NamespacedName
+	switch v := obj.(type) {
+	case *corev1.Pod:
+		key = types.NamespacedName{Namespace: v.Namespace, Name: v.Name}
+	case toolscache.DeletedFinalStateUnknown:
+		ns, n, err := toolscache.SplitMetaNamespaceKey(v.Key)
+		if err != nil {
+			return
+		}
+		key = types.NamespacedName{Namespace: ns, Name: n}
+	default:
+		return
+	}
+	_ = a.feed.Locked(func(*pcache.Cache) error {
+		delete(a.overlay, key)
+		return nil
+	})
+}
+
+// nodeChanged follows the node's NAT loopback and addresses, which the
+// configurator always permits, and resyncs the pods when they change.
+func (a *Agent) nodeChanged(ctx context.Context, obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Name != a.nodeName {
+		return
+	}
+	cfg := configurator.Config{}
+	for _, s := range strings.Split(node.Annotations[vcoilv2.AnnotationNATLoopback], ",") {
+		if addr, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+			cfg.NATLoopback = append(cfg.NATLoopback, addr.Unmap())
+		}
+	}
+	for _, na := range node.Status.Addresses {
+		if na.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if addr, err := netip.ParseAddr(na.Address); err == nil && !slices.Contains(cfg.NodeAddresses, addr.Unmap()) {
+			cfg.NodeAddresses = append(cfg.NodeAddresses, addr.Unmap())
+		}
+	}
+	err := a.feed.Locked(func(*pcache.Cache) error {
+		if slices.Equal(cfg.NATLoopback, a.node.NATLoopback) && slices.Equal(cfg.NodeAddresses, a.node.NodeAddresses) {
+			return nil
+		}
+		if err := a.conf.SetConfig(cfg); err != nil {
+			return fmt.Errorf("node %s: %w", node.Name, err)
+		}
+		a.node = cfg
+		a.log.Info("the node's always permitted addresses changed", "natLoopback", cfg.NATLoopback, "nodeAddresses", cfg.NodeAddresses)
+		if !a.hasSynced {
+			return nil // the first sync uses them
+		}
+		return a.proc.Resync(ctx)
+	})
+	if err != nil {
+		a.log.Error(err, "cannot apply the node's addresses to the network policies")
+	}
+}
+
+// CacheOptions are the cache settings the agent needs, to merge into the
+// manager's: Pods trimmed to what policies read (every pod of the cluster
+// is a possible peer), and the node's own Node (for its NAT loopback and
+// addresses) unless the caller already caches Nodes.
+func CacheOptions(nodeName string) map[client.Object]ctrlcache.ByObject {
+	return map[client.Object]ctrlcache.ByObject{
+		&corev1.Pod{}: {Transform: TrimPod},
+		&corev1.Node{}: {
+			Field: fields.OneTermEqualSelector("metadata.name", nodeName),
+		},
+	}
+}
+
+// TrimPod is the cache transform of Pods: it keeps what the policy
+// processor reads (labels, node, host network, named ports, phase,
+// addresses), a small part of a pod's size.
+func TrimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	t := &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
+			ResourceVersion: pod.ResourceVersion, Labels: pod.Labels,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName, HostNetwork: pod.Spec.HostNetwork},
+		Status: corev1.PodStatus{
+			Phase: pod.Status.Phase, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs,
+		},
+	}
+	for _, c := range pod.Spec.Containers {
+		if len(c.Ports) > 0 {
+			t.Spec.Containers = append(t.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if len(c.Ports) > 0 {
+			t.Spec.InitContainers = append(t.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+		}
+	}
+	return t, nil
+}
