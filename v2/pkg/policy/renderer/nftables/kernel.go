@@ -298,3 +298,16 @@ func hostPortOf(e any) (hostPort, error) {
 	}
 	return hostPort{addr: a, proto: proto, port: uint16(port)}, nil
 }
+
+// selfElemOf decodes an element "a . a" of a self set.
+func selfElemOf(e any) (netip.Addr, error) {
+	m, ok := e.(map[string]any)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("unexpected element %v", e)
+	}
+	c, ok := m["concat"].([]any)
+	if !ok || len(c) != 2 || fmt.Sprint(c[0]) != fmt.Sprint(c[1]) {
+		return netip.Addr{}, fmt.Errorf("unexpected element %v", e)
+	}
+	return netip.ParseAddr(fmt.Sprint(c[0]))
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -30,6 +31,14 @@ import (
 // egress group in forward and then by the destination pod's ingress group
 // in postrouting: neither check can skip the other.
 //
+// A pod reaching itself through a Service (hairpin) is forwarded with its
+// own address as source and, after the DNAT, as destination: its egress
+// group would judge it, though a pod's policies never filter its traffic to
+// itself. Forward accepts it first by the sets self4 and self6, which hold
+// "a . a" for every address of the egress maps (nft cannot compare a
+// packet's source with its destination); postrouting then sees the NAT
+// loopback as its source, which the ingress rules always permit.
+//
 // Traffic of established and related connections is accepted first, and
 // the node's own traffic to its pods (the kubelet's probes) and IPv6
 // neighbour discovery always pass. Traffic from a pod to its own node (the
@@ -47,6 +56,12 @@ const (
 	// over the whole table, so that a flood cannot fill the kernel log.
 	logRate = "10/second burst 20 packets"
 )
+
+// selfSets are the sets of egress-isolated addresses that reach
+// themselves, by family.
+var selfSets = [2]string{"self4", "self6"}
+
+func selfElem(a netip.Addr) string { return a.String() + " . " + a.String() }
 
 var dirMaps = [2][2]string{
 	renderer.Ingress: {"in4", "in6"},
@@ -160,6 +175,9 @@ func portsString(p renderer.PortRange) string {
 // baseRules are the rules of the two base chains.
 func baseRules() map[string][]string {
 	fwd := []string{"ct state established,related accept"}
+	for f := range 2 {
+		fwd = append(fwd, fmt.Sprintf("%s saddr . %s daddr @%s accept", ipOf(f), ipOf(f), selfSets[f]))
+	}
 	post := []string{
 		"ct state established,related accept",
 		"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, nd-router-advert, nd-redirect } accept",

@@ -496,6 +496,14 @@ func (p *plan) script(r *Renderer) (string, error) {
 						Comment: knftables.PtrTo("local pods' " + renderer.Direction(d).String() + " groups")})
 				}
 			}
+			for f, name := range selfSets {
+				set := &knftables.Set{Name: name, Type: addrType(f) + " . " + addrType(f),
+					Comment: knftables.PtrTo("egress-isolated local pods, each to itself (hairpin)")}
+				tx.Add(set)
+				// Refilled below from the egress maps: the set may be new
+				// over an adopted table of an earlier layout.
+				tx.Flush(set)
+			}
 			for _, c := range []struct {
 				name string
 				hook knftables.BaseChainHook
@@ -543,6 +551,7 @@ func (p *plan) script(r *Renderer) (string, error) {
 		}
 	}
 	var dels, adds [2][2][]string
+	var selfDels, selfAdds [2][]string
 	for _, a := range p.assign {
 		f := familyOf(a.addr)
 		if a.old != nil {
@@ -551,11 +560,27 @@ func (p *plan) script(r *Renderer) (string, error) {
 		if a.new != nil {
 			adds[a.dir][f] = append(adds[a.dir][f], a.addr.String()+" : jump "+a.new.name)
 		}
+		if a.dir == renderer.Egress && !p.base && (a.old == nil) != (a.new == nil) {
+			if a.new == nil {
+				selfDels[f] = append(selfDels[f], selfElem(a.addr))
+			} else {
+				selfAdds[f] = append(selfAdds[f], selfElem(a.addr))
+			}
+		}
+	}
+	if p.base {
+		// The self sets were flushed: every egress address after the plan.
+		for _, a := range p.egressAfter(r) {
+			selfAdds[familyOf(a)] = append(selfAdds[familyOf(a)], selfElem(a))
+		}
 	}
 	for d := range dels {
 		for f := range dels[d] {
 			elements("delete", dirMaps[d][f], dels[d][f])
 		}
+	}
+	for f := range selfDels {
+		elements("delete", selfSets[f], selfDels[f])
 	}
 	for _, g := range p.created {
 		el := g.c.elements(setNames(g.name))
@@ -568,6 +593,9 @@ func (p *plan) script(r *Renderer) (string, error) {
 		for _, set := range sortedKeys(want) {
 			elements("add", set, minus(want[set], have[set]))
 		}
+	}
+	for f := range selfAdds {
+		elements("add", selfSets[f], selfAdds[f])
 	}
 	for d := range adds {
 		for f := range adds[d] {
@@ -591,6 +619,28 @@ func (p *plan) script(r *Renderer) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// egressAfter lists, sorted, the addresses of the egress maps once the
+// plan is applied.
+func (p *plan) egressAfter(r *Renderer) []netip.Addr {
+	in := map[netip.Addr]bool{}
+	for a := range r.elems[renderer.Egress] {
+		in[a] = true
+	}
+	for _, a := range p.assign {
+		if a.dir == renderer.Egress {
+			in[a.addr] = a.new != nil
+		}
+	}
+	out := make([]netip.Addr, 0, len(in))
+	for a, ok := range in {
+		if ok {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }
 
 func signaturesOf(c *content) []signature {
@@ -638,6 +688,18 @@ func baseMatches(kt *kernelTable) bool {
 			}
 		}
 	}
+	for f, name := range selfSets {
+		s := kt.sets[name]
+		if s == nil || len(s.elems) != len(kt.maps[dirMaps[renderer.Egress][f]]) {
+			return false
+		}
+		for _, e := range s.elems {
+			a, err := selfElemOf(e)
+			if _, ok := kt.maps[dirMaps[renderer.Egress][f]][a]; err != nil || !ok {
+				return false
+			}
+		}
+	}
 	for name, rules := range baseRules() {
 		c := kt.chains[name]
 		if c == nil || !c.base || len(c.rules) != len(rules) {
@@ -674,7 +736,8 @@ func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 		}
 		return fmt.Sprintf("its format %q is not this vcoild's (%q)", kt.format, formatComment), nil
 	}
-	sets := map[string]bool{}
+	// The self sets follow the egress maps; baseMatches checks them.
+	sets := map[string]bool{selfSets[v4]: true, selfSets[v6]: true}
 	for name := range kt.chains {
 		if name == chainForward || name == chainPostrouting {
 			continue
