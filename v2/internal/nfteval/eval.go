@@ -28,18 +28,27 @@ type Decision struct {
 	// Path is the chains the packet went through, from the base chain to
 	// Chain, for messages.
 	Path []string
+	// Returned names the rules whose return the packet took on its way
+	// ("chain#handle"), for messages: with a layout whose rules permit by
+	// returning, they are what let the packet reach the policy.
+	Returned []string
 }
 
 func (d Decision) String() string {
+	var s string
 	if d.Policy {
-		return fmt.Sprintf("%s by the policy of chain %s", d.Verdict, d.Chain)
+		s = fmt.Sprintf("%s by the policy of chain %s", d.Verdict, d.Chain)
+	} else {
+		s = fmt.Sprintf("%s by rule %d of chain %s", d.Verdict, d.Handle, d.Chain)
 	}
-	s := fmt.Sprintf("%s by rule %d of chain %s", d.Verdict, d.Handle, d.Chain)
 	if d.Comment != "" {
 		s += fmt.Sprintf(" (%q)", d.Comment)
 	}
 	if len(d.Path) > 1 {
 		s += " via " + strings.Join(d.Path, " > ")
+	}
+	if len(d.Returned) > 0 {
+		s += " after return by " + strings.Join(d.Returned, ", ")
 	}
 	return s
 }
@@ -128,6 +137,7 @@ func (t *Table) run(base *chain, p *Packet) (Decision, error) {
 		via []string
 	}
 	stack := []frame{{c: base}}
+	var returned []string
 	pathOf := func() []string {
 		var ps []string
 		for _, f := range stack {
@@ -153,8 +163,9 @@ func (t *Table) run(base *chain, p *Packet) (Decision, error) {
 		switch v.kind {
 		case "continue":
 		case "accept", "drop", "reject":
-			return Decision{Verdict: Verdict(v.kind), Chain: r.chain, Handle: r.handle, Comment: r.comment, Path: pathOf()}, nil
+			return Decision{Verdict: Verdict(v.kind), Chain: r.chain, Handle: r.handle, Comment: r.comment, Path: pathOf(), Returned: returned}, nil
 		case "return":
+			returned = append(returned, fmt.Sprintf("%s#%d", r.chain, r.handle))
 			stack = stack[:len(stack)-1]
 		case "jump":
 			if len(stack) >= maxDepth {
@@ -167,7 +178,7 @@ func (t *Table) run(base *chain, p *Packet) (Decision, error) {
 			stack[len(stack)-1] = frame{c: t.chains[v.target], via: append(slices.Clone(top.via), top.c.name)}
 		}
 	}
-	return Decision{Verdict: Verdict(base.policy), Chain: base.name, Policy: true, Path: []string{base.name}}, nil
+	return Decision{Verdict: Verdict(base.policy), Chain: base.name, Policy: true, Path: []string{base.name}, Returned: returned}, nil
 }
 
 // eval runs one rule's statements: a failed match or a missed verdict map

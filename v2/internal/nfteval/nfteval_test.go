@@ -242,6 +242,15 @@ func TestEvaluatorGivesTheKernelsVerdictsOfAPolicyLikeTable(t *testing.T) {
 			t.Errorf("decision %+v, want a rule of chain tail with its handle", got.By)
 		}
 	})
+	t.Run("the rules whose return the packet took are named", func(t *testing.T) {
+		got, err := tbl.Evaluate(Forward, fwd(tcp(other, podA, 91), "vcoilb", "vcoila"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.By.Returned) != 1 || !strings.HasPrefix(got.By.Returned[0], "pod_a#") {
+			t.Errorf("returned %v, want the return rule of chain pod_a", got.By.Returned)
+		}
+	})
 	t.Run("each base chain's decision is reported in priority order", func(t *testing.T) {
 		got, err := tbl.Evaluate(Forward, fwd(tcp("203.0.113.10", "198.18.0.9", 8080), "ext0", "peer0"))
 		if err != nil {
