@@ -14,12 +14,12 @@ import (
 
 var (
 	flagSeed     = flag.Uint64("policy.seed", 0, "first seed of the policy property test (0: from VCOIL_POLICY_SEED, else the clock)")
-	flagClusters = flag.Int("policy.clusters", 0, "number of random clusters of the policy property test (0: from VCOIL_POLICY_CLUSTERS, else 2000)")
+	flagClusters = flag.Int("policy.clusters", 0, "number of random clusters of the policy property test (0: from VCOIL_POLICY_CLUSTERS, else 2000, and 300 for the stage in the kernel)")
 )
 
 // propertySettings returns the first seed and the number of clusters: flags
-// first, then the environment, then a clock seed and 2,000 clusters.
-func propertySettings(t *testing.T) (uint64, int) {
+// first, then the environment, then a clock seed and defaultClusters.
+func propertySettings(t *testing.T, defaultClusters int) (uint64, int) {
 	seed, n := *flagSeed, *flagClusters
 	if seed == 0 {
 		if s := os.Getenv("VCOIL_POLICY_SEED"); s != "" {
@@ -43,7 +43,7 @@ func propertySettings(t *testing.T) (uint64, int) {
 		}
 	}
 	if n == 0 {
-		n = 2000
+		n = defaultClusters
 	}
 	return seed, n
 }
@@ -59,7 +59,7 @@ func propertySettings(t *testing.T) (uint64, int) {
 // -policy.seed=<the printed seed> -policy.clusters=1 (or the VCOIL_POLICY_SEED
 // and VCOIL_POLICY_CLUSTERS variables).
 func TestRandomClustersAgreeWithKubernetesSemantics(t *testing.T) {
-	first, n := propertySettings(t)
+	first, n := propertySettings(t, 2000)
 	t.Logf("checking %d random clusters from seed %d", n, first)
 	start := time.Now()
 	for i := range n {
