@@ -289,9 +289,13 @@ func ruleString(r acl_types.ACLRule) string {
 		}
 		return fmt.Sprintf(":%d-%d", a, b)
 	}
-	return fmt.Sprintf("%s %d %s%s > %s%s", action, r.Proto,
+	flags := ""
+	if r.TCPFlagsMask != 0 {
+		flags = fmt.Sprintf(" flags=%#02x/%#02x", r.TCPFlagsValue, r.TCPFlagsMask)
+	}
+	return fmt.Sprintf("%s %d %s%s > %s%s%s", action, r.Proto,
 		r.SrcPrefix, ports(r.SrcportOrIcmptypeFirst, r.SrcportOrIcmptypeLast),
-		r.DstPrefix, ports(r.DstportOrIcmpcodeFirst, r.DstportOrIcmpcodeLast))
+		r.DstPrefix, ports(r.DstportOrIcmpcodeFirst, r.DstportOrIcmpcodeLast), flags)
 }
 
 func wantLines(t *testing.T, what string, got, want []string) {

@@ -72,8 +72,9 @@ type Renderer struct {
 	global  *aclState
 	reflect *aclState
 	pods    map[renderer.PodID]podLists
-	byTable map[renderer.TableID]map[renderer.PodID]struct{}
 	node    vpp.ACLLists
+	// reflective are the rules of the reflective ACL (reflectiveRules).
+	reflective []acl_types.ACLRule
 }
 
 var _ renderer.Renderer = (*Renderer)(nil)
@@ -100,7 +101,7 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 		cache: tables.New(renderer.Ingress),
 		addrs: map[renderer.PodID]netip.Addr{},
 		local: map[renderer.TableID]aclState{}, pods: map[renderer.PodID]podLists{},
-		byTable: map[renderer.TableID]map[renderer.PodID]struct{}{},
+		reflective: reflectiveRules(),
 	}, nil
 }
 
@@ -209,26 +210,33 @@ func podAddress(ips []netip.Addr) netip.Addr {
 	return out
 }
 
-// creation is one ACL to make.
+// creation is one ACL to make, or to replace when replace is set (its
+// index is then the ACL's).
 type creation struct {
-	what  string
-	tag   string
-	rules []acl_types.ACLRule
-	index uint32
+	what    string
+	tag     string
+	rules   []acl_types.ACLRule
+	index   uint32
+	replace bool
 }
 
 // apply sends one transaction's changes (see Render).
 func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterfaces, changes *tables.Changes, moved []renderer.PodID) error {
-	// 1. New ACLs: the added tables, a new ACL for every changed table (a
-	// new index changes the lists of the table's interfaces, which makes
-	// VPP drop their sessions: see docs/policy.md#vpp-acls), the global
-	// table, and the reflective ACL when it is first needed.
+	// 1. The ACLs: new ones for the added tables, the changed tables'
+	// replaced in place, the global table (made or replaced), and the
+	// reflective ACL when it is first needed. Changed tables keep their
+	// index: a new one would change the lists of the table's interfaces,
+	// and VPP then drops every session of those interfaces, cutting the
+	// pods' own connections (docs/policy.md#vpp-acls).
 	var creations []*creation
 	newLocal := map[renderer.TableID]*creation{}
 	for _, t := range slices.Concat(changes.Added, changes.Changed) {
 		c, err := r.creationOf(t)
 		if err != nil {
 			return err
+		}
+		if old, ok := r.local[t.ID]; ok {
+			c.index, c.replace = old.index, true
 		}
 		creations = append(creations, c)
 		newLocal[t.ID] = c
@@ -238,6 +246,9 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 		c, err := r.creationOf(*changes.Global)
 		if err != nil {
 			return err
+		}
+		if r.global != nil {
+			c.index, c.replace = r.global.index, true
 		}
 		newGlobal = c
 		creations = append(creations, c)
@@ -250,7 +261,7 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 	needReflect := tablesAfter > 0 || globalAfter
 	var newReflect *creation
 	if needReflect && r.reflect == nil {
-		newReflect = &creation{what: "the reflective ACL", tag: reflectTag, rules: reflectiveRules()}
+		newReflect = &creation{what: "the reflective ACL", tag: reflectTag, rules: r.reflective}
 		creations = append(creations, newReflect)
 	}
 	if err := r.create(ch, creations); err != nil {
@@ -259,14 +270,10 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 
 	var obsolete []uint32
 	for id, c := range newLocal {
-		if old, ok := r.local[id]; ok {
-			obsolete = append(obsolete, old.index)
-		}
 		r.local[id] = aclState{index: c.index, rules: c.rules}
 	}
-	globalChanged := changes.Global != nil
-	if globalChanged {
-		if r.global != nil {
+	if changes.Global != nil {
+		if r.global != nil && newGlobal == nil {
 			obsolete = append(obsolete, r.global.index)
 		}
 		r.global = nil
@@ -278,18 +285,13 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 		r.reflect = &aclState{index: newReflect.index, rules: newReflect.rules}
 	}
 
-	// 2. The lists of the pods whose table or address changed, of the
-	// pods of changed tables, and of the node's interfaces.
+	// 2. The lists of the pods whose table or address changed, and of the
+	// node's interfaces.
 	touched := map[renderer.PodID]bool{}
 	assigned := map[renderer.PodID]renderer.TableID{}
 	for _, a := range changes.Assignments {
 		touched[a.Pod] = true
 		assigned[a.Pod] = a.Table
-	}
-	for _, t := range changes.Changed {
-		for id := range r.byTable[t.ID] {
-			touched[id] = true
-		}
 	}
 	for _, id := range moved {
 		touched[id] = true
@@ -303,7 +305,7 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 		r.setPod(id, r.addrs[id], table, clears, sets)
 	}
 	settings := settingsOf(clears, sets)
-	if node := r.nodeLists(); globalChanged || !sameLists(node, r.node) {
+	if node := r.nodeLists(); !sameLists(node, r.node) {
 		settings = append(settings, nodeSettings(ifs, node)...)
 		r.node = node
 	}
@@ -332,27 +334,14 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 // and adds the lists that make it so: the address it had before is
 // cleared unless another pod now holds it.
 func (r *Renderer) setPod(id renderer.PodID, addr netip.Addr, table renderer.TableID, clears map[netip.Addr]bool, sets map[netip.Addr]vpp.ACLLists) {
-	prev, known := r.pods[id]
-	if known {
-		delete(r.byTable[prev.table], id)
-		if len(r.byTable[prev.table]) == 0 {
-			delete(r.byTable, prev.table)
-		}
-		if prev.addr != addr {
-			clears[prev.addr] = true
-		}
+	if prev, known := r.pods[id]; known && prev.addr != addr {
+		clears[prev.addr] = true
 	}
 	if !addr.IsValid() {
 		delete(r.pods, id)
 		return
 	}
 	r.pods[id] = podLists{addr: addr, table: table}
-	if table != "" {
-		if r.byTable[table] == nil {
-			r.byTable[table] = map[renderer.PodID]struct{}{}
-		}
-		r.byTable[table][id] = struct{}{}
-	}
 	sets[addr] = r.podACLs(table)
 }
 
@@ -424,14 +413,19 @@ func (r *Renderer) creationOf(t renderer.Table) (*creation, error) {
 	return &creation{what: "the ACL of table " + string(t.ID), tag: tag, rules: rules}, nil
 }
 
-// create makes the ACLs, pipelined, recording each one's index. ACLs made
-// before a failure stay in VPP with their tags: the next sync finds them.
+// create makes (or replaces) the ACLs, pipelined, recording each one's
+// index. ACLs made before a failure stay in VPP with their tags: the next
+// sync finds them.
 func (r *Renderer) create(ch api.Channel, cs []*creation) error {
 	ops := make([]op, len(cs))
 	for i, c := range cs {
 		reply := &acl.ACLAddReplaceReply{}
+		index := ^uint32(0)
+		if c.replace {
+			index = c.index
+		}
 		ops[i] = op{
-			req:   &acl.ACLAddReplace{ACLIndex: ^uint32(0), Tag: c.tag, Count: uint32(len(c.rules)), R: c.rules},
+			req:   &acl.ACLAddReplace{ACLIndex: index, Tag: c.tag, Count: uint32(len(c.rules)), R: c.rules},
 			reply: reply,
 			what:  fmt.Sprintf("make %s (%d rules)", c.what, len(c.rules)),
 			done:  func() { c.index = reply.ACLIndex },
@@ -515,7 +509,7 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 		want(globalC)
 	}
 	if len(local) > 0 || globalC != nil {
-		reflectC = &creation{what: "the reflective ACL", tag: reflectTag, rules: reflectiveRules()}
+		reflectC = &creation{what: "the reflective ACL", tag: reflectTag, rules: r.reflective}
 		want(reflectC)
 	}
 	if err := r.create(ch, creations); err != nil {
@@ -539,7 +533,6 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 		clears[p.addr] = true
 	}
 	clear(r.pods)
-	clear(r.byTable)
 	for _, a := range r.cache.Assignments() {
 		r.setPod(a.Pod, r.addrs[a.Pod], a.Table, clears, sets)
 	}

@@ -125,7 +125,7 @@ func open(id renderer.PodID, ip netip.Addr) renderer.PodRules {
 func TestRenderSendsTheseMessages(t *testing.T) {
 	f := newFakeVPP(t)
 	r := newRenderer(t, f)
-	reflective := `"vcoil-pol reflect" count=2 [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`
+	reflective := `"vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`
 	steps := []struct {
 		name      string
 		txn       renderer.Txn
@@ -144,46 +144,59 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 			},
 			wantACLs: []string{
 				`0 "vcoil-pol local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`1 "vcoil-pol reflect" [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 			},
 			wantLists: []string{"10.1.0.3 in=[1] out=[0]"},
 		},
 		{
-			name: "a may send only to TCP 443 outside: b's table changes (a new ACL), the global table appears on the outside interfaces",
+			name: "a may send only to TCP 443 outside: b's table changes (replaced in place, its lists stay), the global table appears on the outside interfaces",
 			txn: renderer.Txn{Pods: []renderer.PodRules{{Pod: podA, IPs: []netip.Addr{ipA},
 				Egress: []renderer.Rule{permit(renderer.ProtocolTCP, "", "198.51.100.0/24", 443), deny()}}}},
 			want: []string{
-				`acl_add_replace new "vcoil-pol local-1" count=3 [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`acl_add_replace 0 "vcoil-pol local-1" count=3 [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 				`acl_add_replace new "vcoil-pol global" count=4 [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
-				"set_acl_lists 10.1.0.3 in=[1] out=[2], uplink in=[1] out=[3], host in=[1] out=[3]",
-				"acl_del 0",
+				"set_acl_lists uplink in=[1] out=[2], host in=[1] out=[2]",
 			},
 			wantACLs: []string{
-				`1 "vcoil-pol reflect" [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
-				`2 "vcoil-pol local-1" [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`3 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+				`0 "vcoil-pol local-1" [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
 			},
-			wantLists: []string{"10.1.0.3 in=[1] out=[2]", "host in=[1] out=[3]", "uplink in=[1] out=[3]"},
+			wantLists: []string{"10.1.0.3 in=[1] out=[0]", "host in=[1] out=[2]", "uplink in=[1] out=[2]"},
+		},
+		{
+			name: "a may send to TCP 8443 instead: the global table is replaced in place",
+			txn: renderer.Txn{Pods: []renderer.PodRules{{Pod: podA, IPs: []netip.Addr{ipA},
+				Egress: []renderer.Rule{permit(renderer.ProtocolTCP, "", "198.51.100.0/24", 8443), deny()}}}},
+			want: []string{
+				`acl_add_replace 2 "vcoil-pol global" count=4 [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+			},
+			wantACLs: []string{
+				`0 "vcoil-pol local-1" [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+			},
+			wantLists: []string{"10.1.0.3 in=[1] out=[0]", "host in=[1] out=[2]", "uplink in=[1] out=[2]"},
 		},
 		{
 			name: "b is gone: its lists are cleared before its table's ACL is deleted",
 			txn:  renderer.Txn{Pods: []renderer.PodRules{{Pod: podB, Removed: true}}},
 			want: []string{
 				"set_acl_lists 10.1.0.3 in=[] out=[]",
-				"acl_del 2",
+				"acl_del 0",
 			},
 			wantACLs: []string{
-				`1 "vcoil-pol reflect" [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
-				`3 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
 			},
-			wantLists: []string{"host in=[1] out=[3]", "uplink in=[1] out=[3]"},
+			wantLists: []string{"host in=[1] out=[2]", "uplink in=[1] out=[2]"},
 		},
 		{
 			name: "a is open again: no global table, no reflective ACL, nothing on the interfaces",
 			txn:  renderer.Txn{Pods: []renderer.PodRules{open(podA, ipA)}},
 			want: []string{
 				"set_acl_lists uplink in=[] out=[], host in=[] out=[]",
-				"acl_del 3",
+				"acl_del 2",
 				"acl_del 1",
 			},
 		},
@@ -197,13 +210,13 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 			want: []string{
 				`acl_add_replace new "vcoil-pol local-2" count=3 [permit 17 10.9.0.0/16 > 0.0.0.0/0:53; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 				"acl_add_replace new " + reflective,
-				"set_acl_lists 10.1.0.2 in=[3] out=[1]",
+				"set_acl_lists 10.1.0.2 in=[2] out=[1]",
 			},
 			wantACLs: []string{
 				`1 "vcoil-pol local-2" [permit 17 10.9.0.0/16 > 0.0.0.0/0:53; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`3 "vcoil-pol reflect" [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 			},
-			wantLists: []string{"10.1.0.2 in=[3] out=[1]"},
+			wantLists: []string{"10.1.0.2 in=[2] out=[1]"},
 		},
 	}
 	for _, s := range steps {
@@ -234,7 +247,7 @@ func TestANewIncarnationRendersEverythingAgain(t *testing.T) {
 	wantLines(t, "Resync in the new incarnation", f.take(), []string{
 		"acl_dump -1",
 		`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-		`acl_add_replace new "vcoil-pol reflect" count=2 [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
+		`acl_add_replace new "vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 		"set_acl_lists 10.1.0.2 in=[] out=[], 10.1.0.3 in=[1] out=[0], uplink in=[] out=[], host in=[] out=[]",
 	})
 	f.restart()
@@ -249,7 +262,7 @@ func TestANewIncarnationRendersEverythingAgain(t *testing.T) {
 	wantLines(t, "a transaction in the next incarnation", f.take(), []string{
 		"acl_dump -1",
 		`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-		`acl_add_replace new "vcoil-pol reflect" count=2 [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
+		`acl_add_replace new "vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 		"set_acl_lists 10.1.0.2 in=[] out=[], 10.1.0.3 in=[1] out=[0], host in=[] out=[]",
 	})
 }
@@ -270,9 +283,9 @@ func TestResyncAdoptsTheACLsItFindsByTag(t *testing.T) {
 	}
 	defer ch.Close()
 	for _, a := range []*acl.ACLAddReplace{
-		{ACLIndex: ^uint32(0), Tag: "vcoil-svc-source-ranges", Count: 1, R: reflectiveRules()[:1]},
-		{ACLIndex: ^uint32(0), Tag: "vcoil-pol local-7", Count: 1, R: []acl_types.ACLRule{reflectiveRules()[1]}},
-		{ACLIndex: ^uint32(0), Tag: "vcoil-pol local-8", Count: 1, R: []acl_types.ACLRule{reflectiveRules()[1]}},
+		{ACLIndex: ^uint32(0), Tag: "vcoil-svc-source-ranges", Count: 1, R: reflectEverything()[:1]},
+		{ACLIndex: ^uint32(0), Tag: "vcoil-pol local-7", Count: 1, R: []acl_types.ACLRule{reflectEverything()[1]}},
+		{ACLIndex: ^uint32(0), Tag: "vcoil-pol local-8", Count: 1, R: []acl_types.ACLRule{reflectEverything()[1]}},
 	} {
 		if err := vppapi.Call(ch, a, &acl.ACLAddReplaceReply{}); err != nil {
 			t.Fatal(err)
@@ -297,7 +310,7 @@ func TestResyncAdoptsTheACLsItFindsByTag(t *testing.T) {
 	acls, lists := f.state()
 	wantLines(t, "VPP's ACLs", acls, []string{
 		`0 "vcoil-pol local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-		`1 "vcoil-pol reflect" [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
+		`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 		`2 "vcoil-svc-source-ranges" [reflect 0 0.0.0.0/0 > 0.0.0.0/0]`,
 		`4 "vcoil-pol local-8" [reflect 0 ::/0 > ::/0]`,
 	})
@@ -336,9 +349,11 @@ func TestARefusedListMakesTheNextTransactionSyncEverything(t *testing.T) {
 		t.Fatalf("the transaction after a failure did not sync everything:\n%s", strings.Join(got, "\n"))
 	}
 	acls, lists := f.state()
+	// The failed transaction replaced b's table in place: the sync makes
+	// it again and deletes the one VPP holds.
 	wantLines(t, "VPP's ACLs after the sync", acls, []string{
-		`0 "vcoil-pol local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-		`1 "vcoil-pol reflect" [reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 0 ::/0 > ::/0]`,
+		`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+		`3 "vcoil-pol local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 	})
-	wantLines(t, "the lists after the sync", lists, []string{"10.1.0.3 in=[1] out=[0]"})
+	wantLines(t, "the lists after the sync", lists, []string{"10.1.0.3 in=[1] out=[3]"})
 }

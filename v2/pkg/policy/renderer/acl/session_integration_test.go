@@ -1,0 +1,133 @@
+package acl
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"go.fd.io/govpp/binapi/acl_types"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// What VPP does to a pod's connections when its policy changes, with the
+// ACL plugin's session reclassification off and on, and with two
+// reflective ACLs: the Contiv/VPP design's (permit and reflect every
+// packet) and vcoil's (reflect a TCP SYN only). Pod s admits a and b;
+// then only a, either by a change of its table (the renderer replaces the
+// ACL in place: s's lists stay) or by a move to another table (s shared
+// its table with pod t: s's output list changes). Recorded in
+// docs/policy.md#vpp-acls. After the change:
+//
+//   - allowed: a's connection to s goes on (a sends, s answers);
+//   - denied: on b's connection, s pushes a line first (as a retransmission
+//     or a server push would), b reads it, then b sends: the connection
+//     should be cut;
+//   - outgoing: s's own connection to a: a pushes a line first, then s
+//     sends one and a echoes it, then a pushes again: s should get all.
+func TestRealVPPSessionsWhenAPolicyChanges(t *testing.T) {
+	type outcome struct{ allowed, denied, outgoing bool }
+	for _, tc := range []struct {
+		name       string
+		move       bool
+		reflective []acl_types.ACLRule
+		reclassify int
+		want       outcome
+	}{
+		{"table replaced, reflect everything, reclassify 0", false, reflectEverything(), 0, outcome{true, true, true}},
+		{"table replaced, reflect everything, reclassify 1", false, reflectEverything(), 1, outcome{true, true, true}},
+		{"table replaced, reflect TCP SYN only, reclassify 0", false, reflectiveRules(), 0, outcome{true, false, true}},
+		{"table replaced, reflect TCP SYN only, reclassify 1", false, reflectiveRules(), 1, outcome{true, false, true}},
+		{"moved to another table, reflect everything, reclassify 0", true, reflectEverything(), 0, outcome{true, true, false}},
+		{"moved to another table, reflect everything, reclassify 1", true, reflectEverything(), 1, outcome{true, true, true}},
+		{"moved to another table, reflect TCP SYN only, reclassify 0", true, reflectiveRules(), 0, outcome{true, false, false}},
+		{"moved to another table, reflect TCP SYN only, reclassify 1", true, reflectiveRules(), 1, outcome{true, false, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newITEnv(t, "a", "b", "s", "t")
+			a, b, s, tt := e.pods["a"], e.pods["b"], e.pods["s"], e.pods["t"]
+			e.r.reflective = tc.reflective
+			others := []renderer.PodRules{unrestricted(a), unrestricted(b), unrestricted(tt)}
+			if tc.move {
+				others[2] = admits(tt, a, b)
+			}
+			e.render(append(others, admits(s, a, b))...)
+			e.cli(fmt.Sprintf("set acl-plugin reclassify-sessions %d", tc.reclassify))
+			e.reaches(a, s)
+			e.reaches(b, s)
+			fromA, err := e.connect(a, s, 8080)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromB, err := e.connect(b, s, 9090)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := e.connect(s, a, 9090)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []*itConn{fromA, fromB, out} {
+				if err := c.echo(); err != nil {
+					t.Fatalf("before the change: %v", err)
+				}
+			}
+			a.push <- struct{}{}
+			if err := out.pushed(); err != nil {
+				t.Fatalf("before the change: %v", err)
+			}
+			tableBefore := e.r.pods[s.id].table
+
+			e.render(admits(s, a)) // b is now denied
+			if moved := e.r.pods[s.id].table != tableBefore; moved != tc.move {
+				t.Fatalf("s's table %s -> %s: moved %t, want %t", tableBefore, e.r.pods[s.id].table, moved, tc.move)
+			}
+			e.refused(b, s)
+			e.reaches(a, s)
+			allowed := fromA.echo()
+			s.push <- struct{}{}
+			denied := fromB.pushed()
+			if denied == nil {
+				denied = fromB.echo()
+			}
+			a.push <- struct{}{}
+			outgoing := out.pushed()
+			if outgoing == nil {
+				outgoing = out.echo()
+			}
+			if outgoing == nil {
+				a.push <- struct{}{}
+				outgoing = out.pushed()
+			}
+			t.Logf("%s: a's connection (allowed): %s; b's connection after s pushed (denied): %s; s's own connection, a pushing, s sending, a pushing: %s",
+				tc.name, errString(allowed), errString(denied), errString(outgoing))
+			if got := (outcome{allowed == nil, denied == nil, outgoing == nil}); got != tc.want {
+				t.Errorf("connections that pass: %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "passes"
+	}
+	return "fails (" + err.Error() + ")"
+}
+
+// reflectEverything is the reflective ACL of the Contiv/VPP design, which
+// vcoil does not use: permit and reflect every packet. The session test
+// compares it with reflectiveRules.
+func reflectEverything() []acl_types.ACLRule {
+	out := make([]acl_types.ACLRule, 0, 2)
+	for _, all := range []netip.Prefix{anyIPv4, anyIPv6} {
+		out = append(out, acl_types.ACLRule{
+			IsPermit:  acl_types.ACL_ACTION_API_PERMIT_REFLECT,
+			SrcPrefix: vppapi.Prefix(all), DstPrefix: vppapi.Prefix(all),
+			SrcportOrIcmptypeLast: 65535, DstportOrIcmpcodeLast: 65535,
+		})
+	}
+	return out
+}
+
