@@ -267,7 +267,9 @@ func admits(p *itPod, peers ...*itPod) renderer.PodRules {
 	return pr
 }
 
-func unrestricted(p *itPod) renderer.PodRules { return renderer.PodRules{Pod: p.id, IPs: []netip.Addr{p.ip}} }
+func unrestricted(p *itPod) renderer.PodRules {
+	return renderer.PodRules{Pod: p.id, IPs: []netip.Addr{p.ip}}
+}
 
 // cli runs VPP CLI commands and returns their output.
 func (e *itEnv) cli(cmds ...string) string {

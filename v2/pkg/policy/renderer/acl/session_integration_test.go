@@ -130,4 +130,3 @@ func reflectEverything() []acl_types.ACLRule {
 	}
 	return out
 }
-
