@@ -132,4 +132,3 @@ func vcoilACLs(t *testing.T, e *itEnv) []string {
 	slices.Sort(tags)
 	return tags
 }
-
