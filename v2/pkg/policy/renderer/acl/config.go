@@ -17,6 +17,11 @@ type Config struct {
 	MaxInFlight int
 	// Registry receives the renderer's metrics (nil: none).
 	Registry prometheus.Registerer
+	// StatsSocket is VPP's stats socket (startup.conf's statseg {
+	// socket-name }). When it and Registry are set, the renderer turns on
+	// the ACL plugin's counters and exports each of its ACLs' hit counts
+	// (vcoil_vpp_policy_acl_matched_packets_total, _bytes_total).
+	StatsSocket string
 }
 
 func (c Config) withDefaults() (Config, error) {

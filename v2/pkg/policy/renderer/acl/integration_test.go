@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.fd.io/govpp/adapter/socketclient"
 	"go.fd.io/govpp/binapi/vlib"
 	"go.fd.io/govpp/core"
@@ -48,6 +50,7 @@ type itEnv struct {
 	v    *vpptest.VPP
 	d    vpp.Dataplane
 	r    *Renderer
+	reg  *prometheus.Registry
 	pods map[string]*itPod
 }
 
@@ -93,7 +96,8 @@ func newITEnv(t *testing.T, names ...string) *itEnv {
 		p.serve(t)
 		e.pods[name] = p
 	}
-	e.r, err = New(d, Config{}, testr.New(t))
+	e.reg = prometheus.NewRegistry()
+	e.r, err = New(d, Config{Registry: e.reg, StatsSocket: filepath.Join(v.Dir, "stats.sock")}, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,3 +299,23 @@ func (e *itEnv) cli(cmds ...string) string {
 }
 
 func (e *itEnv) logVPP(cmds ...string) { e.t.Log(e.cli(cmds...)) }
+
+// matched is the renderer's hit counter of table's ACL.
+func (e *itEnv) matched(table string) float64 {
+	e.t.Helper()
+	families, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "vcoil_vpp_policy_acl_matched_packets_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == table {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

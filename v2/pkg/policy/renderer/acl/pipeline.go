@@ -81,6 +81,7 @@ func Messages() []api.Message {
 		&acl.ACLDump{}, &acl.ACLDetails{},
 		&acl.ACLAddReplace{}, &acl.ACLAddReplaceReply{},
 		&acl.ACLDel{}, &acl.ACLDelReply{},
+		&acl.ACLStatsIntfCountersEnable{}, &acl.ACLStatsIntfCountersEnableReply{},
 	}
 }
 

@@ -42,6 +42,14 @@ func TestRealVPPPolicy(t *testing.T) {
 		e.reaches(s, b)
 		pings(t, e, s, b, true)
 		pings(t, e, b, s, false)
+		table := e.r.pods[s.id].table
+		if n := e.matched(string(table)); n < 3 {
+			t.Fatalf("the hit counter of s's table %s is %v, want at least the 3 refused connections", table, n)
+		}
+		if n := e.matched("reflect"); n == 0 {
+			t.Fatal("the hit counter of the reflective ACL is 0")
+		}
+		t.Logf("hit counters: s's table %s %v packets, the reflective ACL %v", table, e.matched(string(table)), e.matched("reflect"))
 	})
 	t.Run("s admits TCP from b only", func(t *testing.T) {
 		e.render(admits(s, b))

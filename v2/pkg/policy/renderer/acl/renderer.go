@@ -96,13 +96,19 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("VPP ACL policy renderer: register metrics: %w", err)
 	}
-	return &Renderer{
+	r := &Renderer{
 		dp: dp, cfg: cfg, log: log, metrics: m,
 		cache: tables.New(renderer.Ingress),
 		addrs: map[renderer.PodID]netip.Addr{},
 		local: map[renderer.TableID]aclState{}, pods: map[renderer.PodID]podLists{},
 		reflective: reflectiveRules(),
-	}, nil
+	}
+	if cfg.Registry != nil && cfg.StatsSocket != "" {
+		if err := cfg.Registry.Register(newMatchCollector(r, cfg.StatsSocket, log)); err != nil {
+			return nil, fmt.Errorf("VPP ACL policy renderer: register the ACL hit counters: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // Render applies one transaction. With the incarnation it last synced and
@@ -461,6 +467,11 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 	if r.checked != ifs.Incarnation {
 		if err := checkMessages(ch); err != nil {
 			return err
+		}
+		if r.cfg.Registry != nil && r.cfg.StatsSocket != "" {
+			if err := enableCounters(ch); err != nil {
+				return fmt.Errorf("VPP ACL policy renderer: enable the ACL counters: %w", err)
+			}
 		}
 		r.checked = ifs.Incarnation
 	}
