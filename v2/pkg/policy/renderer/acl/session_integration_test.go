@@ -3,6 +3,7 @@ package acl
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"go.fd.io/govpp/binapi/acl_types"
@@ -129,4 +130,36 @@ func reflectEverything() []acl_types.ACLRule {
 		})
 	}
 	return out
+}
+
+// A full session table: the reflective ACL cannot record a new session,
+// and VPP drops the packet that wanted one, so an isolated pod cannot open
+// connections any more while the connections it holds go on. The table is
+// shrunk to 4 entries here (VPP adds a session while the count plus the
+// number of threads, 1, stays below the maximum: 3 sessions); its default
+// size is 500,000 (startup.conf's acl-plugin { connection count max }).
+func TestRealVPPAFullSessionTableDropsNewConnections(t *testing.T) {
+	e := newITEnv(t, "a", "s")
+	a, s := e.pods["a"], e.pods["s"]
+	e.cli("set acl-plugin session table max-entries 4")
+	e.render(unrestricted(a), admits(s))
+	var held []*itConn
+	for i := range 3 {
+		c, err := e.connect(s, a, 8080)
+		if err != nil {
+			t.Fatalf("connection %d of s: %v", i+1, err)
+		}
+		held = append(held, c)
+	}
+	if _, err := e.connect(s, a, 8080); err == nil {
+		t.Fatal("s opened a fourth connection with a full session table")
+	}
+	for i, c := range held {
+		if err := c.echo(); err != nil {
+			t.Fatalf("connection %d of s with a full session table: %v", i+1, err)
+		}
+	}
+	if out := e.cli("show errors"); !strings.Contains(out, "too many sessions to add new") {
+		t.Fatalf("VPP's error counters do not count the dropped packets:\n%s", out)
+	}
 }
