@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,8 +49,11 @@ type matchCollector struct {
 	connected bool
 }
 
+// newMatchCollector reads the stats segment at socket; the stats client
+// follows VPP's restarts (it watches the socket). A scrape waits at most a
+// second for a missing socket.
 func newMatchCollector(r *Renderer, socket string, log logr.Logger) *matchCollector {
-	return &matchCollector{r: r, log: log, stats: statsclient.NewStatsClient(socket, statsclient.SetSocketRetryTimeout(0))}
+	return &matchCollector{r: r, log: log, stats: statsclient.NewStatsClient(socket, statsclient.SetSocketRetryTimeout(time.Second))}
 }
 
 func (c *matchCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -98,6 +98,10 @@ func TestRealVPPPolicy(t *testing.T) {
 		if tags := vcoilACLs(t, e); len(tags) != 4 {
 			t.Fatalf("VPP's policy ACLs after the resync: %v", tags)
 		}
+		// b's refused connections to a hit a's table in the new VPP.
+		if table := e.r.pods[a.id].table; e.matched(string(table)) < 3 {
+			t.Fatalf("the hit counter of a's table %s after the restart: %v", table, e.matched(string(table)))
+		}
 	})
 }
 
