@@ -44,7 +44,8 @@ const nftDefaultClusters = 300
 // rendered incrementally and the check is repeated.
 //
 // Each cluster gets a new renderer on the namespace of the previous one, as
-// a restarted vcoild would: its first Render adopts the table it finds.
+// a restarted vcoild would: its first Render adopts the table it finds, or
+// replaces it when the drop log was switched (one cluster in three logs).
 //
 // Cluster number i uses seed+i, as in the cache stage; replay with
 // -policy.seed=<seed> -policy.clusters=1.
@@ -76,12 +77,15 @@ type nodeStack struct {
 	r     *nftables.Renderer
 }
 
-func newNodeStack(ctx context.Context, node *netnstest.NS, c *oracle.Cluster) (*nodeStack, error) {
+// newNodeStack builds the stack of cluster c into the renderer's table in
+// node; logDrops switches the renderer's drop log (a rule with a limit and
+// a log before each group's drop).
+func newNodeStack(ctx context.Context, node *netnstest.NS, c *oracle.Cluster, logDrops bool) (*nodeStack, error) {
 	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
 	if err != nil {
 		return nil, err
 	}
-	r, err := nftables.New(nftables.Config{Netns: node.Path(), Table: nftTable, Log: logr.Discard()})
+	r, err := nftables.New(nftables.Config{Netns: node.Path(), Table: nftTable, LogDrops: logDrops, Log: logr.Discard()})
 	if err != nil {
 		return nil, fmt.Errorf("the nftables renderer: %w", err)
 	}
@@ -103,9 +107,12 @@ func checkClusterInKernel(t *testing.T, node *netnstest.NS, seed uint64, large b
 	g := oracle.NewGenerator(rng)
 	g.Large = large
 	c := g.Cluster()
-	s, err := newNodeStack(ctx, node, c)
+	// One cluster in three logs its drops: the next cluster's renderer
+	// then finds groups of the other kind, which it replaces.
+	logDrops := seed%3 == 0
+	s, err := newNodeStack(ctx, node, c, logDrops)
 	if err != nil {
-		return 0, "building the stack: " + err.Error() + "\ncluster:\n" + c.String()
+		return 0, fmt.Sprintf("building the stack (drop log %v): %v\ncluster:\n%s", logDrops, err, c)
 	}
 	defer s.r.Close()
 	n, msg := kernelDisagreement(ctx, node, c, rng.IntN)

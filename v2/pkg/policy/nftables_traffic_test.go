@@ -262,7 +262,7 @@ func checkClusterWithPackets(t *testing.T, seed uint64) (answered, dropped int) 
 	g := oracle.NewGenerator(rng)
 	c := g.Cluster()
 	l := newPacketLab(t, c)
-	s, err := newNodeStack(t.Context(), l.node, c)
+	s, err := newNodeStack(t.Context(), l.node, c, seed%2 == 0)
 	if err != nil {
 		t.Fatalf("building the stack: %v\ncluster:\n%s", err, c)
 	}
