@@ -174,6 +174,13 @@ bench-cni: deps envtest-assets ## ADD/DEL latency of vcoil beside ptp+host-local
 		$(GO) test ./v2/cmd/vcoild -run '^TestBenchCNI$$' -count=1 -v -timeout 30m | grep -E '^\s+(\||bench_test)' || true
 	@cat $(BENCH_OUT)/bench-cni.json
 
+.PHONY: bench-policy
+bench-policy: ## NetworkPolicies from nothing to rules in the kernel (nftables), and one label change, for 1,000 local pods and 500 policies (as root); JSON in $(BENCH_OUT)/bench-policy.json
+	@mkdir -p $(BENCH_OUT)
+	VCOIL_BENCH_POLICY=$(abspath $(BENCH_OUT))/bench-policy.json \
+		$(GO) test ./v2/pkg/policy -run '^TestBenchPolicyKernel$$' -count=1 -v -timeout 20m | grep -E '^\s+(\||bench_kernel_test)' || true
+	@cat $(BENCH_OUT)/bench-policy.json
+
 .PHONY: clean
 clean: ## remove build outputs (the cache in $(VCOIL_CACHE_DIR) stays)
 	rm -rf $(BIN_DIR)

@@ -234,35 +234,47 @@ func (c *content) structure() string {
 	return b.String()
 }
 
-// key identifies the content: equal keys, equal contents.
+// key identifies the content: equal keys, equal contents. It hashes a
+// binary encoding (fmt costs more than the rest of a render).
 func (c *content) key() string {
-	h := sha256.New()
+	b := make([]byte, 0, 256)
+	addr := func(a netip.Addr) {
+		s := a.As16()
+		b = append(b, s[:]...)
+	}
+	sep := func(x byte) { b = append(b, 0xff, x) }
 	for f := range 2 {
-		fmt.Fprintf(h, "f%d hp", f)
+		sep('p')
 		for _, hp := range c.hostPorts[f] {
-			fmt.Fprintf(h, " %s.%d.%d", hp.addr, hp.proto, hp.port)
+			addr(hp.addr)
+			b = append(b, byte(hp.proto), byte(hp.port>>8), byte(hp.port))
 		}
-		h.Write([]byte(" h"))
+		sep('h')
 		for _, a := range c.hosts[f] {
-			fmt.Fprintf(h, " %s", a)
+			addr(a)
 		}
-		h.Write([]byte(" n"))
+		sep('n')
 		for _, iv := range c.nets[f] {
-			fmt.Fprintf(h, " %s", iv.elem())
+			addr(iv.first)
+			addr(iv.last)
 		}
-		h.Write([]byte{'\n'})
 	}
 	for _, s := range c.sigs {
-		fmt.Fprintf(h, "sig %s:", s.sig)
-		for f := range 2 {
-			for _, iv := range s.peers[f] {
-				fmt.Fprintf(h, " %s", iv.elem())
-			}
-			h.Write([]byte{'|'})
+		sep('s')
+		b = append(b, byte(s.sig.proto))
+		for _, p := range []renderer.PortRange{s.sig.sport, s.sig.dport} {
+			b = append(b, byte(p.First>>8), byte(p.First), byte(p.Last>>8), byte(p.Last))
 		}
-		h.Write([]byte{'\n'})
+		for f := range 2 {
+			sep('f')
+			for _, iv := range s.peers[f] {
+				addr(iv.first)
+				addr(iv.last)
+			}
+		}
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
 }
 
 // elements returns the content's set elements by set (named by setNames),

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	gnft "github.com/google/nftables"
 	"sigs.k8s.io/knftables"
 )
 
@@ -24,6 +25,7 @@ type kernel struct {
 	nft     knftables.Interface
 	nftPath string
 	table   string
+	nl      *gnft.Conn // made at the first element batch
 }
 
 func openKernel(netnsPath, table string) (*kernel, error) {
@@ -50,6 +52,10 @@ func openKernel(netnsPath, table string) (*kernel, error) {
 }
 
 func (k *kernel) close() {
+	if k.nl != nil {
+		_ = k.nl.CloseLasting()
+		k.nl = nil
+	}
 	if k.netns != nil {
 		k.netns.Close()
 		k.netns = nil

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,7 @@ type Renderer struct {
 	byKey  map[string]*group
 	elems  [2]map[netip.Addr]*group
 	nextID int
+	txns   uint64 // transactions planned, the clock of idle groups
 
 	// lastScript is the last transaction's nft input, for tests.
 	lastScript string
@@ -67,6 +69,9 @@ type podWant struct {
 	ips      []netip.Addr
 	contents [2]*content // by renderer.Direction; nil: not restricted
 	keys     [2]string
+	// lists and lens identify the rule lists the contents were made from.
+	lists [2]*renderer.Rule
+	lens  [2]int
 }
 
 // group is a chain with its sets, shared by the pods whose rule lists of
@@ -78,6 +83,9 @@ type group struct {
 	key       string // groupKey(dir, c)
 	structure string
 	refs      int // dispatch map elements jumping to it
+	// idleSince is the transaction since which no address uses it.
+	idleSince uint64
+	orig      *group // in plan's bookkeeping only
 }
 
 func groupKey(d renderer.Direction, c *content) string {
@@ -144,9 +152,10 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 	defer r.mu.Unlock()
 	affected := r.want(txn)
 	full := txn.Resync || !r.synced
+	listed := !r.synced
 	var kt *kernelTable
 	purge := false
-	if !r.synced {
+	if listed {
 		r.resetMirror()
 		kt, err = r.k.list(ctx)
 		switch {
@@ -169,20 +178,21 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 	}
 	p := r.plan(affected)
 	if full {
-		p.base = kt == nil || purge || !baseMatches(kt)
+		// The base is written when the table was just listed and is
+		// missing, replaced, or not of this vcoild's layout.
+		p.base = listed && (kt == nil || purge || !baseMatches(kt))
+		p.newTable = listed && kt == nil
 		p.purge = purge
 		p.deleteUnused(r)
 	}
-	script, err := p.script(r)
+	st, err := p.script(r)
 	if err != nil {
 		return fmt.Errorf("render policies into table inet %s: %w", r.cfg.Table, err)
 	}
-	r.lastScript = script
-	if script != "" {
-		if err := r.k.runScript(ctx, script); err != nil {
-			r.synced = false
-			return fmt.Errorf("render policies into table inet %s: %w", r.cfg.Table, err)
-		}
+	r.lastScript = st.text(r.cfg.Table)
+	if err := r.apply(ctx, p, st); err != nil {
+		r.synced = false
+		return fmt.Errorf("render policies into table inet %s: %w", r.cfg.Table, err)
 	}
 	p.commit(r)
 	r.synced = true
@@ -192,10 +202,49 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 	return nil
 }
 
+// maxNetlinkOps bounds the element changes sent over netlink: a batch is
+// one message, which the socket's send buffer bounds (about 200 KB, some
+// four thousand elements). Larger plans (a full render) go to nft, whose
+// fixed cost matters less there.
+const maxNetlinkOps = 2000
+
+// apply runs the plan's steps. A table replaced, or whose base is
+// rewritten, is one nft transaction, elements included; other plans (a new
+// table too: nothing was filtered before it) write their objects with nft
+// and their elements over netlink (elemOp), each step safe alone.
+func (r *Renderer) apply(ctx context.Context, p *plan, st *steps) error {
+	if p.purge || (p.base && !p.newTable) || len(st.ops) > maxNetlinkOps {
+		if s := st.text(r.cfg.Table); s != "" {
+			return r.k.runScript(ctx, s)
+		}
+		return nil
+	}
+	if st.before != "" {
+		if err := r.k.runScript(ctx, st.before); err != nil {
+			return err
+		}
+	}
+	if len(st.ops) > 0 {
+		if err := r.k.applyElements(st.ops); err != nil {
+			return err
+		}
+	}
+	if st.after != "" {
+		return r.k.runScript(ctx, st.after)
+	}
+	return nil
+}
+
 // want applies txn to the desired state and returns the addresses whose
 // desired groups may have changed.
 func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 	affected := map[netip.Addr]bool{}
+	prevs := map[renderer.PodID]*podWant{}
+	for i := range txn.Pods {
+		if w := r.pods[txn.Pods[i].Pod]; w != nil {
+			prevs[txn.Pods[i].Pod] = w
+		}
+	}
 	forget := func(id renderer.PodID) {
 		if old := r.pods[id]; old != nil {
 			for _, a := range old.ips {
@@ -234,10 +283,18 @@ func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 			r.owners[a] = pr.Pod
 			affected[a] = true
 		}
-		w.contents[renderer.Ingress] = contentOf(renderer.Ingress, pr.Ingress)
-		w.contents[renderer.Egress] = contentOf(renderer.Egress, pr.Egress)
-		for d := range w.contents {
-			w.keys[d] = groupKey(renderer.Direction(d), w.contents[d])
+		for d, list := range [2][]renderer.Rule{pr.Ingress, pr.Egress} {
+			// The configurator sends the very same slice for a list that
+			// did not change: its content is the one computed before.
+			if prev := prevs[pr.Pod]; prev != nil && len(list) > 0 && prev.lists[d] == &list[0] && prev.lens[d] == len(list) {
+				w.contents[d], w.keys[d] = prev.contents[d], prev.keys[d]
+			} else {
+				w.contents[d] = contentOf(renderer.Direction(d), list)
+				w.keys[d] = groupKey(renderer.Direction(d), w.contents[d])
+			}
+			if len(list) > 0 {
+				w.lists[d], w.lens[d] = &list[0], len(list)
+			}
 		}
 		r.pods[pr.Pod] = w
 	}
@@ -271,12 +328,14 @@ func (r *Renderer) desired(d renderer.Direction, a netip.Addr) (*content, string
 // makes them in the kernel.
 type plan struct {
 	base, purge bool
+	newTable    bool // the table did not exist
 	created     []*group
 	// changed are groups whose sets change in place (same chain, same
 	// signatures, new elements): peers came or went.
 	changed []groupChange
 	assign  []assignment
 	deleted []*group
+	idled   []*group       // groups the plan leaves without addresses
 	refs    map[*group]int // refs after the plan
 }
 
@@ -389,23 +448,57 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 			p.assign = append(p.assign, assignment{dir: dir, addr: m.addr, old: m.old, new: ng})
 		}
 	}
-	for g, n := range p.refs {
-		if n == 0 && !slices.Contains(p.created, g) {
-			p.deleted = append(p.deleted, g)
+	// Groups no address uses any more stay, idle, for the next pods with
+	// their rules (a deployment scaled down and up, a label flipping back):
+	// only the longest idle beyond maxIdle are deleted.
+	r.txns++
+	var idle []*group
+	for _, g := range r.groups {
+		n, planned := p.refs[g]
+		if !planned {
+			n = g.refs
+		}
+		if n == 0 {
+			if planned && g.refs > 0 {
+				p.idled = append(p.idled, g)
+				idle = append(idle, &group{name: g.name, idleSince: r.txns, orig: g})
+				continue
+			}
+			idle = append(idle, &group{name: g.name, idleSince: g.idleSince, orig: g})
+		}
+	}
+	if len(idle) > maxIdle {
+		slices.SortFunc(idle, func(a, b *group) int {
+			if a.idleSince != b.idleSince {
+				return cmp.Compare(a.idleSince, b.idleSince)
+			}
+			return strings.Compare(a.name, b.name)
+		})
+		for _, g := range idle[:len(idle)-maxIdle] {
+			p.deleted = append(p.deleted, g.orig)
 		}
 	}
 	slices.SortFunc(p.deleted, func(a, b *group) int { return strings.Compare(a.name, b.name) })
 	return p
 }
 
-// deleteUnused adds the groups that no address uses (left by an earlier
-// vcoild) to the plan's deletions.
+// maxIdle bounds the groups kept without addresses.
+const maxIdle = 64
+
+// deleteUnused adds every group that no address uses after the plan (idle
+// ones, and those an earlier vcoild left) to the plan's deletions: a full
+// resync leaves no idle group.
 func (p *plan) deleteUnused(r *Renderer) {
 	for _, g := range r.groups {
-		if _, planned := p.refs[g]; !planned && g.refs == 0 {
+		n, planned := p.refs[g]
+		if !planned {
+			n = g.refs
+		}
+		if n == 0 {
 			p.deleted = append(p.deleted, g)
 		}
 	}
+	p.idled = nil
 	slices.SortFunc(p.deleted, func(a, b *group) int { return strings.Compare(a.name, b.name) })
 	p.deleted = slices.Compact(p.deleted)
 }
@@ -445,6 +538,9 @@ func (p *plan) commit(r *Renderer) {
 	for g, n := range p.refs {
 		g.refs = n
 	}
+	for _, g := range p.idled {
+		g.idleSince = r.txns
+	}
 	for _, g := range p.deleted {
 		delete(r.groups, g.name)
 		if r.byKey[g.key] == g {
@@ -457,12 +553,43 @@ func (p *plan) commit(r *Renderer) {
 // writes one command per element, which nft parses many times slower.
 const elementsPerCommand = 1000
 
-// script writes the plan as nft's input: one transaction in which new
-// groups are complete before any address jumps to them and groups are
-// deleted only after no address jumps to them.
-func (p *plan) script(r *Renderer) (string, error) {
+// steps is a plan as the kernel gets it: objects to create (before),
+// element changes, objects to delete (after). New groups are complete
+// before any address jumps to them, and groups are deleted only after no
+// address jumps to them, so that each step is safe on its own.
+type steps struct {
+	before, after string
+	ops           []elemOp
+}
+
+// text is the whole as one nft script.
+func (s *steps) text(table string) string {
 	var b strings.Builder
-	table := r.cfg.Table
+	b.WriteString(s.before)
+	for start := 0; start < len(s.ops); {
+		end := start
+		for end < len(s.ops) && end-start < elementsPerCommand && s.ops[end].set == s.ops[start].set && s.ops[end].del == s.ops[start].del {
+			end++
+		}
+		verb := "add"
+		if s.ops[start].del {
+			verb = "delete"
+		}
+		elems := make([]string, 0, end-start)
+		for _, op := range s.ops[start:end] {
+			elems = append(elems, op.elem)
+		}
+		fmt.Fprintf(&b, "%s element inet %s %s { %s }\n", verb, table, s.ops[start].set, strings.Join(elems, ", "))
+		start = end
+	}
+	b.WriteString(s.after)
+	return b.String()
+}
+
+// script writes the plan's steps.
+func (p *plan) script(r *Renderer) (*steps, error) {
+	st := &steps{}
+	var b strings.Builder
 	objects := func(build func(tx *knftables.Transaction)) error {
 		tx := r.k.nft.NewTransaction()
 		build(tx)
@@ -477,10 +604,8 @@ func (p *plan) script(r *Renderer) (string, error) {
 		return nil
 	}
 	elements := func(verb, set string, elems []string) {
-		for len(elems) > 0 {
-			n := min(len(elems), elementsPerCommand)
-			fmt.Fprintf(&b, "%s element inet %s %s { %s }\n", verb, table, set, strings.Join(elems[:n], ", "))
-			elems = elems[n:]
+		for _, e := range elems {
+			st.ops = append(st.ops, elemOp{del: verb == "delete", set: set, elem: e})
 		}
 	}
 	err := objects(func(tx *knftables.Transaction) {
@@ -540,8 +665,10 @@ func (p *plan) script(r *Renderer) (string, error) {
 		}
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	st.before = b.String()
+	b.Reset()
 	// Deletions first, so that a set's interval can grow into one that a
 	// deleted element held.
 	for _, ch := range p.changed {
@@ -615,10 +742,11 @@ func (p *plan) script(r *Renderer) (string, error) {
 			}
 		})
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	return b.String(), nil
+	st.after = b.String()
+	return st, nil
 }
 
 // egressAfter lists, sorted, the addresses of the egress maps once the
