@@ -462,13 +462,14 @@ func (t *Table) parseRight(kinds []kind, raw any, verdicts bool) ([]element, str
 			return elems, "", nil
 		}
 		if _, ok := m["set"]; ok {
-			// A one-element anonymous set is printed as the element.
 			return nil, "", fmt.Errorf("anonymous set %v is not a list", raw)
 		}
 	}
 	if verdicts {
 		return nil, "", fmt.Errorf("verdict map data %v is neither @name nor an anonymous map", raw)
 	}
+	// One literal, prefix or range (nft also prints a one-element
+	// anonymous set this way).
 	e, err := parseElement(kinds, raw)
 	if err != nil {
 		return nil, "", err
