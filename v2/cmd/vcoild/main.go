@@ -40,6 +40,8 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 	"github.com/vcoil/vcoil/v2/pkg/policy/agent"
+	policyrenderer "github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
 	polnft "github.com/vcoil/vcoil/v2/pkg/policy/renderer/nftables"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
@@ -84,6 +86,7 @@ type serviceFlags struct {
 // vppFlags configure the VPP dataplane (--dataplane=vpp); docs/vpp.md.
 type vppFlags struct {
 	apiSocket, uplink, podInterface, hostInterconnect string
+	statsSocket                                       string
 	uplinkAddresses                                   []string
 	uplinkGatewayIPv4, uplinkGatewayIPv6              string
 	gso                                               bool
@@ -124,6 +127,7 @@ func main() {
 	fs.IntVar(&f.directRulePriority, "direct-rule-priority", routes.DefaultDirectRulePriority, "priority of the rule that looks up the direct table")
 	fs.DurationVar(&f.blockRequestTimeout, "block-request-timeout", constants.BlockRequestTimeout, "how long an ADD waits for a new address block")
 	fs.StringVar(&f.vpp.apiSocket, "vpp-api-socket", vpp.DefaultAPISocket, "VPP's binary API socket (VPP dataplane)")
+	fs.StringVar(&f.vpp.statsSocket, "vpp-stats-socket", "", "VPP's stats socket (startup.conf statseg { socket-name }); when set, each policy ACL's hit counters are exported as metrics")
 	fs.StringVar(&f.vpp.podInterface, "vpp-pod-interface", string(vpp.Auto), "pod interface type: tap (needs /dev/vhost-net), af_packet (a veth) or auto (tap where /dev/vhost-net exists, else af_packet)")
 	fs.StringVar(&f.vpp.hostInterconnect, "vpp-host-interconnect", "", "host interconnect type: tap, af_packet or auto (default: the pod interface's)")
 	fs.BoolVar(&f.vpp.gso, "vpp-gso", false, "generic segmentation offload on TAPs")
@@ -297,6 +301,17 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 	}
+	// A VPP restart concerns both the services and the policies: the
+	// dataplane announces it on one channel, which restarts fans out.
+	restarts := &vppRestarts{}
+	if vppDP != nil {
+		restarts.dp = vppDP
+		restarts.services = make(chan vpp.Incarnation, 1)
+		serviceOpts.VPP = restartsOf{Dataplane: vppDP, ch: restarts.services}
+		if err := mgr.Add(restarts); err != nil {
+			return err
+		}
+	}
 	if services {
 		if serviceOpts.VPP != nil && len(serviceOpts.NAT44.ServiceCIDRs) == 0 {
 			log.Info("no --service-cidr: the node's own processes (the kubelet's probes, hostNetwork pods) will not reach Services through VPP")
@@ -315,11 +330,12 @@ func run(ctx context.Context, f flags) error {
 		if err != nil {
 			return err
 		}
-		if a != nil {
-			policies = a
-			if err := mgr.AddReadyzCheck("policies", a.Ready); err != nil {
-				return err
-			}
+		policies = a
+		if err := mgr.AddReadyzCheck("policies", a.Ready); err != nil {
+			return err
+		}
+		if vppDP != nil {
+			restarts.policies = a
 		}
 	}
 	if _, err := daemon.Setup(mgr, daemon.Options{
@@ -338,20 +354,27 @@ func run(ctx context.Context, f flags) error {
 	return mgr.Start(ctx)
 }
 
-// setupPolicies runs the NetworkPolicy stack with the dataplane's renderer.
-// It returns nil where no renderer exists yet (VPP).
+// setupPolicies runs the NetworkPolicy stack with the dataplane's renderer:
+// nftables on the Linux dataplane, VPP's ACLs on VPP.
 func setupPolicies(ctx context.Context, mgr ctrl.Manager, f flags, vppDP vpp.Dataplane) (*agent.Agent, error) {
 	log := ctrl.Log.WithName("policies")
+	var r policyrenderer.Renderer
+	name := "nftables"
 	if vppDP != nil {
-		log.Info("NetworkPolicies are not enforced on the VPP dataplane by this vcoild")
-		return nil, nil
-	}
-	r, err := polnft.New(polnft.Config{Netns: f.netns, LogDrops: f.policies.logDrops, Registry: metrics.Registry, Log: log.WithName("nftables")})
-	if err != nil {
-		return nil, fmt.Errorf("network policies: %w", err)
+		ar, err := acl.New(vppDP, acl.Config{Registry: metrics.Registry, StatsSocket: f.vpp.statsSocket}, log.WithName("acl"))
+		if err != nil {
+			return nil, fmt.Errorf("network policies: %w", err)
+		}
+		r, name = ar, "vpp-acl"
+	} else {
+		nr, err := polnft.New(polnft.Config{Netns: f.netns, LogDrops: f.policies.logDrops, Registry: metrics.Registry, Log: log.WithName("nftables")})
+		if err != nil {
+			return nil, fmt.Errorf("network policies: %w", err)
+		}
+		r = nr
 	}
 	return agent.Setup(ctx, mgr, agent.Options{
-		NodeName: f.nodeName, Renderer: r, RendererName: "nftables",
+		NodeName: f.nodeName, Renderer: r, RendererName: name,
 		Reader: mgr.GetAPIReader(), Log: log,
 		Known: func() (map[types.NamespacedName][]netip.Addr, error) {
 			return knownPods(daemon.CheckpointDir(f.stateDir))
@@ -383,6 +406,47 @@ func knownPods(dir string) (map[types.NamespacedName][]netip.Addr, error) {
 	}
 	return out, nil
 }
+
+// vppRestarts reads the VPP dataplane's announcements of a new
+// incarnation and hands each to the service proxy (its own channel) and to
+// the policy agent, each of which must render again into the new VPP.
+type vppRestarts struct {
+	dp       vpp.Dataplane
+	services chan vpp.Incarnation
+	policies *agent.Agent
+}
+
+func (v *vppRestarts) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("vpp-restarts")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case inc := <-v.dp.Resynced():
+			// Only the latest matters: replace one the proxy did not read.
+			select {
+			case <-v.services:
+			default:
+			}
+			v.services <- inc
+			if v.policies != nil {
+				log.Info("VPP synced a new incarnation; resyncing the network policies", "incarnation", inc)
+				if err := v.policies.Resync(ctx); err != nil {
+					log.Error(err, "cannot resync the network policies after a VPP restart; pods' ADDs and the next change retry")
+				}
+			}
+		}
+	}
+}
+
+// restartsOf is the VPP dataplane with the service proxy's own channel of
+// new incarnations.
+type restartsOf struct {
+	vpp.Dataplane
+	ch chan vpp.Incarnation
+}
+
+func (r restartsOf) Resynced() <-chan vpp.Incarnation { return r.ch }
 
 // newDataplane builds the chosen dataplane and the routes it needs for the
 // node's own blocks.

@@ -14,7 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
 // TestNetworkPoliciesHoldFromTheFirstPacket runs vcoild with its policy
@@ -26,14 +28,43 @@ func TestNetworkPoliciesHoldFromTheFirstPacket(t *testing.T) {
 	defaultPool(t)
 	f := newFabric(t)
 	n := newNode(t, f, 31)
+	policiesHold(t, n, "pol", false)
+}
+
+// TestVPPNetworkPoliciesHoldFromTheFirstPacket is the same on the VPP
+// dataplane, where the ACL renderer enforces the policies.
+func TestVPPNetworkPoliciesHoldFromTheFirstPacket(t *testing.T) {
+	netnstest.RequireRoot(t)
+	bin := vpptest.Binary(t)
+	typ := vpptest.PodInterface()
+	defaultPool(t)
+	f := newFabric(t)
+	v := vpptest.Prepare(t, bin, "create host-interface name vppup")
+	n := newNodeWith(t, f, 43, nodeOptions{
+		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", typ, "--vpp-uplink", "host-vppup"},
+		beforeStart: func(n *node) {
+			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
+			n.ns.IP("link", "set", "vppup", "up")
+			n.ns.IP("link", "set", "vppup-peer", "up")
+			if err := v.Launch(n.ns.Path()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	policiesHold(t, n, "polvpp", true)
+}
+
+// policiesHold runs the policy checks on node n in namespace nsName; with
+// onVPP, those that read the nftables table are left out.
+func policiesHold(t *testing.T, n *node, nsName string, onVPP bool) {
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pol"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}
 	if err := env.Client.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
 	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "pol", Name: "server"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: "server"},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "server"}},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
@@ -47,7 +78,7 @@ func TestNetworkPoliciesHoldFromTheFirstPacket(t *testing.T) {
 	}
 	mk := func(name, role string) *pod {
 		p := newPod(t, name)
-		p.namespace, p.labels = "pol", map[string]string{"role": role}
+		p.namespace, p.labels = nsName, map[string]string{"role": role}
 		return p
 	}
 	client1, other, server := mk("client", "client"), mk("other", "other"), mk("server", "server")
@@ -76,7 +107,7 @@ func TestNetworkPoliciesHoldFromTheFirstPacket(t *testing.T) {
 
 	// A label change makes "other" a client: an element change.
 	p := &corev1.Pod{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "pol", Name: "other"}, p); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: nsName, Name: "other"}, p); err != nil {
 		t.Fatal(err)
 	}
 	p.Labels["role"] = "client"
@@ -85,6 +116,18 @@ func TestNetworkPoliciesHoldFromTheFirstPacket(t *testing.T) {
 	}
 	poll.Eventually(t, 10*time.Second, func() error { return talk(other.ns, hostPort(srv, 8080)) })
 
+	if onVPP {
+		// A restarted vcoild resyncs the ACLs; the rules hold.
+		n.kill()
+		n.start()
+		if err := talk(client1.ns, hostPort(srv, 9090)); err == nil {
+			t.Fatal("after a restart, the client reached a port the policy does not open")
+		}
+		if err := talk(other.ns, hostPort(srv, 8080)); err != nil {
+			t.Fatalf("after a restart: %v", err)
+		}
+		return
+	}
 	// The table holds one group per distinct rule list, and counts drops.
 	table := n.ns.Exec("nft", "list", "table", "inet", "vcoil-policy")
 	m := regexp.MustCompile(regexp.QuoteMeta(srv.String()) + ` : jump (g[0-9]+)`).FindStringSubmatch(table)

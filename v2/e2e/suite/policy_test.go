@@ -3,7 +3,6 @@ package suite
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -25,11 +24,6 @@ const groupPolicy = "NetworkPolicy"
 func TestNetworkPolicy(t *testing.T) {
 	k := need(t)
 	w := deployWorld(t, k)
-	nodes, _ := vppNodes()
-	if slices.Contains(nodes, w.nodeA.Name) || slices.Contains(nodes, w.nodeB.Name) {
-		listed(groupPolicy, "NetworkPolicies", statusNotImplemented, "this vcoild does not enforce NetworkPolicies on VPP nodes (docs/policy.md)")
-		return
-	}
 	c := ctx(t, 8*time.Minute)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vcoil-e2e-pol-", Labels: map[string]string{"vcoil-e2e": "policy"}}}
 	if err := k.c.Create(c, ns); err != nil {

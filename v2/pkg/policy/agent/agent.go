@@ -258,6 +258,18 @@ func (a *Agent) forgetPod(obj any) {
 	})
 }
 
+// Resync configures every local pod again, as one transaction: for a
+// dataplane that lost its state (a VPP restart). Before the first sync it
+// does nothing (that sync will).
+func (a *Agent) Resync(ctx context.Context) error {
+	return a.feed.Locked(func(*pcache.Cache) error {
+		if !a.hasSynced {
+			return nil
+		}
+		return a.proc.Resync(ctx)
+	})
+}
+
 // nodeChanged follows the node's NAT loopback and addresses, which the
 // configurator always permits, and resyncs the pods when they change.
 func (a *Agent) nodeChanged(ctx context.Context, obj any) {
