@@ -155,25 +155,84 @@ func (d *driver) setACLLists(inc Incarnation, owner ACLOwner, settings []ACLSett
 		}
 		send = append(send, i)
 	}
-	var errs []error
-	for start := 0; start < len(send); start += aclWindow {
-		batch := send[start:min(start+aclWindow, len(send))]
-		reqs := make([]api.RequestCtx, len(batch))
-		for j, i := range batch {
-			reqs[j] = d.ch.SendRequest(aclListRequest(todo[i].sw, todo[i].in, todo[i].out))
-		}
-		for j, i := range batch {
-			p := todo[i]
-			if err := reqs[j].ReceiveReply(&acl.ACLInterfaceSetACLListReply{}); err != nil {
-				delete(d.aclsSent, p.target)
-				errs = append(errs, fmt.Errorf("set the ACL lists of %s interface (%d) to input %v, output %v: %w",
-					p.target, p.sw, p.in, p.out, &vppapi.Error{Msg: "acl_interface_set_acl_list", Err: err}))
-				continue
-			}
-			d.aclsSent[p.target] = aclSent{sw: p.sw, input: p.in, output: p.out}
+	// Each interface's requests: its list, or, when only its output list
+	// changed, additions and removals on that side.
+	type request struct {
+		p   int // in todo
+		msg api.Message
+	}
+	var reqs []request
+	for _, i := range send {
+		p := todo[i]
+		sent, known := d.aclsSent[p.target]
+		for _, m := range aclRequests(sent, known && sent.sw == p.sw, p.sw, p.in, p.out) {
+			reqs = append(reqs, request{p: i, msg: m})
 		}
 	}
+	failed := map[int]error{}
+	for start := 0; start < len(reqs); start += aclWindow {
+		batch := reqs[start:min(start+aclWindow, len(reqs))]
+		ctxs := make([]api.RequestCtx, len(batch))
+		for j, r := range batch {
+			ctxs[j] = d.ch.SendRequest(r.msg)
+		}
+		for j, r := range batch {
+			var reply api.Message = &acl.ACLInterfaceSetACLListReply{}
+			if _, ok := r.msg.(*acl.ACLInterfaceAddDel); ok {
+				reply = &acl.ACLInterfaceAddDelReply{}
+			}
+			if err := ctxs[j].ReceiveReply(reply); err != nil && failed[r.p] == nil {
+				failed[r.p] = &vppapi.Error{Msg: r.msg.GetMessageName(), Err: err}
+			}
+		}
+	}
+	var errs []error
+	for _, i := range send {
+		p := todo[i]
+		if err := failed[i]; err != nil {
+			delete(d.aclsSent, p.target)
+			errs = append(errs, fmt.Errorf("set the ACL lists of %s interface (%d) to input %v, output %v: %w", p.target, p.sw, p.in, p.out, err))
+			continue
+		}
+		d.aclsSent[p.target] = aclSent{sw: p.sw, input: p.in, output: p.out}
+	}
 	return errors.Join(errs...)
+}
+
+// aclRequests are the requests that change an interface's lists from sent
+// (when known) to in and out. When only the output list changes and VPP's
+// own edits reach it (acl_interface_add_del appends, and a removal moves
+// the last ACL into the removed one's place), they are additions, then
+// removals, on the output side: VPP then starts a new policy epoch on the
+// output side alone, where acl_interface_set_acl_list starts one on both,
+// and with session reclassification on the sessions the input side
+// recorded (the pod's own connections) live on (docs/policy.md#vpp-acls).
+// Otherwise it is the whole list.
+func aclRequests(sent aclSent, known bool, sw uint32, in, out []uint32) []api.Message {
+	if !known || !slices.Equal(sent.input, in) {
+		return []api.Message{aclListRequest(sw, in, out)}
+	}
+	var msgs []api.Message
+	cur := slices.Clone(sent.output)
+	for _, x := range out {
+		if !slices.Contains(cur, x) {
+			cur = append(cur, x)
+			msgs = append(msgs, &acl.ACLInterfaceAddDel{IsAdd: true, SwIfIndex: index(sw), ACLIndex: x})
+		}
+	}
+	for _, x := range sent.output {
+		if slices.Contains(out, x) {
+			continue
+		}
+		i := slices.Index(cur, x)
+		cur[i] = cur[len(cur)-1]
+		cur = cur[:len(cur)-1]
+		msgs = append(msgs, &acl.ACLInterfaceAddDel{IsAdd: false, SwIfIndex: index(sw), ACLIndex: x})
+	}
+	if !slices.Equal(cur, out) {
+		return []api.Message{aclListRequest(sw, in, out)}
+	}
+	return msgs
 }
 
 // recordACLs keeps the owners' lists of target as desired state; a pod's

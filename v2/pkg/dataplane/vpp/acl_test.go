@@ -1,6 +1,8 @@
 package vpp
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,9 +51,18 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 			{Interface: ACLInterface{Node: Uplink}, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{1}}},
 			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{5}}},
 		}, []string{"acl_interface_set_acl_list 1 count=3 n_input=2 acls=[0 7 1]"}},
-		{"a new table for the pod", []ACLSetting{
+		{"a new table for the pod: its output side only, the new ACL added before the old one goes", []ACLSetting{
 			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{6}}},
-		}, []string{"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 6]"}},
+		}, []string{
+			"acl_interface_add_del add=true input=false 4 acl=6",
+			"acl_interface_add_del add=false input=false 4 acl=5",
+		}},
+		{"an output order VPP's own edits do not reach: the whole list", []ACLSetting{
+			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{8, 6}}},
+		}, []string{"acl_interface_set_acl_list 4 count=3 n_input=1 acls=[0 8 6]"}},
+		{"back to one output ACL", []ACLSetting{
+			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{6}}},
+		}, []string{"acl_interface_add_del add=false input=false 4 acl=8"}},
 		{"the pod is open again, the global table gone", []ACLSetting{
 			{Interface: podAddr},
 			{Interface: ACLInterface{Node: Uplink}},
@@ -65,6 +76,29 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		wantLines(t, s.name, h.vpp.take(), s.want)
+		h.vpp.mu.Lock()
+		lists := map[uint32]string{}
+		for sw, l := range h.vpp.aclLists {
+			lists[sw] = fmt.Sprint(l)
+		}
+		h.vpp.mu.Unlock()
+		want := map[uint32][]uint32{}
+		for _, x := range s.settings {
+			sw := uint32(4)
+			if x.Interface.Node == Uplink {
+				sw = 1
+			}
+			in, out := x.Lists.Input, x.Lists.Output
+			if sw == 1 {
+				in = append(slices.Clone(in), 7)
+			}
+			want[sw] = append(append([]uint32{uint32(len(in))}, in...), out...)
+		}
+		for sw, l := range want {
+			if got := lists[sw]; got != fmt.Sprint(l) {
+				t.Fatalf("%s: VPP's list of interface %d (n_input, acls) = %s, want %v (all: %v)", s.name, sw, got, l, lists)
+			}
+		}
 	}
 	if err := h.d.SetInterfaceACLs(ctx(t), inc, Uplink, ACLServices, nil); err != nil {
 		t.Fatal(err)

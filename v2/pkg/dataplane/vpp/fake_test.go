@@ -422,6 +422,36 @@ func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
 		}
 		f.aclLists[uint32(m.SwIfIndex)] = append([]uint32{uint32(m.NInput)}, m.Acls...)
 		return &acl.ACLInterfaceSetACLListReply{}, 0
+	case *acl.ACLInterfaceAddDel:
+		// acl.c: an addition appends; a removal moves the last ACL of
+		// that side into the removed one's place (vec_del1).
+		sw := uint32(m.SwIfIndex)
+		if f.ifs[sw] == nil {
+			return &acl.ACLInterfaceAddDelReply{}, int32(api.INVALID_SW_IF_INDEX)
+		}
+		l := f.aclLists[sw]
+		if l == nil {
+			l = []uint32{0}
+		}
+		in, out := slices.Clone(l[1:1+l[0]]), slices.Clone(l[1+l[0]:])
+		side := &out
+		if m.IsInput {
+			side = &in
+		}
+		i := slices.Index(*side, m.ACLIndex)
+		switch {
+		case m.IsAdd && i >= 0:
+			return &acl.ACLInterfaceAddDelReply{}, int32(api.ACL_IN_USE_OUTBOUND)
+		case m.IsAdd:
+			*side = append(*side, m.ACLIndex)
+		case i < 0:
+			return &acl.ACLInterfaceAddDelReply{}, int32(api.NO_SUCH_ENTRY)
+		default:
+			(*side)[i] = (*side)[len(*side)-1]
+			*side = (*side)[:len(*side)-1]
+		}
+		f.aclLists[sw] = append(append([]uint32{uint32(len(in))}, in...), out...)
+		return &acl.ACLInterfaceAddDelReply{}, 0
 	}
 	panic(fmt.Sprintf("fake VPP: no handler for %T", msg))
 }
@@ -553,6 +583,8 @@ func msgString(msg api.Message) string {
 		return fmt.Sprintf("nat44_interface_add_del_feature add=%t %d flags=%d", m.IsAdd, m.SwIfIndex, m.Flags)
 	case *acl.ACLInterfaceSetACLList:
 		return fmt.Sprintf("acl_interface_set_acl_list %d count=%d n_input=%d acls=%v", m.SwIfIndex, m.Count, m.NInput, m.Acls)
+	case *acl.ACLInterfaceAddDel:
+		return fmt.Sprintf("acl_interface_add_del add=%t input=%t %d acl=%d", m.IsAdd, m.IsInput, m.SwIfIndex, m.ACLIndex)
 	case *memclnt.ControlPing:
 		return "control_ping"
 	}

@@ -66,6 +66,7 @@ func messages() []api.Message {
 		&nat44_ed.Nat44InterfaceAddDelFeature{}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{},
 
 		&acl.ACLInterfaceSetACLList{}, &acl.ACLInterfaceSetACLListReply{},
+		&acl.ACLInterfaceAddDel{}, &acl.ACLInterfaceAddDelReply{},
 
 		// HostPorts (hostport.go); also ip_address_dump and
 		// nat44_forwarding_enable_disable.

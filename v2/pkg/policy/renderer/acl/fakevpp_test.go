@@ -18,6 +18,7 @@ import (
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/acl_types"
 	"go.fd.io/govpp/binapi/memclnt"
+	"go.fd.io/govpp/binapi/vlib"
 	"go.fd.io/govpp/codec"
 	"go.fd.io/govpp/core"
 
@@ -265,6 +266,8 @@ func msgString(m api.Message) string {
 		return fmt.Sprintf("acl_del %d", x.ACLIndex)
 	case *acl.ACLDump:
 		return fmt.Sprintf("acl_dump %d", int32(x.ACLIndex))
+	case *vlib.CliInband:
+		return fmt.Sprintf("cli_inband %q", x.Cmd)
 	}
 	return m.GetMessageName()
 }

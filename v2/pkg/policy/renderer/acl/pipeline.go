@@ -3,10 +3,12 @@ package acl
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/memclnt"
+	"go.fd.io/govpp/binapi/vlib"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
@@ -82,6 +84,7 @@ func Messages() []api.Message {
 		&acl.ACLAddReplace{}, &acl.ACLAddReplaceReply{},
 		&acl.ACLDel{}, &acl.ACLDelReply{},
 		&acl.ACLStatsIntfCountersEnable{}, &acl.ACLStatsIntfCountersEnableReply{},
+		&vlib.CliInband{}, &vlib.CliInbandReply{},
 	}
 }
 
@@ -98,4 +101,26 @@ func checkMessages(ch api.Channel) error {
 			len(ce.IncompatibleMessages), len(Messages()), ce.IncompatibleMessages)
 	}
 	return fmt.Errorf("check the messages the VPP ACL policy renderer sends: %w", err)
+}
+
+// reclassifyCLI turns on the ACL plugin's session reclassification. The
+// plugin has no API message for it (startup.conf's acl-plugin { reclassify
+// sessions 1 } is the other way).
+const reclassifyCLI = "set acl-plugin reclassify-sessions 1"
+
+// reclassifySessions makes VPP keep an interface's sessions when one side
+// of its ACL lists changes, judging them again lazily on the side whose
+// lists changed, instead of deleting them all: with the lists the
+// dataplane sends (output changes alone as additions and removals), a pod
+// that moves to another table keeps its own connections
+// (docs/policy.md#vpp-acls).
+func reclassifySessions(ch api.Channel) error {
+	reply := &vlib.CliInbandReply{}
+	if err := vppapi.Call(ch, &vlib.CliInband{Cmd: reclassifyCLI}, reply); err != nil {
+		return err
+	}
+	if out := strings.TrimSpace(reply.Reply); out != "" {
+		return fmt.Errorf("%q: %s", reclassifyCLI, out)
+	}
+	return nil
 }

@@ -473,6 +473,9 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 				return fmt.Errorf("VPP ACL policy renderer: enable the ACL counters: %w", err)
 			}
 		}
+		if err := reclassifySessions(ch); err != nil {
+			return fmt.Errorf("VPP ACL policy renderer: turn on session reclassification: %w", err)
+		}
 		r.checked = ifs.Incarnation
 	}
 	found := map[string][]uint32{}

@@ -137,6 +137,7 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 			name: "the first transaction syncs: b's table on its output, the reflective ACL on its input, a open",
 			txn:  renderer.Txn{Resync: true, Pods: []renderer.PodRules{open(podA, ipA), isolated()}},
 			want: []string{
+				`cli_inband "set acl-plugin reclassify-sessions 1"`,
 				"acl_dump -1",
 				`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 				"acl_add_replace new " + reflective,
@@ -245,6 +246,7 @@ func TestANewIncarnationRendersEverythingAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "Resync in the new incarnation", f.take(), []string{
+		`cli_inband "set acl-plugin reclassify-sessions 1"`,
 		"acl_dump -1",
 		`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 		`acl_add_replace new "vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
@@ -260,6 +262,7 @@ func TestANewIncarnationRendersEverythingAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "a transaction in the next incarnation", f.take(), []string{
+		`cli_inband "set acl-plugin reclassify-sessions 1"`,
 		"acl_dump -1",
 		`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 		`acl_add_replace new "vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
@@ -302,6 +305,7 @@ func TestResyncAdoptsTheACLsItFindsByTag(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "the new vcoild's first transaction", f.take(), []string{
+		`cli_inband "set acl-plugin reclassify-sessions 1"`,
 		"acl_dump -1",
 		"set_acl_lists 10.1.0.2 in=[] out=[], 10.1.0.3 in=[1] out=[0], uplink in=[] out=[], host in=[] out=[]",
 		"acl_del 3",
