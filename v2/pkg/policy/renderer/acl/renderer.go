@@ -231,9 +231,9 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 	// 1. The ACLs: new ones for the added tables, the changed tables'
 	// replaced in place, the global table (made or replaced), and the
 	// reflective ACL when it is first needed. Changed tables keep their
-	// index: a new one would change the lists of the table's interfaces,
-	// and VPP then drops every session of those interfaces, cutting the
-	// pods' own connections (docs/policy.md#vpp-acls).
+	// index, so that no interface's list changes: VPP leaves the sessions
+	// the input side recorded (the pods' own connections) alone
+	// (docs/policy.md#vpp-acls).
 	var creations []*creation
 	newLocal := map[renderer.TableID]*creation{}
 	for _, t := range slices.Concat(changes.Added, changes.Changed) {
