@@ -11,11 +11,18 @@
 //     NAT44 service translation;
 //   - the global table as one ACL, the output ACL of the node's outside
 //     interfaces (the uplink and the host interconnect);
-//   - one reflective ACL (permit and reflect everything) as the input ACL
-//     of every pod interface with a local table, and of the outside
-//     interfaces while the global table has rules: the sessions it records
-//     let the replies of connections a pod (or the outside) opened through
-//     the output ACLs (docs/background.md#the-reflective-acl).
+//   - one reflective ACL as the input ACL of every pod interface with a
+//     local table, and of the outside interfaces while the global table
+//     has rules: the sessions it records let the replies of connections a
+//     pod (or the outside) opened through the output ACLs
+//     (docs/background.md#the-reflective-acl). Unlike the design's, it
+//     records TCP connections at their SYN only (reflectiveRules).
+//
+// Changed tables are replaced in place, an interface whose output ACL
+// alone changes gets it by addition and removal (the dataplane does that),
+// and the ACL plugin's session reclassification is on: a policy change
+// then cuts the TCP connections it denies and keeps the others, the pods'
+// own included (docs/policy.md#vpp-acls).
 //
 // Each interface's ACL lists belong to the VPP dataplane, which merges the
 // renderer's ACLs with the services renderer's (Dataplane.SetACLLists).
