@@ -20,13 +20,13 @@
 // new VPP PID, replays the whole state while CNI calls wait (or fail with
 // ErrNotReady).
 //
-// For the services renderer (Services) it hands out API channels on its
+// For the services and policy renderers (Services) it hands out API channels on its
 // connection with the incarnation they belong to, announces each new
 // incarnation, keeps the pods' NAT roles and the service network (the
 // service CIDRs' routes between the kernel and VPP, the sinks that refuse
 // or drop frontends without backends, the nftables table ServiceTable) as
-// desired state replayed after a restart, and owns the node interfaces' ACL
-// lists, merging what each owner asks for. With Config.SNAT it translates
+// desired state replayed after a restart, and owns the ACL lists of the
+// node's and the pods' interfaces, merging what each owner asks for. With Config.SNAT it translates
 // pods' IPv4 traffic leaving the cluster to the uplink's address, choosing
 // it by routing through two VPP pipes (snat.go). It serves the pods'
 // hostPorts as NAT44-ED static mappings of its own (hostport.go). It does not
