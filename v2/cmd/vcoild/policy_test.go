@@ -35,22 +35,10 @@ func TestNetworkPoliciesHoldFromTheFirstPacket(t *testing.T) {
 // dataplane, where the ACL renderer enforces the policies.
 func TestVPPNetworkPoliciesHoldFromTheFirstPacket(t *testing.T) {
 	netnstest.RequireRoot(t)
-	bin := vpptest.Binary(t)
-	typ := vpptest.PodInterface()
+	vpptest.Binary(t) // skips without a VPP
 	defaultPool(t)
 	f := newFabric(t)
-	v := vpptest.Prepare(t, bin, "create host-interface name vppup")
-	n := newNodeWith(t, f, 43, nodeOptions{
-		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", typ, "--vpp-uplink", "host-vppup"},
-		beforeStart: func(n *node) {
-			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
-			n.ns.IP("link", "set", "vppup", "up")
-			n.ns.IP("link", "set", "vppup-peer", "up")
-			if err := v.Launch(n.ns.Path()); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
+	n, _ := newVPPNode(t, f, 43, "")
 	policiesHold(t, n, "polvpp", true)
 }
 

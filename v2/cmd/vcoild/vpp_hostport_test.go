@@ -24,23 +24,10 @@ import (
 // ADD naming the field; DEL ends the hostPort.
 func TestVPPHostPortThroughTheCNIPath(t *testing.T) {
 	netnstest.RequireRoot(t)
-	bin := vpptest.Binary(t)
+	vpptest.Binary(t) // skips without a VPP
 	defaultPool(t)
 	f := newFabric(t)
-	v := vpptest.Prepare(t, bin, "create host-interface name vppup")
-	n := newNodeWith(t, f, 44, nodeOptions{
-		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", vpptest.PodInterface(),
-			"--vpp-uplink", "host-vppup", "--vpp-uplink-address", "198.51.100.2/24"},
-		beforeStart: func(n *node) {
-			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
-			n.ns.IP("addr", "add", "198.51.100.1/24", "dev", "vppup-peer")
-			n.ns.IP("link", "set", "vppup", "up")
-			n.ns.IP("link", "set", "vppup-peer", "up")
-			if err := v.Launch(n.ns.Path()); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
+	n, v := newVPPNode(t, f, 44, "198.51.100.1/24", "--vpp-uplink-address", "198.51.100.2/24")
 	c := cniinstall.Conflist{CNIVersion: "1.1.0", Name: "vcoil", Socket: n.socket}
 	if err := c.ForDataplane("vpp"); err != nil {
 		t.Fatal(err)

@@ -39,25 +39,13 @@ import (
 // with the same addresses talk again; DEL leaves nothing in the pods.
 func TestVPPDataplanePodsTalkThroughVPPAndSurviveItsRestart(t *testing.T) {
 	netnstest.RequireRoot(t)
-	bin := vpptest.Binary(t)
-	typ := vpptest.PodInterface()
+	vpptest.Binary(t) // skips without a VPP
 	defaultPool(t)
 	f := newFabric(t)
 
 	// vcoild is ready only once VPP runs in the node's namespace: VPP
 	// starts there, with the veth its uplink attaches to, before vcoild.
-	v := vpptest.Prepare(t, bin, "create host-interface name vppup")
-	n := newNodeWith(t, f, 40, nodeOptions{
-		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", typ, "--vpp-uplink", "host-vppup"},
-		beforeStart: func(n *node) {
-			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
-			n.ns.IP("link", "set", "vppup", "up")
-			n.ns.IP("link", "set", "vppup-peer", "up")
-			if err := v.Launch(n.ns.Path()); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
+	n, v := newVPPNode(t, f, 40, "")
 	if err := n.status(); err != nil {
 		t.Fatalf("STATUS: %v", err)
 	}
@@ -347,26 +335,13 @@ func checkVPPFlagRefused(t *testing.T, bin string, extra []string, want string) 
 // the node's service network.
 func TestVPPServiceProxyServesAClusterIPThroughVPP(t *testing.T) {
 	netnstest.RequireRoot(t)
-	bin := vpptest.Binary(t)
-	typ := vpptest.PodInterface()
+	vpptest.Binary(t) // skips without a VPP
 	defaultPool(t)
 	f := newFabric(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	v := vpptest.Prepare(t, bin, "create host-interface name vppup")
-	n := newNodeWith(t, f, 42, nodeOptions{
-		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", typ, "--vpp-uplink", "host-vppup",
-			"--service-cidr", "10.0.0.0/24", "--service-min-sync-period", "100ms"},
-		beforeStart: func(n *node) {
-			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
-			n.ns.IP("link", "set", "vppup", "up")
-			n.ns.IP("link", "set", "vppup-peer", "up")
-			if err := v.Launch(n.ns.Path()); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
+	n, v := newVPPNode(t, f, 42, "", "--service-cidr", "10.0.0.0/24", "--service-min-sync-period", "100ms")
 	backend, caller := newPod(t, "vpp-svc-backend"), newPod(t, "vpp-svc-client")
 	n.mustAdd(backend)
 	n.mustAdd(caller)
@@ -458,4 +433,29 @@ func TestVPPServiceProxyServesAClusterIPThroughVPP(t *testing.T) {
 	if out := n.ns.IP("-4", "rule"); strings.Contains(out, "lookup 117") {
 		t.Fatalf("the sink replies' rule is left:\n%s", out)
 	}
+}
+
+// newVPPNode starts a node whose dataplane is VPP: VPP runs in the node's
+// namespace with its uplink host-vppup on a veth whose peer, vppup-peer,
+// stays in the node (addressed peerAddr when not empty), and vcoild starts
+// once VPP runs, with --dataplane=vpp and args.
+func newVPPNode(t *testing.T, f *fabric, index int, peerAddr string, args ...string) (*node, *vpptest.VPP) {
+	t.Helper()
+	v := vpptest.Prepare(t, vpptest.Binary(t), "create host-interface name vppup")
+	n := newNodeWith(t, f, index, nodeOptions{
+		args: append([]string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", vpptest.PodInterface(),
+			"--vpp-uplink", "host-vppup"}, args...),
+		beforeStart: func(n *node) {
+			n.ns.IP("link", "add", "vppup", "type", "veth", "peer", "name", "vppup-peer")
+			if peerAddr != "" {
+				n.ns.IP("addr", "add", peerAddr, "dev", "vppup-peer")
+			}
+			n.ns.IP("link", "set", "vppup", "up")
+			n.ns.IP("link", "set", "vppup-peer", "up")
+			if err := v.Launch(n.ns.Path()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	return n, v
 }
