@@ -73,3 +73,74 @@ func IgnoreRetval(err error, codes ...api.VPPApiError) error {
 func Prefix(p netip.Prefix) ip_types.Prefix {
 	return ip_types.Prefix{Address: ip_types.NewAddress(p.Addr().AsSlice()), Len: uint8(p.Bits())}
 }
+
+// PipelineOp is one request of a pipelined batch: the request, the reply
+// to receive it in, and whether VPP answering NO_SUCH_ENTRY means done (a
+// deletion of what is already gone).
+type PipelineOp struct {
+	Req, Reply api.Message
+	Del        bool
+}
+
+// PipelineError is the first failure of a pipelined batch: the index of
+// the request, the error naming its message, and how many requests failed.
+type PipelineError struct {
+	Index, Failed int
+	Err           *Error
+}
+
+func (e *PipelineError) Error() string { return e.Err.Error() }
+func (e *PipelineError) Unwrap() error { return e.Err }
+
+// Pipeline sends n requests (op(i) gives the i-th) on ch with up to
+// maxInFlight sent and not yet answered, receiving the replies in the order
+// sent: VPP handles one client's requests in order, so a request that
+// depends on an earlier one (an addition after the deletion of the same
+// key) needs no wait, and a batch costs no round trip per request (what
+// matters for API handlers that stop VPP's workers while they run, as the
+// ACL plugin's). done(i), when not nil, runs for each request that
+// succeeded.
+//
+// Every reply is received, even after a failure, so that the channel holds
+// no stale replies and nothing is in flight when Pipeline returns. The
+// error, a *PipelineError, is the first failure.
+func Pipeline(ch Requester, n, maxInFlight int, op func(i int) PipelineOp, done func(i int)) error {
+	inFlight := make([]api.RequestCtx, 0, maxInFlight)
+	var first *PipelineError
+	failed := 0
+	receive := func(i int, rc api.RequestCtx) {
+		o := op(i)
+		e := rc.ReceiveReply(o.Reply)
+		if e != nil && o.Del && IsRetval(e, api.NO_SUCH_ENTRY) {
+			e = nil
+		}
+		if e != nil {
+			failed++
+			if first == nil {
+				first = &PipelineError{Index: i, Err: &Error{Msg: o.Req.GetMessageName(), Err: e}}
+			}
+			return
+		}
+		if done != nil {
+			done(i)
+		}
+	}
+	next := 0 // the oldest request whose reply is awaited
+	for i := range n {
+		if len(inFlight) == maxInFlight {
+			receive(next, inFlight[0])
+			inFlight = inFlight[1:]
+			next++
+		}
+		inFlight = append(inFlight, ch.SendRequest(op(i).Req))
+	}
+	for _, rc := range inFlight {
+		receive(next, rc)
+		next++
+	}
+	if first == nil {
+		return nil
+	}
+	first.Failed = failed
+	return first
+}

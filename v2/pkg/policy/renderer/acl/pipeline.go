@@ -23,55 +23,26 @@ type op struct {
 	done func()
 }
 
-// send runs ops on ch with up to maxInFlight requests sent and not yet
-// answered, receiving the replies in the order sent. ACL API handlers run
+// send runs ops on ch, pipelined (vppapi.Pipeline): ACL API handlers run
 // with VPP's workers stopped (forwarding stalls while they run), so one
 // transaction's requests go back to back instead of one round trip each.
-//
-// Every reply is received, even after a failure, so that the channel holds
-// no stale replies. It returns the first failure, naming what failed, with
-// the number of other failures.
+// It names the first failure with the number of other failures.
 func send(ch api.Channel, ops []op, maxInFlight int) error {
-	inFlight := make([]api.RequestCtx, 0, maxInFlight)
-	first, failed := -1, 0
-	var firstErr error
-	receive := func(i int, rc api.RequestCtx) {
-		e := rc.ReceiveReply(ops[i].reply)
-		if e != nil && ops[i].del && vppapi.IsRetval(e, api.NO_SUCH_ENTRY) {
-			e = nil
-		}
-		if e != nil {
-			failed++
-			if first < 0 {
-				first, firstErr = i, e
-			}
-			return
-		}
+	err := vppapi.Pipeline(ch, len(ops), maxInFlight, func(i int) vppapi.PipelineOp {
+		return vppapi.PipelineOp{Req: ops[i].req, Reply: ops[i].reply, Del: ops[i].del}
+	}, func(i int) {
 		if ops[i].done != nil {
 			ops[i].done()
 		}
+	})
+	var pe *vppapi.PipelineError
+	if !errors.As(err, &pe) {
+		return err
 	}
-	next := 0
-	for i := range ops {
-		if len(inFlight) == maxInFlight {
-			receive(next, inFlight[0])
-			inFlight = inFlight[1:]
-			next++
-		}
-		inFlight = append(inFlight, ch.SendRequest(ops[i].req))
+	if pe.Failed > 1 {
+		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[pe.Index].what, pe.Err, pe.Failed-1, len(ops))
 	}
-	for _, rc := range inFlight {
-		receive(next, rc)
-		next++
-	}
-	if first < 0 {
-		return nil
-	}
-	err := &vppapi.Error{Msg: ops[first].req.GetMessageName(), Err: firstErr}
-	if failed > 1 {
-		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[first].what, err, failed-1, len(ops))
-	}
-	return fmt.Errorf("%s: %w", ops[first].what, err)
+	return fmt.Errorf("%s: %w", ops[pe.Index].what, pe.Err)
 }
 
 // Messages are the requests the renderer sends on its own channel, with

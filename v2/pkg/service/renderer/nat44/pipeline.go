@@ -12,51 +12,20 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
-// send runs ops on ch with up to maxInFlight requests sent and not yet
-// answered, receiving the replies in the order sent. VPP handles one
-// client's requests in order, so an operation that depends on an earlier
-// one (an addition after the deletion of the same key) needs no wait.
-//
-// Every reply is received, even after a failure, so that the channel holds
-// no stale replies and the caller knows that nothing is in flight. It
-// returns the first failure, naming what failed, with the number of other
-// failures.
+// send runs ops on ch, pipelined (vppapi.Pipeline), and names the first
+// failure with the number of other failures.
 func send(ch api.Channel, ops []op, maxInFlight int) error {
-	inFlight := make([]api.RequestCtx, 0, maxInFlight)
-	first, failed := -1, 0
-	var firstErr error
-	receive := func(i int, rc api.RequestCtx) {
-		e := rc.ReceiveReply(ops[i].reply)
-		if e != nil && ops[i].del && vppapi.IsRetval(e, api.NO_SUCH_ENTRY) {
-			e = nil
-		}
-		if e != nil {
-			failed++
-			if first < 0 {
-				first, firstErr = i, e
-			}
-		}
+	err := vppapi.Pipeline(ch, len(ops), maxInFlight, func(i int) vppapi.PipelineOp {
+		return vppapi.PipelineOp{Req: ops[i].req, Reply: ops[i].reply, Del: ops[i].del}
+	}, nil)
+	var pe *vppapi.PipelineError
+	if !errors.As(err, &pe) {
+		return err
 	}
-	next := 0 // the oldest op whose reply is awaited
-	for i := range ops {
-		if len(inFlight) == maxInFlight {
-			receive(next, inFlight[0])
-			inFlight = inFlight[1:]
-			next++
-		}
-		inFlight = append(inFlight, ch.SendRequest(ops[i].req))
+	if pe.Failed > 1 {
+		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[pe.Index].what(), pe.Err.Err, pe.Failed-1, len(ops))
 	}
-	for _, rc := range inFlight {
-		receive(next, rc)
-		next++
-	}
-	if first < 0 {
-		return nil
-	}
-	if failed > 1 {
-		return fmt.Errorf("%s: %w (and %d more of %d requests failed)", ops[first].what(), firstErr, failed-1, len(ops))
-	}
-	return fmt.Errorf("%s: %w", ops[first].what(), firstErr)
+	return fmt.Errorf("%s: %w", ops[pe.Index].what(), pe.Err.Err)
 }
 
 // Messages are the requests the renderer sends, with their replies and the
