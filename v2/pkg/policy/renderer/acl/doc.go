@@ -16,7 +16,10 @@
 //     has rules: the sessions it records let the replies of connections a
 //     pod (or the outside) opened through the output ACLs
 //     (docs/background.md#the-reflective-acl). Unlike the design's, it
-//     records TCP connections at their SYN only (reflectiveRules).
+//     records TCP connections at their SYN only (vpp.ReflectiveRules). On
+//     the outside interfaces the services renderer's source-ranges ACL
+//     comes first and ends with the same rules, so it records the same
+//     sessions when it is there.
 //
 // Changed tables are replaced in place, an interface whose output ACL
 // alone changes gets it by addition and removal (the dataplane does that),

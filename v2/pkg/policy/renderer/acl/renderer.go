@@ -73,7 +73,7 @@ type Renderer struct {
 	reflect *aclState
 	pods    map[renderer.PodID]podLists
 	node    vpp.ACLLists
-	// reflective are the rules of the reflective ACL (reflectiveRules).
+	// reflective are the rules of the reflective ACL (vpp.ReflectiveRules).
 	reflective []acl_types.ACLRule
 }
 
@@ -101,7 +101,7 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 		cache: tables.New(renderer.Ingress),
 		addrs: map[renderer.PodID]netip.Addr{},
 		local: map[renderer.TableID]aclState{}, pods: map[renderer.PodID]podLists{},
-		reflective: reflectiveRules(),
+		reflective: vpp.ReflectiveRules(),
 	}
 	if cfg.Registry != nil && cfg.StatsSocket != "" {
 		if err := cfg.Registry.Register(newMatchCollector(r, cfg.StatsSocket, log)); err != nil {

@@ -79,40 +79,6 @@ func aclRules(rules []renderer.Rule) ([]acl_types.ACLRule, error) {
 	return out, nil
 }
 
-// TCP flags the reflective ACL looks at.
-const (
-	tcpSYN = 0x02
-	tcpACK = 0x10
-)
-
-// reflectiveRules are the reflective ACL's, for each family: permit and
-// reflect (record a session for) a TCP SYN without ACK, the first packet
-// of a connection the interface's side opens; permit every other TCP
-// packet without a session; permit and reflect every other protocol.
-//
-// Replies to connections the pod accepted must not make sessions: VPP
-// matches a session in both directions on its interface, so a session made
-// by the pod's reply would let the client's later packets bypass the
-// pod's output ACL, and a connection that a new policy denies would go on
-// (seen on VPP 25.10; docs/policy.md#vpp-acls). UDP and other protocols
-// have no such first packet: their replies make sessions, and a denied UDP
-// flow passes until its session idles out.
-func reflectiveRules() []acl_types.ACLRule {
-	out := make([]acl_types.ACLRule, 0, 6)
-	for _, all := range []netip.Prefix{anyIPv4, anyIPv6} {
-		r := acl_types.ACLRule{
-			SrcPrefix: vppapi.Prefix(all), DstPrefix: vppapi.Prefix(all),
-			SrcportOrIcmptypeLast: 65535, DstportOrIcmpcodeLast: 65535,
-		}
-		syn, tcp, other := r, r, r
-		syn.IsPermit, syn.Proto, syn.TCPFlagsMask, syn.TCPFlagsValue = acl_types.ACL_ACTION_API_PERMIT_REFLECT, ip_types.IP_API_PROTO_TCP, tcpSYN|tcpACK, tcpSYN
-		tcp.IsPermit, tcp.Proto = acl_types.ACL_ACTION_API_PERMIT, ip_types.IP_API_PROTO_TCP
-		other.IsPermit = acl_types.ACL_ACTION_API_PERMIT_REFLECT
-		out = append(out, syn, tcp, other)
-	}
-	return out
-}
-
 // sameRules compares rules by meaning (VPP may return the unused bytes of
 // an IPv4 address union differently).
 func sameRules(a, b []acl_types.ACLRule) bool {

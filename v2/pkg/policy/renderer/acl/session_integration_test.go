@@ -8,6 +8,7 @@ import (
 
 	"go.fd.io/govpp/binapi/acl_types"
 
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -42,15 +43,15 @@ func TestRealVPPSessionsWhenAPolicyChanges(t *testing.T) {
 	}{
 		{"table replaced, reflect everything, reclassify 0", false, reflectEverything(), 0, outcome{true, true, true}, false},
 		{"table replaced, reflect everything, reclassify 1", false, reflectEverything(), 1, outcome{true, true, true}, false},
-		{"table replaced, reflect TCP SYN only, reclassify 0", false, reflectiveRules(), 0, outcome{true, false, true}, false},
-		{"table replaced, reflect TCP SYN only, reclassify 1 (vcoil)", false, reflectiveRules(), 1, outcome{true, false, true}, false},
+		{"table replaced, reflect TCP SYN only, reclassify 0", false, vpp.ReflectiveRules(), 0, outcome{true, false, true}, false},
+		{"table replaced, reflect TCP SYN only, reclassify 1 (vcoil)", false, vpp.ReflectiveRules(), 1, outcome{true, false, true}, false},
 		// s's own connection: cut, unless s happens to send on it after
 		// the change and before a pushes (a delayed ACK does), which makes
 		// a new session: both were seen.
 		{"moved to another table, reflect everything, reclassify 0", true, reflectEverything(), 0, outcome{true, true, false}, true},
 		{"moved to another table, reflect everything, reclassify 1", true, reflectEverything(), 1, outcome{true, true, true}, false},
-		{"moved to another table, reflect TCP SYN only, reclassify 0", true, reflectiveRules(), 0, outcome{true, false, false}, false},
-		{"moved to another table, reflect TCP SYN only, reclassify 1 (vcoil)", true, reflectiveRules(), 1, outcome{true, false, true}, false},
+		{"moved to another table, reflect TCP SYN only, reclassify 0", true, vpp.ReflectiveRules(), 0, outcome{true, false, false}, false},
+		{"moved to another table, reflect TCP SYN only, reclassify 1 (vcoil)", true, vpp.ReflectiveRules(), 1, outcome{true, false, true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newITEnv(t, "a", "b", "s", "t")
@@ -130,7 +131,7 @@ func errString(err error) string {
 
 // reflectEverything is the reflective ACL of the Contiv/VPP design, which
 // vcoil does not use: permit and reflect every packet. The session test
-// compares it with reflectiveRules.
+// compares it with vpp.ReflectiveRules.
 func reflectEverything() []acl_types.ACLRule {
 	out := make([]acl_types.ACLRule, 0, 2)
 	for _, all := range []netip.Prefix{anyIPv4, anyIPv6} {
