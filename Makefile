@@ -175,10 +175,11 @@ bench-cni: deps envtest-assets ## ADD/DEL latency of vcoil beside ptp+host-local
 	@cat $(BENCH_OUT)/bench-cni.json
 
 .PHONY: bench-policy
-bench-policy: ## NetworkPolicies from nothing to rules in the kernel (nftables), and one label change, for 1,000 local pods and 500 policies (as root); JSON in $(BENCH_OUT)/bench-policy.json
+bench-policy: ## NetworkPolicies from nothing to rules in the kernel (nftables), and one label change, for 1,000 local pods and 500 policies (as root; with VCOIL_VPP_BIN=<vpp binary> also ACLs in VPP); JSON in $(BENCH_OUT)/bench-policy.json
 	@mkdir -p $(BENCH_OUT)
 	VCOIL_BENCH_POLICY=$(abspath $(BENCH_OUT))/bench-policy.json \
-		$(GO) test ./v2/pkg/policy -run '^TestBenchPolicyKernel$$' -count=1 -v -timeout 20m | grep -E '^\s+(\||bench_kernel_test)' || true
+		$(if $(VCOIL_VPP_BIN),VCOIL_VPP_BIN=$(abspath $(VCOIL_VPP_BIN))) \
+		$(GO) test ./v2/pkg/policy -run '^TestBenchPolicy(Kernel|VPP)$$' -count=1 -v -timeout 20m | grep -E '^\s+(\||bench_kernel_test)' || true
 	@cat $(BENCH_OUT)/bench-policy.json
 
 .PHONY: clean

@@ -15,10 +15,17 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 
+	vppacl "go.fd.io/govpp/binapi/acl"
+
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
+	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
 	polnft "github.com/vcoil/vcoil/v2/pkg/policy/renderer/nftables"
 )
 
@@ -32,9 +39,11 @@ type kernelBenchRow struct {
 	ChangeP50Ms      float64 `json:"label_change_p50_ms"`
 	ChangeP99Ms      float64 `json:"label_change_p99_ms"`
 	Changes          int     `json:"label_changes"`
-	Chains           int     `json:"chains"`
-	Sets             int     `json:"sets"`
-	Elements         int     `json:"elements"`
+	Chains           int     `json:"chains,omitempty"`
+	Sets             int     `json:"sets,omitempty"`
+	Elements         int     `json:"elements,omitempty"`
+	ACLs             int     `json:"acls,omitempty"`
+	ACLRules         int     `json:"acl_rules,omitempty"`
 	HeapInuseMB      float64 `json:"heap_inuse_mb"`
 	ProcessRSSMB     float64 `json:"process_rss_mb"`
 	RendererRSSNote  string  `json:"rss_note"`
@@ -86,21 +95,7 @@ func TestBenchPolicyKernel(t *testing.T) {
 	row.ProcessRSSMB = rssMB(t)
 	row.RendererRSSNote = "heap_inuse_mb: the Go heap the stack holds after the full render (cache, processor, configurator, renderer); process_rss_mb: the whole test process, the cluster objects included"
 
-	orig := c.Pods[120]
-	other := orig.DeepCopy()
-	other.Labels = map[string]string{"app": "app5", "tier": "db"}
-	versions := []*corev1.Pod{other, orig}
-	var ms []float64
-	for i := range 100 {
-		t0 := time.Now()
-		if err := pc.SetPod(ctx, versions[i%2]); err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
-	}
-	slices.Sort(ms)
-	row.Changes = len(ms)
-	row.ChangeP50Ms, row.ChangeP99Ms = ms[len(ms)/2], ms[len(ms)*99/100]
+	labelChanges(t, pc, c, &row)
 
 	var doc struct {
 		Nftables []map[string]json.RawMessage `json:"nftables"`
@@ -126,13 +121,119 @@ func TestBenchPolicyKernel(t *testing.T) {
 	t.Logf("| renderer | pods | policies | full render to the kernel (target < 1 s) | label change p50 / p99 (target < 10 ms) | chains | sets and maps | elements | Go heap of the stack | test process RSS |")
 	t.Logf("| %s | %d | %d | %.3f s | %.2f / %.2f ms | %d | %d | %d | %.0f MB | %.0f MB |", row.Renderer, row.Pods, row.Policies,
 		row.FullSeconds, row.ChangeP50Ms, row.ChangeP99Ms, row.Chains, row.Sets, row.Elements, row.HeapInuseMB, row.ProcessRSSMB)
-	data, err := json.MarshalIndent([]kernelBenchRow{row}, "", "  ")
+	writeBenchRow(t, out, row)
+}
+
+// labelChanges times one pod's label changing back and forth 100 times,
+// each until its transaction returned.
+func labelChanges(t *testing.T, pc *pcache.Cache, c *oracle.Cluster, row *kernelBenchRow) {
+	t.Helper()
+	orig := c.Pods[120]
+	other := orig.DeepCopy()
+	other.Labels = map[string]string{"app": "app5", "tier": "db"}
+	versions := []*corev1.Pod{other, orig}
+	var ms []float64
+	for i := range 100 {
+		t0 := time.Now()
+		if err := pc.SetPod(context.Background(), versions[i%2]); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
+	}
+	slices.Sort(ms)
+	row.Changes = len(ms)
+	row.ChangeP50Ms, row.ChangeP99Ms = ms[len(ms)/2], ms[len(ms)*99/100]
+}
+
+// writeBenchRow adds row to the JSON list in file out, replacing a row of
+// the same renderer.
+func writeBenchRow(t *testing.T, out string, row kernelBenchRow) {
+	t.Helper()
+	var rows []kernelBenchRow
+	if data, err := os.ReadFile(out); err == nil {
+		_ = json.Unmarshal(data, &rows)
+	}
+	rows = slices.DeleteFunc(rows, func(r kernelBenchRow) bool { return r.Renderer == row.Renderer })
+	rows = append(rows, row)
+	data, err := json.MarshalIndent(rows, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(out, append(data, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBenchPolicyVPP is make bench-policy's VPP row (VCOIL_VPP_BIN set):
+// the same cluster through the whole stack into the ACL renderer on a real
+// VPP, from nothing to ACLs in VPP, then the same label changes. The pods
+// are not wired into VPP (a thousand af_packet interfaces would not fit
+// this machine): their ACL lists wait in the dataplane, so this measures
+// the tables, the ACLs VPP makes and their batches, not the interfaces'
+// lists.
+func TestBenchPolicyVPP(t *testing.T) {
+	out := os.Getenv("VCOIL_BENCH_POLICY")
+	if out == "" {
+		t.Skip("VCOIL_BENCH_POLICY is not set: run make bench-policy")
+	}
+	netnstest.RequireRoot(t)
+	bin := vpptest.Binary(t)
+	node := netnstest.New(t, "polbenchvpp")
+	v := vpptest.Start(t, bin, node.Path())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d, err := vpp.New(vpp.Config{APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()),
+		RequestTimeout: 30 * time.Second, ReadyWait: 30 * time.Second}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := benchCluster()
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r, err := acl.New(d, acl.Config{}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf.Register("vpp-acl", r)
+	pc := pcache.New()
+	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))
+	start := time.Now()
+	if err := pc.Replace(ctx, c.Pods, c.Namespaces, c.Policies); err != nil {
+		t.Fatal(err)
+	}
+	row := kernelBenchRow{Renderer: "vpp-acl", Pods: len(c.Pods), Policies: len(c.Policies),
+		FullSeconds: time.Since(start).Seconds(), TargetFullSecond: 1, TargetChangeMs: 10}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	row.HeapInuseMB = float64(after.HeapInuse-min(after.HeapInuse, before.HeapInuse)) / (1 << 20)
+	row.ProcessRSSMB = rssMB(t)
+	row.RendererRSSNote = "the pods are not wired into VPP: their ACL lists wait in the dataplane; heap_inuse_mb: the Go heap the stack and the driver hold after the full render"
+	labelChanges(t, pc, c, &row)
+	ch, _, err := d.Channel(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := vppapi.Dump(ch, &vppacl.ACLDump{ACLIndex: ^uint32(0)}, func() *vppacl.ACLDetails { return &vppacl.ACLDetails{} }, func(a *vppacl.ACLDetails) {
+		row.ACLs++
+		row.ACLRules += len(a.R)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("| renderer | pods | policies | full render into VPP (target < 1 s) | label change p50 / p99 (target < 10 ms) | ACLs | ACL rules | Go heap | test process RSS |")
+	t.Logf("| %s | %d | %d | %.3f s | %.2f / %.2f ms | %d | %d | %.0f MB | %.0f MB |", row.Renderer, row.Pods, row.Policies,
+		row.FullSeconds, row.ChangeP50Ms, row.ChangeP99Ms, row.ACLs, row.ACLRules, row.HeapInuseMB, row.ProcessRSSMB)
+	writeBenchRow(t, out, row)
 }
 
 // rssMB reads the process's resident set size.
