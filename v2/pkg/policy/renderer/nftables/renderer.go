@@ -85,7 +85,6 @@ type group struct {
 	refs      int // dispatch map elements jumping to it
 	// idleSince is the transaction since which no address uses it.
 	idleSince uint64
-	orig      *group // in plan's bookkeeping only
 }
 
 func groupKey(d renderer.Direction, c *content) string {
@@ -452,31 +451,30 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 	// their rules (a deployment scaled down and up, a label flipping back):
 	// only the longest idle beyond maxIdle are deleted.
 	r.txns++
+	// A group that had addresses before the plan becomes idle now.
+	idleSince := func(g *group) uint64 {
+		if g.refs > 0 {
+			return r.txns
+		}
+		return g.idleSince
+	}
 	var idle []*group
 	for _, g := range r.groups {
-		n, planned := p.refs[g]
-		if !planned {
-			n = g.refs
-		}
-		if n == 0 {
-			if planned && g.refs > 0 {
+		if n, planned := p.refs[g]; (planned && n == 0) || (!planned && g.refs == 0) {
+			idle = append(idle, g)
+			if g.refs > 0 {
 				p.idled = append(p.idled, g)
-				idle = append(idle, &group{name: g.name, idleSince: r.txns, orig: g})
-				continue
 			}
-			idle = append(idle, &group{name: g.name, idleSince: g.idleSince, orig: g})
 		}
 	}
 	if len(idle) > maxIdle {
 		slices.SortFunc(idle, func(a, b *group) int {
-			if a.idleSince != b.idleSince {
-				return cmp.Compare(a.idleSince, b.idleSince)
+			if c := cmp.Compare(idleSince(a), idleSince(b)); c != 0 {
+				return c
 			}
 			return strings.Compare(a.name, b.name)
 		})
-		for _, g := range idle[:len(idle)-maxIdle] {
-			p.deleted = append(p.deleted, g.orig)
-		}
+		p.deleted = append(p.deleted, idle[:len(idle)-maxIdle]...)
 	}
 	slices.SortFunc(p.deleted, func(a, b *group) int { return strings.Compare(a.name, b.name) })
 	return p

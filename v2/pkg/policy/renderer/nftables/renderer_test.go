@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -125,5 +126,64 @@ func TestPodsWithEqualRulesShareAGroupAndARestartChangesNothing(t *testing.T) {
 	listing = n.Exec("nft", "list", "table", "inet", "vcoil-policy")
 	if strings.Contains(listing, "chain g") || strings.Contains(listing, "set g") || strings.Contains(listing, "jump") {
 		t.Fatalf("groups are left:\n%s", listing)
+	}
+}
+
+// TestGroupsWithoutPodsStayIdleForReuseUpToALimit: a pod leaving its
+// group leaves it idle; a pod with the same rules later reuses it without
+// creating a chain; beyond maxIdle idle groups, the longest idle go.
+func TestGroupsWithoutPodsStayIdleForReuseUpToALimit(t *testing.T) {
+	netnstest.RequireRoot(t)
+	n := netnstest.New(t, "polidle")
+	r := newRenderer(t, n)
+	podWithPort := func(i int, port uint16) renderer.PodRules {
+		return renderer.PodRules{Pod: renderer.PodID{Namespace: "ns", Name: fmt.Sprint("p", i)},
+			IPs:     []netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})},
+			Ingress: list(permit(renderer.Ingress, "10.1.0.0/16", renderer.ProtocolTCP, renderer.SinglePort(port)))}
+	}
+	// maxIdle+6 pods, each with rules of its own: as many groups.
+	var pods []renderer.PodRules
+	for i := range maxIdle + 6 {
+		pods = append(pods, podWithPort(i, uint16(1000+i)))
+	}
+	if err := r.Render(t.Context(), renderer.Txn{Pods: pods}); err != nil {
+		t.Fatal(err)
+	}
+	chains := func() int { return strings.Count(n.Exec("nft", "list", "chains", "inet"), "chain g") }
+	if got := chains(); got != maxIdle+6 {
+		t.Fatalf("%d group chains, want %d", got, maxIdle+6)
+	}
+	// Pod 0 leaves; pod 70 comes with pod 0's rules: it reuses the idle group.
+	gone := renderer.PodRules{Pod: pods[0].Pod, Removed: true}
+	if err := r.Render(t.Context(), renderer.Txn{Pods: []renderer.PodRules{gone}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := chains(); got != maxIdle+6 {
+		t.Fatalf("after a pod left: %d group chains, want %d (its group idle)", got, maxIdle+6)
+	}
+	again := podWithPort(500, 1000)
+	if err := r.Render(t.Context(), renderer.Txn{Pods: []renderer.PodRules{again}}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(r.lastScript, "add chain") || !strings.Contains(r.lastScript, "jump g0") {
+		t.Fatalf("a pod with an idle group's rules wrote:\n%s", r.lastScript)
+	}
+	// Every other pod leaves: only maxIdle idle groups stay (plus g0, used).
+	var leave []renderer.PodRules
+	for _, p := range pods[1:] {
+		leave = append(leave, renderer.PodRules{Pod: p.Pod, Removed: true})
+	}
+	if err := r.Render(t.Context(), renderer.Txn{Pods: leave}); err != nil {
+		t.Fatal(err)
+	}
+	if got := chains(); got != maxIdle+1 {
+		t.Fatalf("%d group chains after %d pods left, want %d", got, len(leave), maxIdle+1)
+	}
+	// A full resync deletes every idle group.
+	if err := r.Render(t.Context(), renderer.Txn{Resync: true, Pods: []renderer.PodRules{again}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := chains(); got != 1 {
+		t.Fatalf("%d group chains after a resync, want 1", got)
 	}
 }
