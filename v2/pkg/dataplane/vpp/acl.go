@@ -76,8 +76,8 @@ func (d *driver) SetInterfaceACLs(ctx context.Context, inc Incarnation, iface No
 }
 
 // SetACLLists records owner's lists on each setting's interface and sends
-// the interfaces' merged lists (every owner's, in the order of the owners'
-// constants, input then output) that differ from those sent in this
+// the interfaces' merged lists (every owner's, in aclOwnerOrder, input then
+// output) that differ from those sent in this
 // incarnation, pipelined in one batch. The first list set on an interface
 // in an incarnation is sent whatever it is, so that what an earlier vcoild
 // left there is replaced: owners set their lists (empty ones too) at each
@@ -259,11 +259,17 @@ func aclListRequest(sw uint32, in, out []uint32) *acl.ACLInterfaceSetACLList {
 	return &acl.ACLInterfaceSetACLList{SwIfIndex: index(sw), Count: uint8(len(all)), NInput: uint8(len(in)), Acls: all}
 }
 
-// mergeACLs is the interface's lists: the owners' ACLs in the order of the
-// owners' constants (policies first), each owner's in its own order.
+// aclOwnerOrder is the order of the owners' ACLs in an interface's lists.
+// The services' source-ranges ACL comes first: it denies some sources and
+// ends with the reflective rules, where the policies' reflective ACL
+// permits everything, so behind that ACL it would never be reached.
+var aclOwnerOrder = [...]ACLOwner{ACLServices, ACLPolicy}
+
+// mergeACLs is the interface's lists: the owners' ACLs in aclOwnerOrder,
+// each owner's in its own order.
 func mergeACLs(owners map[ACLOwner]ACLLists) (in, out []uint32) {
 	in, out = []uint32{}, []uint32{}
-	for _, o := range slices.Sorted(maps.Keys(owners)) {
+	for _, o := range aclOwnerOrder {
 		in = append(in, owners[o].Input...)
 		out = append(out, owners[o].Output...)
 	}

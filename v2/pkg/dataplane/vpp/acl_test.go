@@ -2,7 +2,6 @@ package vpp
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -11,8 +10,8 @@ import (
 
 // The policy renderer's lists: a pod named by its address gets its lists
 // when it is wired (before its routes), a wired pod at once; the node
-// interfaces' lists merge the policies' output ACLs with the services'
-// input ones; a batch is one call, each interface's list sent once.
+// interfaces' lists merge the services' input ACLs (first) with the
+// policies' input and output ones; a batch is one call, each interface's list sent once.
 func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 	cfg := testConfig()
 	cfg.Uplink = "host-up0"
@@ -47,10 +46,10 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 		settings []ACLSetting
 		want     []string
 	}{
-		{"the global table and the reflective ACL on the uplink, after the services' input ACL", []ACLSetting{
+		{"the global table and the reflective ACL on the uplink, the reflective ACL behind the services' input ACL", []ACLSetting{
 			{Interface: ACLInterface{Node: Uplink}, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{1}}},
 			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{5}}},
-		}, []string{"acl_interface_set_acl_list 1 count=3 n_input=2 acls=[0 7 1]"}},
+		}, []string{"acl_interface_set_acl_list 1 count=3 n_input=2 acls=[7 0 1]"}},
 		{"a new table for the pod: its output side only, the new ACL added before the old one goes", []ACLSetting{
 			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{6}}},
 		}, []string{
@@ -90,7 +89,7 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 			}
 			in, out := x.Lists.Input, x.Lists.Output
 			if sw == 1 {
-				in = append(slices.Clone(in), 7)
+				in = append([]uint32{7}, in...)
 			}
 			want[sw] = append(append([]uint32{uint32(len(in))}, in...), out...)
 		}

@@ -29,14 +29,20 @@ type NodeInterfaces struct {
 
 // ACLOwner names a component that puts ACLs on interfaces. Each interface
 // has one ACL list in VPP (ACLInterfaceSetACLList); the driver owns it and
-// merges what every owner asks for, in the order of the owners' constants
-// (policies first), so that no renderer overwrites another's ACLs.
+// merges what every owner asks for, so that no renderer overwrites
+// another's ACLs: the services' ACLs first, then the policies'. VPP applies
+// the first rule that matches across an interface's ACLs; on the node
+// interfaces' input, the services' source-ranges ACL denies sources to
+// LoadBalancer IPs and ends with ReflectiveRules, so it records the
+// sessions the policies' reflective ACL behind it would have.
 type ACLOwner uint8
 
 const (
-	// ACLPolicy: the network policy renderer (its ACLs come first).
+	// ACLPolicy: the network policy renderer (its ACLs come after the
+	// services').
 	ACLPolicy ACLOwner = iota + 1
-	// ACLServices: the services renderer (loadBalancerSourceRanges).
+	// ACLServices: the services renderer (loadBalancerSourceRanges; its
+	// ACLs come first).
 	ACLServices
 )
 

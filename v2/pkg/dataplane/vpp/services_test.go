@@ -337,11 +337,12 @@ func TestSetInterfaceACLsMergesTheOwnersLists(t *testing.T) {
 		want  []string
 	}{
 		{"services' ACLs on the uplink", Uplink, ACLServices, []uint32{7, 3}, []string{"acl_interface_set_acl_list 1 count=2 n_input=2 acls=[7 3]"}},
-		{"the policies' go first", Uplink, ACLPolicy, []uint32{9}, []string{"acl_interface_set_acl_list 1 count=3 n_input=3 acls=[9 7 3]"}},
+		{"the policies' go after them", Uplink, ACLPolicy, []uint32{9}, []string{"acl_interface_set_acl_list 1 count=3 n_input=3 acls=[7 3 9]"}},
 		{"the same list again", Uplink, ACLServices, []uint32{7, 3}, nil},
 		{"the first list of the interconnect is sent even empty", HostInterconnect, ACLServices, nil, []string{"acl_interface_set_acl_list 3 count=0 n_input=0 acls=[]"}},
 		{"an empty list again", HostInterconnect, ACLServices, []uint32{}, nil},
 		{"services remove theirs", Uplink, ACLServices, nil, []string{"acl_interface_set_acl_list 1 count=1 n_input=1 acls=[9]"}},
+		{"the services' come back before the policies'", Uplink, ACLServices, []uint32{4}, []string{"acl_interface_set_acl_list 1 count=2 n_input=2 acls=[4 9]"}},
 	}
 	for _, s := range steps {
 		if err := h.d.SetInterfaceACLs(ctx(t), inc, s.iface, s.owner, s.acls); err != nil {
@@ -352,7 +353,7 @@ func TestSetInterfaceACLsMergesTheOwnersLists(t *testing.T) {
 	h.vpp.mu.Lock()
 	lists := fmt.Sprint(h.vpp.aclLists)
 	h.vpp.mu.Unlock()
-	if lists != "map[1:[1 9] 3:[0]]" {
+	if lists != "map[1:[2 4 9] 3:[0]]" {
 		t.Fatalf("VPP's ACL lists (n_input, acls) = %s", lists)
 	}
 	if err := h.d.SetInterfaceACLs(ctx(t), 0, Uplink, ACLServices, []uint32{1}); err == nil || !strings.Contains(err.Error(), "incarnation 0 is stale") {

@@ -33,16 +33,27 @@ type aclState struct {
 
 // sourceRangeRules are the rules of the loadBalancerSourceRanges ACL
 // (nil when no service has ranges): for each service with ranges, each of
-// its IPv4 LoadBalancer IPs and each TCP or UDP port, a permit from each
-// IPv4 range to the LoadBalancer IP and port, then a deny of every other
-// source (a service without IPv4 ranges drops every IPv4 client, as
-// kube-proxy does); last, a permit of everything else, of both families:
-// the ACL plugin denies what no rule matches, and the input ACL sees every
-// packet of the outside interfaces. Rules are stateless permits: replies
-// need no session.
+// its IPv4 LoadBalancer IPs and each TCP or UDP port, a permit and reflect
+// from each IPv4 range to the LoadBalancer IP and port, then a deny of
+// every other source (a service without IPv4 ranges drops every IPv4
+// client, as kube-proxy does); last, vpp.ReflectiveRules, which permit
+// everything else of both families: the ACL plugin denies what no rule
+// matches, and the input ACL sees every packet of the outside interfaces.
 //
 // The input ACL runs before NAT44-ED's out2in node, so it sees the
 // LoadBalancer IP before translation; NAT44-ED itself has no source filter.
+// The driver puts it before the policy renderer's reflective ACL on the
+// same interfaces, which it would otherwise never reach (VPP applies the
+// first rule that matches across an interface's ACLs). It therefore
+// records the sessions that ACL would have, which let replies pass the
+// policies' global table on the interfaces' output: its last rules are
+// the reflective ACL's (without them, an egress-isolated pod could not
+// answer an outside client that reaches it by its own address), and an
+// admitted client's packets are reflected too, so that its connections
+// get a session as they would without ranges. Every packet to a
+// LoadBalancer IP and port comes from a client of the service (the
+// service opens no connection from that address and port), so
+// reflecting them all, not only TCP SYNs, records no session for a reply.
 func sourceRangeRules(services map[service.ID]*service.Service, ranged map[service.ID]bool) []acl_types.ACLRule {
 	if len(ranged) == 0 {
 		return nil
@@ -75,15 +86,13 @@ func sourceRangeRules(services map[service.ID]*service.Service, ranged map[servi
 				}
 				port := s.Ports[i].Port
 				for _, src := range from {
-					rules = append(rules, portRule(acl_types.ACL_ACTION_API_PERMIT, src, to, proto, port))
+					rules = append(rules, portRule(acl_types.ACL_ACTION_API_PERMIT_REFLECT, src, to, proto, port))
 				}
 				rules = append(rules, portRule(acl_types.ACL_ACTION_API_DENY, netip.PrefixFrom(netip.IPv4Unspecified(), 0), to, proto, port))
 			}
 		}
 	}
-	return append(rules,
-		anyRule(netip.PrefixFrom(netip.IPv4Unspecified(), 0)),
-		anyRule(netip.PrefixFrom(netip.IPv6Unspecified(), 0)))
+	return append(rules, vpp.ReflectiveRules()...)
 }
 
 func portRule(action acl_types.ACLAction, src, dst netip.Prefix, proto uint8, port uint16) acl_types.ACLRule {
@@ -91,14 +100,6 @@ func portRule(action acl_types.ACLAction, src, dst netip.Prefix, proto uint8, po
 		IsPermit: action, SrcPrefix: vppapi.Prefix(src), DstPrefix: vppapi.Prefix(dst), Proto: ip_types.IPProto(proto),
 		SrcportOrIcmptypeFirst: 0, SrcportOrIcmptypeLast: 65535,
 		DstportOrIcmpcodeFirst: port, DstportOrIcmpcodeLast: port,
-	}
-}
-
-// anyRule permits every packet of all's family (proto 0: any).
-func anyRule(all netip.Prefix) acl_types.ACLRule {
-	return acl_types.ACLRule{
-		IsPermit: acl_types.ACL_ACTION_API_PERMIT, SrcPrefix: vppapi.Prefix(all), DstPrefix: vppapi.Prefix(all),
-		SrcportOrIcmptypeLast: 65535, DstportOrIcmpcodeLast: 65535,
 	}
 }
 

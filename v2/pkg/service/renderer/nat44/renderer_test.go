@@ -420,9 +420,27 @@ func rule(action acl_types.ACLAction, src, dst string, proto ip_types.IPProto, p
 }
 
 const (
-	permit = acl_types.ACL_ACTION_API_PERMIT
-	deny   = acl_types.ACL_ACTION_API_DENY
+	permit     = acl_types.ACL_ACTION_API_PERMIT
+	reflective = acl_types.ACL_ACTION_API_PERMIT_REFLECT
+	deny       = acl_types.ACL_ACTION_API_DENY
 )
+
+// reflectiveTail are the last rules of the source-ranges ACL, the policy
+// renderer's reflective ACL, for each family: permit and reflect TCP with
+// SYN set and ACK clear, permit other TCP, permit and reflect the rest.
+func reflectiveTail() []acl_types.ACLRule {
+	var out []acl_types.ACLRule
+	for _, all := range []string{"0.0.0.0/0", "::/0"} {
+		syn := rule(reflective, all, all, tcp, 0)
+		syn.DstportOrIcmpcodeFirst, syn.DstportOrIcmpcodeLast = 0, 65535
+		syn.TCPFlagsMask, syn.TCPFlagsValue = 0x12, 0x02
+		other := syn
+		other.TCPFlagsMask, other.TCPFlagsValue = 0, 0
+		other.IsPermit = permit
+		out = append(out, syn, other, rule(reflective, all, all, 0, 0))
+	}
+	return out
+}
 
 func TestLoadBalancerSourceRangesBecomeOneInputACL(t *testing.T) {
 	h := newHarness(t, Config{})
@@ -439,33 +457,30 @@ func TestLoadBalancerSourceRangesBecomeOneInputACL(t *testing.T) {
 	other.ClusterIPs = []netip.Addr{addr("10.96.0.99")}
 	other.LoadBalancerIPs = []netip.Addr{addr("198.51.100.99")}
 	h.resync(t, state(ranged("203.0.113.0/24", "198.51.100.128/25", "2001:db8:1::/48"), other))
-	allV4, allV6 := rule(permit, "0.0.0.0/0", "0.0.0.0/0", 0, 0), rule(permit, "::/0", "::/0", 0, 0)
-	rules := []acl_types.ACLRule{
-		rule(permit, "198.51.100.128/25", "198.51.100.7/32", tcp, 80),
-		rule(permit, "203.0.113.0/24", "198.51.100.7/32", tcp, 80),
+	rules := append([]acl_types.ACLRule{
+		rule(reflective, "198.51.100.128/25", "198.51.100.7/32", tcp, 80),
+		rule(reflective, "203.0.113.0/24", "198.51.100.7/32", tcp, 80),
 		rule(deny, "0.0.0.0/0", "198.51.100.7/32", tcp, 80),
-		rule(permit, "198.51.100.128/25", "198.51.100.7/32", udp, 53),
-		rule(permit, "203.0.113.0/24", "198.51.100.7/32", udp, 53),
+		rule(reflective, "198.51.100.128/25", "198.51.100.7/32", udp, 53),
+		rule(reflective, "203.0.113.0/24", "198.51.100.7/32", udp, 53),
 		rule(deny, "0.0.0.0/0", "198.51.100.7/32", udp, 53),
-		allV4, allV6,
-	}
+	}, reflectiveTail()...)
 	got := h.vpp.take()
 	expectRequests(t, got[len(got)-2:], []api.Message{
 		&acl.ACLDump{ACLIndex: 0xffffffff},
-		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 8, R: rules},
+		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 12, R: rules},
 	})
 	checkCalls(t, h.dp.take()[4:], []string{"SetInterfaceACLs 1 uplink 2 [3]", "SetInterfaceACLs 1 host 2 [3]"})
 
 	// Other ranges: replaced in place; the interfaces' lists stay.
 	h.update(t, &service.Changes{Upsert: []*service.Service{ranged("203.0.113.0/25")}})
 	expectRequests(t, h.vpp.take(), []api.Message{
-		&acl.ACLAddReplace{ACLIndex: 3, Tag: "vcoil-svc-source-ranges", Count: 6, R: []acl_types.ACLRule{
-			rule(permit, "203.0.113.0/25", "198.51.100.7/32", tcp, 80),
+		&acl.ACLAddReplace{ACLIndex: 3, Tag: "vcoil-svc-source-ranges", Count: 10, R: append([]acl_types.ACLRule{
+			rule(reflective, "203.0.113.0/25", "198.51.100.7/32", tcp, 80),
 			rule(deny, "0.0.0.0/0", "198.51.100.7/32", tcp, 80),
-			rule(permit, "203.0.113.0/25", "198.51.100.7/32", udp, 53),
+			rule(reflective, "203.0.113.0/25", "198.51.100.7/32", udp, 53),
 			rule(deny, "0.0.0.0/0", "198.51.100.7/32", udp, 53),
-			allV4, allV6,
-		}},
+		}, reflectiveTail()...)},
 	})
 	checkCalls(t, h.dp.take(), nil)
 	// A change of a service without ranges leaves the ACL alone.
@@ -529,11 +544,10 @@ func TestNewIncarnationResyncsEverything(t *testing.T) {
 		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", locals...),
 		lbAdd("198.51.100.7", tcp, 80, twice, 0, "vcoil-svc default/web", locals...),
 		&acl.ACLDump{ACLIndex: 0xffffffff},
-		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 4, R: []acl_types.ACLRule{
-			rule(permit, "203.0.113.0/24", "198.51.100.7/32", tcp, 80),
+		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 8, R: append([]acl_types.ACLRule{
+			rule(reflective, "203.0.113.0/24", "198.51.100.7/32", tcp, 80),
 			rule(deny, "0.0.0.0/0", "198.51.100.7/32", tcp, 80),
-			rule(permit, "0.0.0.0/0", "0.0.0.0/0", 0, 0), rule(permit, "::/0", "::/0", 0, 0),
-		}},
+		}, reflectiveTail()...)},
 	}))
 	checkCalls(t, h.dp.take(), []string{
 		"SetNodeNATRole uplink frontend(out)+backend(in)",
@@ -710,8 +724,7 @@ func TestIPv6FrontendsAreLeftOut(t *testing.T) {
 		smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc default/web"),
 		&acl.ACLDump{ACLIndex: 0xffffffff},
 		// The ACL exists (the service has ranges) but holds no IPv6 rule.
-		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 2, R: []acl_types.ACLRule{
-			rule(permit, "0.0.0.0/0", "0.0.0.0/0", 0, 0), rule(permit, "::/0", "::/0", 0, 0)}},
+		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 6, R: reflectiveTail()},
 	}))
 	checkCalls(t, h.dp.take()[:4], fullSyncCalls(1, "[10.1.0.2]")[:4])
 }
