@@ -479,3 +479,68 @@ func TestHostPortsReachTheDataplaneAndTheCheckpoint(t *testing.T) {
 		t.Error("DEL left the pod in the dataplane")
 	}
 }
+
+// recordingPolicies is a PodPolicies that records its calls and fails
+// PodAdded when fail is set.
+type recordingPolicies struct {
+	mu    sync.Mutex
+	fail  error
+	calls []string
+}
+
+func (p *recordingPolicies) PodAdded(_ context.Context, namespace, name string, ips []netip.Addr) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, fmt.Sprintf("added %s/%s %v", namespace, name, ips))
+	return p.fail
+}
+
+func (p *recordingPolicies) PodReleased(_ context.Context, namespace, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, fmt.Sprintf("released %s/%s", namespace, name))
+}
+
+// TestPoliciesAreAppliedBeforeADDReturnsOrTheADDIsUndone: ADD gives the
+// policy stack the pod's addresses after wiring it; when they cannot be
+// applied the ADD fails (try again later) and leaves nothing; DEL releases
+// them.
+func TestPoliciesAreAppliedBeforeADDReturnsOrTheADDIsUndone(t *testing.T) {
+	ensureNode(t, "node-p")
+	dp := newFakeDataplane()
+	n := startNode(t, "node-p", t.TempDir(), dp)
+	pol := &recordingPolicies{}
+	n.srv.policies = pol
+
+	r := n.add(t, "f0000001", "plain")
+	want := fmt.Sprintf("added plain/pod-f0000001 [%s %s]", r.IPs[0].Address.IP, r.IPs[1].Address.IP)
+	if len(pol.calls) != 1 || pol.calls[0] != want {
+		t.Fatalf("policy calls %q, want [%q]", pol.calls, want)
+	}
+	if _, err := n.srv.Del(context.Background(), n.args("f0000001", "plain")); err != nil {
+		t.Fatal(err)
+	}
+	if len(pol.calls) != 2 || pol.calls[1] != "released plain/pod-f0000001" {
+		t.Fatalf("policy calls after DEL %q", pol.calls)
+	}
+
+	pol.calls, pol.fail = nil, errors.New("the policy cache has not synced yet")
+	_, err := n.srv.Add(context.Background(), n.args("f0000002", "plain"))
+	if cniCode(err) != cnirpc.ErrorCode_TRY_AGAIN_LATER || !strings.Contains(err.Error(), "has not synced yet") {
+		t.Fatalf("ADD whose policies fail: %v, want TRY_AGAIN_LATER naming the reason", err)
+	}
+	if _, found, _ := n.srv.store.Get("f0000002", "eth0"); found {
+		t.Fatal("checkpoint entry left")
+	}
+	if len(dp.pods) != 0 {
+		t.Fatalf("the dataplane still holds %d pods", len(dp.pods))
+	}
+	for _, b := range n.ipam.Blocks() {
+		if b.InUse != 0 {
+			t.Fatalf("block %s has %d addresses in use", b.Name, b.InUse)
+		}
+	}
+	if len(pol.calls) != 2 || pol.calls[1] != "released plain/pod-f0000002" {
+		t.Fatalf("policy calls %q: the undone pod must be released", pol.calls)
+	}
+}
