@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -223,17 +222,6 @@ func contentOf(d renderer.Direction, rules []renderer.Rule) *content {
 	return c
 }
 
-// structure is what fixes a group's chain: its signatures. Two contents of
-// the same structure differ only in set elements.
-func (c *content) structure() string {
-	var b strings.Builder
-	for _, s := range c.sigs {
-		b.WriteString(s.sig.String())
-		b.WriteByte(';')
-	}
-	return b.String()
-}
-
 // key identifies the content: equal keys, equal contents. It hashes a
 // binary encoding (fmt costs more than the rest of a render).
 func (c *content) key() string {
@@ -286,15 +274,23 @@ func (c *content) elements(names setNames) map[string][]string {
 		for _, hp := range c.hostPorts[f] {
 			e = append(e, fmt.Sprintf("%s . %s . %d", hp.addr, hp.proto, hp.port))
 		}
-		out[names.hostPorts(f)] = e
+		if len(e) > 0 {
+			out[names.hostPorts(f)] = e
+		}
 		e = nil
 		for _, a := range c.hosts[f] {
 			e = append(e, a.String())
 		}
-		out[names.hosts(f)] = e
-		out[names.nets(f)] = intervalElems(c.nets[f])
+		if len(e) > 0 {
+			out[names.hosts(f)] = e
+		}
+		if len(c.nets[f]) > 0 {
+			out[names.nets(f)] = intervalElems(c.nets[f])
+		}
 		for i, s := range c.sigs {
-			out[names.sig(i, f)] = intervalElems(s.peers[f])
+			if len(s.peers[f]) > 0 {
+				out[names.sig(i, f)] = intervalElems(s.peers[f])
+			}
 		}
 	}
 	return out

@@ -116,46 +116,112 @@ type setDef struct {
 	comment   string
 }
 
-// groupSets lists the sets of a group with chain name g and the given
-// signatures, in a fixed order.
-func groupSets(g setNames, sigs []signature) []setDef {
+// groupLayout is which sets a group has: only non-empty ones, so that a
+// group costs the kernel (and nft, at a full render) only what it holds. A
+// group's chain follows from its layout; two contents of one layout differ
+// only in set elements.
+type groupLayout struct {
+	// fixed: the hostPorts, hosts and nets sets, by family.
+	fixed [2][3]bool
+	sigs  []sigLayout
+}
+
+type sigLayout struct {
+	sig  signature
+	fams [2]bool
+}
+
+const (
+	slotHostPorts = iota
+	slotHosts
+	slotNets
+)
+
+// layoutOf is the layout of content c.
+func layoutOf(c *content) groupLayout {
+	var l groupLayout
+	for f := range 2 {
+		l.fixed[f] = [3]bool{len(c.hostPorts[f]) > 0, len(c.hosts[f]) > 0, len(c.nets[f]) > 0}
+	}
+	for _, s := range c.sigs {
+		l.sigs = append(l.sigs, sigLayout{sig: s.sig, fams: [2]bool{len(s.peers[v4]) > 0, len(s.peers[v6]) > 0}})
+	}
+	return l
+}
+
+// String is the layout's identity.
+func (l groupLayout) String() string {
+	var b strings.Builder
+	for f := range 2 {
+		for _, on := range l.fixed[f] {
+			b.WriteByte("01"[btoi(on)])
+		}
+	}
+	for _, s := range l.sigs {
+		fmt.Fprintf(&b, ";%s %d%d", s.sig, btoi(s.fams[v4]), btoi(s.fams[v6]))
+	}
+	return b.String()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// groupSets lists the sets of a group with chain name g and layout l, in a
+// fixed order.
+func groupSets(g setNames, l groupLayout) []setDef {
 	var out []setDef
 	for f := range 2 {
-		out = append(out,
-			setDef{name: g.hostPorts(f), typ: addrType(f) + " . inet_proto . inet_service"},
-			setDef{name: g.hosts(f), typ: addrType(f)},
-			setDef{name: g.nets(f), typ: addrType(f), interval: true},
-		)
-		for i, s := range sigs {
-			out = append(out, setDef{name: g.sig(i, f), typ: addrType(f), interval: true, comment: s.String()})
+		if l.fixed[f][slotHostPorts] {
+			out = append(out, setDef{name: g.hostPorts(f), typ: addrType(f) + " . inet_proto . inet_service"})
+		}
+		if l.fixed[f][slotHosts] {
+			out = append(out, setDef{name: g.hosts(f), typ: addrType(f)})
+		}
+		if l.fixed[f][slotNets] {
+			out = append(out, setDef{name: g.nets(f), typ: addrType(f), interval: true})
+		}
+		for i, s := range l.sigs {
+			if s.fams[f] {
+				out = append(out, setDef{name: g.sig(i, f), typ: addrType(f), interval: true, comment: s.sig.String()})
+			}
 		}
 	}
 	return out
 }
 
-// groupRules are the rules of group chain g of direction d: permits that
-// return, then the drop (logged when logDrops).
-func groupRules(g setNames, d renderer.Direction, sigs []signature, logDrops bool) []string {
+// groupRules are the rules of group chain g of direction d and layout l:
+// permits that return, then the drop (logged when logDrops).
+func groupRules(g setNames, d renderer.Direction, l groupLayout, logDrops bool) []string {
 	peer := peerField(d)
 	var out []string
 	for f := range 2 {
 		ip := ipOf(f)
-		out = append(out,
-			fmt.Sprintf("%s %s . meta l4proto . th dport @%s return", ip, peer, g.hostPorts(f)),
-			fmt.Sprintf("%s %s @%s return", ip, peer, g.hosts(f)),
-			fmt.Sprintf("%s %s @%s return", ip, peer, g.nets(f)),
-		)
-	}
-	for i, s := range sigs {
-		l4 := "meta l4proto " + s.proto.String()
-		if !s.sport.IsAny() {
-			l4 += " th sport " + portsString(s.sport)
+		if l.fixed[f][slotHostPorts] {
+			out = append(out, fmt.Sprintf("%s %s . meta l4proto . th dport @%s return", ip, peer, g.hostPorts(f)))
 		}
-		if !s.dport.IsAny() {
-			l4 += " th dport " + portsString(s.dport)
+		if l.fixed[f][slotHosts] {
+			out = append(out, fmt.Sprintf("%s %s @%s return", ip, peer, g.hosts(f)))
+		}
+		if l.fixed[f][slotNets] {
+			out = append(out, fmt.Sprintf("%s %s @%s return", ip, peer, g.nets(f)))
+		}
+	}
+	for i, s := range l.sigs {
+		l4 := "meta l4proto " + s.sig.proto.String()
+		if !s.sig.sport.IsAny() {
+			l4 += " th sport " + portsString(s.sig.sport)
+		}
+		if !s.sig.dport.IsAny() {
+			l4 += " th dport " + portsString(s.sig.dport)
 		}
 		for f := range 2 {
-			out = append(out, fmt.Sprintf("%s %s %s @%s return", l4, ipOf(f), peer, g.sig(i, f)))
+			if s.fams[f] {
+				out = append(out, fmt.Sprintf("%s %s %s @%s return", l4, ipOf(f), peer, g.sig(i, f)))
+			}
 		}
 	}
 	if logDrops {

@@ -81,8 +81,9 @@ type group struct {
 	dir       renderer.Direction
 	c         *content
 	key       string // groupKey(dir, c)
-	structure string
-	refs      int // dispatch map elements jumping to it
+	layout    groupLayout
+	structure string // layout.String()
+	refs      int    // dispatch map elements jumping to it
 	// idleSince is the transaction since which no address uses it.
 	idleSince uint64
 }
@@ -412,7 +413,7 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 		for _, g := range sortedGroups(byOld) {
 			ix := byOld[g]
 			first := moves[ix[0]]
-			if len(ix) != g.refs || first.key == "" || keys(first.key) != nil || first.c.structure() != g.structure {
+			if len(ix) != g.refs || first.key == "" || keys(first.key) != nil || layoutOf(first.c).String() != g.structure {
 				continue
 			}
 			same := true
@@ -434,7 +435,8 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 			var ng *group
 			if m.key != "" {
 				if ng = keys(m.key); ng == nil {
-					ng = &group{name: groupName(r.nextID + len(p.created)), dir: dir, c: m.c, key: m.key, structure: m.c.structure()}
+					l := layoutOf(m.c)
+					ng = &group{name: groupName(r.nextID + len(p.created)), dir: dir, c: m.c, key: m.key, layout: l, structure: l.String()}
 					p.created = append(p.created, ng)
 				}
 			}
@@ -644,8 +646,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 			}
 		}
 		for _, g := range p.created {
-			sigs := signaturesOf(g.c)
-			for _, s := range groupSets(setNames(g.name), sigs) {
+			for _, s := range groupSets(setNames(g.name), g.layout) {
 				set := &knftables.Set{Name: s.name, Type: s.typ}
 				if s.interval {
 					set.Flags = []knftables.SetFlag{knftables.IntervalFlag}
@@ -657,7 +658,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 			}
 			tx.Add(&knftables.Counter{Name: g.name, Comment: knftables.PtrTo("packets the group's " + g.dir.String() + " rules denied")})
 			tx.Add(&knftables.Chain{Name: g.name, Comment: knftables.PtrTo(g.dir.String())})
-			for _, rule := range groupRules(setNames(g.name), g.dir, sigs, r.cfg.LogDrops) {
+			for _, rule := range groupRules(setNames(g.name), g.dir, g.layout, r.cfg.LogDrops) {
 				tx.Add(&knftables.Rule{Chain: g.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
 			}
 		}
@@ -733,7 +734,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 				ch := &knftables.Chain{Name: g.name}
 				tx.Flush(ch)
 				tx.Delete(ch)
-				for _, s := range groupSets(setNames(g.name), signaturesOf(g.c)) {
+				for _, s := range groupSets(setNames(g.name), g.layout) {
 					tx.Delete(&knftables.Set{Name: s.name})
 				}
 				tx.Delete(&knftables.Counter{Name: g.name})
@@ -766,14 +767,6 @@ func (p *plan) egressAfter(r *Renderer) []netip.Addr {
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return out
-}
-
-func signaturesOf(c *content) []signature {
-	out := make([]signature, len(c.sigs))
-	for i, s := range c.sigs {
-		out[i] = s.sig
-	}
 	return out
 }
 
@@ -876,7 +869,7 @@ func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 		if err != nil {
 			return fmt.Sprintf("group %s: %v", name, err), nil
 		}
-		for _, s := range groupSets(setNames(name), signaturesOf(g.c)) {
+		for _, s := range groupSets(setNames(name), g.layout) {
 			sets[s.name] = true
 		}
 		r.groups[name] = g
@@ -911,33 +904,52 @@ func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
 	kc := kt.chains[name]
 	g := setNames(name)
 	c := &content{}
-	var sigs []signature
+	// The layout is the sets the group has.
+	var l groupLayout
+	for f := range 2 {
+		for slot, set := range []string{g.hostPorts(f), g.hosts(f), g.nets(f)} {
+			_, l.fixed[f][slot] = kt.sets[set]
+		}
+	}
 	for i := 0; ; i++ {
-		s, ok := kt.sets[g.sig(i, v4)]
-		if !ok {
+		var sl sigLayout
+		comment := ""
+		for f := range 2 {
+			if s, ok := kt.sets[g.sig(i, f)]; ok {
+				sl.fams[f], comment = true, s.comment
+			}
+		}
+		if !sl.fams[v4] && !sl.fams[v6] {
 			break
 		}
-		sig, err := parseSignature(s.comment)
+		sig, err := parseSignature(comment)
 		if err != nil {
 			return nil, fmt.Errorf("set %s: %w", g.sig(i, v4), err)
 		}
-		sigs = append(sigs, sig)
+		sl.sig = sig
+		l.sigs = append(l.sigs, sl)
 	}
-	for _, s := range groupSets(g, sigs) {
+	for _, s := range groupSets(g, l) {
 		ks := kt.sets[s.name]
 		if ks == nil || ks.typ != s.typ || ks.comment != s.comment {
-			return nil, fmt.Errorf("set %s is missing or of another type", s.name)
+			return nil, fmt.Errorf("set %s is of another type or signature", s.name)
 		}
 	}
+	set := func(name string) *kernelSet {
+		if s := kt.sets[name]; s != nil {
+			return s
+		}
+		return &kernelSet{}
+	}
 	for f := range 2 {
-		for _, e := range kt.sets[g.hostPorts(f)].elems {
+		for _, e := range set(g.hostPorts(f)).elems {
 			hp, err := hostPortOf(e)
 			if err != nil {
 				return nil, fmt.Errorf("set %s: %w", g.hostPorts(f), err)
 			}
 			c.hostPorts[f] = append(c.hostPorts[f], hp)
 		}
-		for _, e := range kt.sets[g.hosts(f)].elems {
+		for _, e := range set(g.hosts(f)).elems {
 			a, err := netip.ParseAddr(fmt.Sprint(e))
 			if err != nil {
 				return nil, fmt.Errorf("set %s: %w", g.hosts(f), err)
@@ -945,15 +957,15 @@ func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
 			c.hosts[f] = append(c.hosts[f], a)
 		}
 		var err error
-		if c.nets[f], err = intervalsOf(kt.sets[g.nets(f)]); err != nil {
+		if c.nets[f], err = intervalsOf(set(g.nets(f))); err != nil {
 			return nil, fmt.Errorf("set %s: %w", g.nets(f), err)
 		}
 	}
-	for i, sig := range sigs {
-		ss := sigSets{sig: sig}
+	for i, sl := range l.sigs {
+		ss := sigSets{sig: sl.sig}
 		for f := range 2 {
 			var err error
-			if ss.peers[f], err = intervalsOf(kt.sets[g.sig(i, f)]); err != nil {
+			if ss.peers[f], err = intervalsOf(set(g.sig(i, f))); err != nil {
 				return nil, fmt.Errorf("set %s: %w", g.sig(i, f), err)
 			}
 		}
@@ -967,7 +979,7 @@ func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
 	// destination address.
 	dir, found := renderer.Ingress, false
 	for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
-		want := groupRules(g, d, sigs, r.cfg.LogDrops)
+		want := groupRules(g, d, l, r.cfg.LogDrops)
 		same := len(kc.rules) == len(want)
 		for i := 0; same && i < len(want); i++ {
 			same = kc.rules[i] == ruleID(want[i])
@@ -982,7 +994,7 @@ func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
 	if !kt.counters[name] {
 		return nil, errors.New("its counter is missing")
 	}
-	return &group{name: name, dir: dir, c: c, key: groupKey(dir, c), structure: c.structure()}, nil
+	return &group{name: name, dir: dir, c: c, key: groupKey(dir, c), layout: l, structure: l.String()}, nil
 }
 
 func intervalsOf(s *kernelSet) ([]interval, error) {
