@@ -6,6 +6,7 @@ package vppapi
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 
 	"go.fd.io/govpp/api"
@@ -143,4 +144,22 @@ func Pipeline(ch Requester, n, maxInFlight int, op func(i int) PipelineOp, done 
 	}
 	first.Failed = failed
 	return first
+}
+
+// CheckMessages fails, naming them, when VPP lacks some of msgs: who says
+// what sends them and needs says what VPP needs for them (the plugins to
+// load), for the error.
+func CheckMessages(ch interface {
+	CheckCompatiblity(...api.Message) error
+}, who, needs string, msgs []api.Message) error {
+	err := ch.CheckCompatiblity(msgs...)
+	if err == nil {
+		return nil
+	}
+	var ce *api.CompatibilityError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("VPP does not know %d of the %d messages %s sends (%s): %v",
+			len(ce.IncompatibleMessages), len(msgs), who, needs, ce.IncompatibleMessages)
+	}
+	return fmt.Errorf("check the messages %s sends: %w", who, err)
 }

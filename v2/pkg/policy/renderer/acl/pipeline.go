@@ -62,16 +62,7 @@ func Messages() []api.Message {
 // checkMessages fails, naming them, when VPP lacks messages the renderer
 // sends.
 func checkMessages(ch api.Channel) error {
-	err := ch.CheckCompatiblity(Messages()...)
-	if err == nil {
-		return nil
-	}
-	var ce *api.CompatibilityError
-	if errors.As(err, &ce) {
-		return fmt.Errorf("VPP does not know %d of the %d messages the VPP ACL policy renderer sends (is the acl plugin loaded?): %v",
-			len(ce.IncompatibleMessages), len(Messages()), ce.IncompatibleMessages)
-	}
-	return fmt.Errorf("check the messages the VPP ACL policy renderer sends: %w", err)
+	return vppapi.CheckMessages(ch, "the VPP ACL policy renderer", "is the acl plugin loaded?", Messages())
 }
 
 // reclassifyCLI turns on the ACL plugin's session reclassification. The

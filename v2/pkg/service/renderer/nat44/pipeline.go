@@ -53,14 +53,5 @@ func Messages() []api.Message {
 // checkMessages fails, naming them, when VPP lacks messages the renderer
 // sends.
 func checkMessages(ch api.Channel) error {
-	err := ch.CheckCompatiblity(Messages()...)
-	if err == nil {
-		return nil
-	}
-	var ce *api.CompatibilityError
-	if errors.As(err, &ce) {
-		return fmt.Errorf("VPP does not know %d of the %d messages the NAT44 service renderer sends (are the nat and acl plugins loaded?): %v",
-			len(ce.IncompatibleMessages), len(Messages()), ce.IncompatibleMessages)
-	}
-	return fmt.Errorf("check the messages the NAT44 service renderer sends: %w", err)
+	return vppapi.CheckMessages(ch, "the NAT44 service renderer", "are the nat and acl plugins loaded?", Messages())
 }
