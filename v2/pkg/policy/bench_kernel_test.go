@@ -25,6 +25,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
 	polnft "github.com/vcoil/vcoil/v2/pkg/policy/renderer/nftables"
 )
@@ -64,38 +65,13 @@ func TestBenchPolicyKernel(t *testing.T) {
 	}
 	netnstest.RequireRoot(t)
 	n := netnstest.New(t, "polbench")
-	c := benchCluster()
-	ctx := context.Background()
-
-	var before runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
 	r, err := polnft.New(polnft.Config{Netns: n.Path(), Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf.Register("nftables", r)
-	pc := pcache.New()
-	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))
-	start := time.Now()
-	if err := pc.Replace(ctx, c.Pods, c.Namespaces, c.Policies); err != nil {
-		t.Fatal(err)
-	}
-	row := kernelBenchRow{Renderer: "nftables", Pods: len(c.Pods), Policies: len(c.Policies),
-		FullSeconds: time.Since(start).Seconds(), TargetFullSecond: 1, TargetChangeMs: 10}
-	runtime.GC()
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
-	row.HeapInuseMB = float64(after.HeapInuse-min(after.HeapInuse, before.HeapInuse)) / (1 << 20)
-	row.ProcessRSSMB = rssMB(t)
+	row := benchFullRender(t, "nftables", r)
 	row.RendererRSSNote = "heap_inuse_mb: the Go heap the stack holds after the full render (cache, processor, configurator, renderer); process_rss_mb: the whole test process, the cluster objects included"
-
-	labelChanges(t, pc, c, &row)
 
 	var doc struct {
 		Nftables []map[string]json.RawMessage `json:"nftables"`
@@ -122,6 +98,37 @@ func TestBenchPolicyKernel(t *testing.T) {
 	t.Logf("| %s | %d | %d | %.3f s | %.2f / %.2f ms | %d | %d | %d | %.0f MB | %.0f MB |", row.Renderer, row.Pods, row.Policies,
 		row.FullSeconds, row.ChangeP50Ms, row.ChangeP99Ms, row.Chains, row.Sets, row.Elements, row.HeapInuseMB, row.ProcessRSSMB)
 	writeBenchRow(t, out, row)
+}
+
+// benchFullRender builds the benchmark's cluster and the stack into r, and
+// times the full render (the cache's Replace, until r returned); then the
+// label changes. The Go heap is what the stack holds after the full render
+// (the cluster's objects are made before the first measure).
+func benchFullRender(t *testing.T, name string, r renderer.Renderer) kernelBenchRow {
+	t.Helper()
+	c := benchCluster()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf.Register(name, r)
+	pc := pcache.New()
+	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))
+	start := time.Now()
+	if err := pc.Replace(context.Background(), c.Pods, c.Namespaces, c.Policies); err != nil {
+		t.Fatal(err)
+	}
+	row := kernelBenchRow{Renderer: name, Pods: len(c.Pods), Policies: len(c.Policies),
+		FullSeconds: time.Since(start).Seconds(), TargetFullSecond: 1, TargetChangeMs: 10}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	row.HeapInuseMB = float64(after.HeapInuse-min(after.HeapInuse, before.HeapInuse)) / (1 << 20)
+	row.ProcessRSSMB = rssMB(t)
+	labelChanges(t, pc, c, &row)
+	return row
 }
 
 // labelChanges times one pod's label changing back and forth 100 times,
@@ -191,34 +198,12 @@ func TestBenchPolicyVPP(t *testing.T) {
 	if err := d.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := benchCluster()
-	var before runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
 	r, err := acl.New(d, acl.Config{}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf.Register("vpp-acl", r)
-	pc := pcache.New()
-	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))
-	start := time.Now()
-	if err := pc.Replace(ctx, c.Pods, c.Namespaces, c.Policies); err != nil {
-		t.Fatal(err)
-	}
-	row := kernelBenchRow{Renderer: "vpp-acl", Pods: len(c.Pods), Policies: len(c.Policies),
-		FullSeconds: time.Since(start).Seconds(), TargetFullSecond: 1, TargetChangeMs: 10}
-	runtime.GC()
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
-	row.HeapInuseMB = float64(after.HeapInuse-min(after.HeapInuse, before.HeapInuse)) / (1 << 20)
-	row.ProcessRSSMB = rssMB(t)
-	row.RendererRSSNote = "the pods are not wired into VPP: their ACL lists wait in the dataplane; heap_inuse_mb: the Go heap the stack and the driver hold after the full render"
-	labelChanges(t, pc, c, &row)
+	row := benchFullRender(t, "vpp-acl", r)
+	row.RendererRSSNote = "the pods are not wired into VPP: their ACL lists wait in the dataplane; heap_inuse_mb: the Go heap the stack holds after the full render"
 	ch, _, err := d.Channel(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
