@@ -267,11 +267,9 @@ func run(ctx context.Context, f flags) error {
 		&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
 	}
 	if f.policies.enabled {
-		maps.Copy(byObject, agent.CacheOptions(f.nodeName))
+		maps.Copy(byObject, agent.CacheOptions())
 	}
 	if services {
-		// The service processor's Node settings (trimmed, and every node
-		// with direct routing) include what the policy agent reads.
 		maps.Copy(byObject, proxy.CacheOptions(f.nodeName, f.directRouting))
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

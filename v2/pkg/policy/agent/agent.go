@@ -23,7 +23,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -312,14 +311,14 @@ func (a *Agent) nodeChanged(ctx context.Context, obj any) {
 
 // CacheOptions are the cache settings the agent needs, to merge into the
 // manager's: Pods trimmed to what policies read (every pod of the cluster
-// is a possible peer), and the node's own Node (for its NAT loopback and
-// addresses) unless the caller already caches Nodes.
-func CacheOptions(nodeName string) map[client.Object]ctrlcache.ByObject {
+// is a possible peer). The agent reads its own Node from whatever the
+// manager caches of Nodes (all of them for direct routing, only this one
+// for the service proxy): it sets nothing for them, since a cache has one
+// setting per type and a narrower one would hide the other nodes from
+// direct routing.
+func CacheOptions() map[client.Object]ctrlcache.ByObject {
 	return map[client.Object]ctrlcache.ByObject{
 		&corev1.Pod{}: {Transform: TrimPod},
-		&corev1.Node{}: {
-			Field: fields.OneTermEqualSelector("metadata.name", nodeName),
-		},
 	}
 }
 
