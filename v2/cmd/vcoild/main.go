@@ -323,6 +323,12 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 	var policies daemon.PodPolicies
+	if !f.policies.enabled && vppDP == nil {
+		// Rules an earlier vcoild left would go on filtering.
+		if err := polnft.RemoveTable(ctx, f.netns, ""); err != nil {
+			return fmt.Errorf("--network-policies=false: %w", err)
+		}
+	}
 	if f.policies.enabled {
 		a, err := setupPolicies(ctx, mgr, f, vppDP)
 		if err != nil {

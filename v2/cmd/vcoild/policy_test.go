@@ -153,4 +153,12 @@ func policiesHold(t *testing.T, n *node, nsName string, onVPP bool) {
 	if table := n.ns.Exec("nft", "list", "table", "inet", "vcoil-policy"); strings.Contains(table, srv.String()) {
 		t.Fatalf("the released address %s is still in the table:\n%s", srv, table)
 	}
+
+	// A vcoild told to leave policies to another agent removes the table.
+	n.kill()
+	n.args = append(n.args, "--network-policies=false")
+	n.start()
+	if out := n.ns.Exec("nft", "list", "tables"); strings.Contains(out, "vcoil-policy") {
+		t.Fatalf("--network-policies=false left the table:\n%s", out)
+	}
 }

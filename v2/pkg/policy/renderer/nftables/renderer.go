@@ -1059,3 +1059,27 @@ func parsePorts(s string) (renderer.PortRange, error) {
 	}
 	return renderer.PortRange{First: uint16(a), Last: uint16(b)}, nil
 }
+
+// RemoveTable deletes the renderer's table from the namespace at netnsPath
+// ("" = the process's own) if it exists: a node whose vcoild stopped
+// enforcing policies must not keep the rules an earlier one left.
+func RemoveTable(ctx context.Context, netnsPath, table string) error {
+	if table == "" {
+		table = constants.PolicyTable
+	}
+	k, err := openKernel(netnsPath, table)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	if _, err := k.nftCmd(ctx, "", "list", "table", "inet", table); err != nil {
+		if strings.Contains(err.Error(), "No such file or directory") {
+			return nil
+		}
+		return fmt.Errorf("look for table inet %s: %w", table, err)
+	}
+	if _, err := k.nftCmd(ctx, "", "delete", "table", "inet", table); err != nil {
+		return fmt.Errorf("delete table inet %s: %w", table, err)
+	}
+	return nil
+}

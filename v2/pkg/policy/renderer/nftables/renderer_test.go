@@ -187,3 +187,24 @@ func TestGroupsWithoutPodsStayIdleForReuseUpToALimit(t *testing.T) {
 		t.Fatalf("%d group chains after a resync, want 1", got)
 	}
 }
+
+func TestRemoveTableDeletesWhatAnEarlierVcoildLeft(t *testing.T) {
+	netnstest.RequireRoot(t)
+	n := netnstest.New(t, "polrm")
+	// Nothing to remove: no error.
+	if err := RemoveTable(t.Context(), n.Path(), ""); err != nil {
+		t.Fatal(err)
+	}
+	r := newRenderer(t, n)
+	txn := renderer.Txn{Resync: true, Pods: []renderer.PodRules{{Pod: renderer.PodID{Namespace: "ns", Name: "a"},
+		IPs: []netip.Addr{addr("10.0.0.1")}, Ingress: list(permit(renderer.Ingress, "10.1.0.0/16", renderer.ProtocolAny, renderer.AnyPort))}}}
+	if err := r.Render(t.Context(), txn); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveTable(t.Context(), n.Path(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := n.TryExec(t.Context(), "nft", "list", "tables"); err != nil || strings.Contains(out, "vcoil-policy") {
+		t.Fatalf("the table is left: %q %v", out, err)
+	}
+}
