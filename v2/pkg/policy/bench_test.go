@@ -119,7 +119,7 @@ func benchCluster() *oracle.Cluster {
 }
 
 // benchPipeline is the stack of one node with one renderer cache (tables
-// on the pods' Ingress, as the VPP ACL renderer will use).
+// on the pods' Ingress, as the VPP ACL renderer uses).
 func benchPipeline(b *testing.B, c *oracle.Cluster) (*pcache.Cache, *cacheOnly) {
 	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
 	if err != nil {
