@@ -7,7 +7,6 @@ import (
 	"log"
 	"maps"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -19,10 +18,10 @@ import (
 	"go.fd.io/govpp/binapi/acl_types"
 	"go.fd.io/govpp/binapi/memclnt"
 	"go.fd.io/govpp/binapi/vlib"
-	"go.fd.io/govpp/codec"
 	"go.fd.io/govpp/core"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
 func TestMain(m *testing.M) {
@@ -39,6 +38,7 @@ func TestMain(m *testing.M) {
 // Every request and every SetACLLists call goes into one log, in order.
 type fakeVPP struct {
 	t       *testing.T
+	mock    *vpptest.Mock
 	adapter *mock.VppAdapter
 	conn    *core.Connection
 
@@ -57,19 +57,9 @@ type fakeVPP struct {
 	failLists func([]vpp.ACLSetting) error
 }
 
-var replyOf, requestOf = func() (map[string]func() api.Message, map[string]func() api.Message) {
-	rep, req := map[string]func() api.Message{}, map[string]func() api.Message{}
-	msgs := Messages()
-	for i := 0; i < len(msgs); i += 2 {
-		q, r := reflect.TypeOf(msgs[i]).Elem(), reflect.TypeOf(msgs[i+1]).Elem()
-		req[msgs[i].GetMessageName()] = func() api.Message { return reflect.New(q).Interface().(api.Message) }
-		rep[msgs[i].GetMessageName()] = func() api.Message { return reflect.New(r).Interface().(api.Message) }
-	}
-	return rep, req
-}()
-
 func newFakeVPP(t *testing.T) *fakeVPP {
-	f := &fakeVPP{t: t, adapter: mock.NewVppAdapter(), acls: map[uint32]*acl.ACLAddReplace{},
+	m := vpptest.NewMock(t, Messages())
+	f := &fakeVPP{t: t, mock: m, adapter: m.Adapter, acls: map[uint32]*acl.ACLAddReplace{},
 		lists: map[string]vpp.ACLLists{}, inc: 1, uplink: 1}
 	f.adapter.MockReplyHandler(f.handle)
 	conn, err := core.Connect(f.adapter)
@@ -93,17 +83,11 @@ func (f *fakeVPP) restart() {
 
 func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 	// The mock adapter gives control_ping a fixed ID without a name.
-	if dto.MsgName == "control_ping" || dto.MsgID == 100 {
-		return f.reply(dto, &memclnt.ControlPingReply{}, 0)
+	if vpptest.IsControlPing(dto) {
+		return f.mock.Reply(dto, &memclnt.ControlPingReply{}, 0)
 	}
-	newReq, ok := requestOf[dto.MsgName]
+	req, ok := f.mock.Decode(dto)
 	if !ok {
-		f.t.Errorf("fake VPP: unexpected message %s", dto.MsgName)
-		return nil, 0, false
-	}
-	req := newReq()
-	if err := codec.DecodeMsg(dto.Data, req); err != nil {
-		f.t.Errorf("fake VPP: decode %s: %v", dto.MsgName, err)
 		return nil, 0, false
 	}
 	f.mu.Lock()
@@ -124,11 +108,11 @@ func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 	if f.fail != nil {
 		rv = f.fail(req)
 	}
-	reply := replyOf[dto.MsgName]()
+	reply := f.mock.NewReply(dto.MsgName)
 	if rv == 0 {
 		rv = f.apply(req, reply)
 	}
-	return f.reply(dto, reply, rv)
+	return f.mock.Reply(dto, reply, rv)
 }
 
 func (f *fakeVPP) apply(req, reply api.Message) api.VPPApiError {
@@ -165,19 +149,6 @@ func (f *fakeVPP) apply(req, reply api.Message) api.VPPApiError {
 		f.free = append(f.free, m.ACLIndex)
 	}
 	return 0
-}
-
-func (f *fakeVPP) reply(dto mock.MessageDTO, reply api.Message, rv api.VPPApiError) ([]byte, uint16, bool) {
-	if rv != 0 {
-		reflect.ValueOf(reply).Elem().FieldByName("Retval").SetInt(int64(rv))
-	}
-	data, err := f.adapter.ReplyBytes(dto, reply)
-	if err != nil {
-		f.t.Errorf("fake VPP: encode %s: %v", reply.GetMessageName(), err)
-		return nil, 0, false
-	}
-	id, _ := f.adapter.GetMsgID(reply.GetMessageName(), reply.GetCrcString())
-	return data, id, true
 }
 
 // Channel and SetACLLists make the fake the renderer's Dataplane.

@@ -20,10 +20,10 @@ import (
 	"go.fd.io/govpp/binapi/memclnt"
 	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/nat_types"
-	"go.fd.io/govpp/codec"
 	"go.fd.io/govpp/core"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
 func TestMain(m *testing.M) {
@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 // records every request (control pings aside).
 type fakeVPP struct {
 	t       *testing.T
+	mock    *vpptest.Mock
 	adapter *mock.VppAdapter
 	conn    *core.Connection
 
@@ -56,21 +57,9 @@ type fakeVPP struct {
 	fail func(api.Message) api.VPPApiError
 }
 
-// replyOf maps each request name to a new reply (from Messages(), which
-// lists requests and replies in pairs).
-var replyOf, requestOf = func() (map[string]func() api.Message, map[string]func() api.Message) {
-	rep, req := map[string]func() api.Message{}, map[string]func() api.Message{}
-	msgs := Messages()
-	for i := 0; i < len(msgs); i += 2 {
-		q, r := reflect.TypeOf(msgs[i]).Elem(), reflect.TypeOf(msgs[i+1]).Elem()
-		req[msgs[i].GetMessageName()] = func() api.Message { return reflect.New(q).Interface().(api.Message) }
-		rep[msgs[i].GetMessageName()] = func() api.Message { return reflect.New(r).Interface().(api.Message) }
-	}
-	return rep, req
-}()
-
 func newFakeVPP(t *testing.T) *fakeVPP {
-	f := &fakeVPP{t: t, adapter: mock.NewVppAdapter(),
+	m := vpptest.NewMock(t, Messages())
+	f := &fakeVPP{t: t, mock: m, adapter: m.Adapter,
 		lb: map[mappingKey]*nat44_ed.Nat44AddDelLbStaticMapping{}, static: map[mappingKey]*nat44_ed.Nat44AddDelStaticMappingV2{},
 		acls: map[uint32]*acl.ACLAddReplace{}, nextACL: 3}
 	f.adapter.MockReplyHandler(f.handle)
@@ -85,17 +74,11 @@ func newFakeVPP(t *testing.T) *fakeVPP {
 
 func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 	// The mock adapter gives control_ping a fixed ID without a name.
-	if dto.MsgName == "control_ping" || dto.MsgID == 100 {
-		return f.reply(dto, &memclnt.ControlPingReply{}, 0)
+	if vpptest.IsControlPing(dto) {
+		return f.mock.Reply(dto, &memclnt.ControlPingReply{}, 0)
 	}
-	newReq, ok := requestOf[dto.MsgName]
+	req, ok := f.mock.Decode(dto)
 	if !ok {
-		f.t.Errorf("fake VPP: unexpected message %s", dto.MsgName)
-		return nil, 0, false
-	}
-	req := newReq()
-	if err := codec.DecodeMsg(dto.Data, req); err != nil {
-		f.t.Errorf("fake VPP: decode %s: %v", dto.MsgName, err)
 		return nil, 0, false
 	}
 	f.mu.Lock()
@@ -112,24 +95,11 @@ func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 	if f.fail != nil {
 		rv = f.fail(req)
 	}
-	reply := replyOf[dto.MsgName]()
+	reply := f.mock.NewReply(dto.MsgName)
 	if rv == 0 {
 		rv = f.apply(req, reply)
 	}
-	return f.reply(dto, reply, rv)
-}
-
-func (f *fakeVPP) reply(dto mock.MessageDTO, reply api.Message, rv api.VPPApiError) ([]byte, uint16, bool) {
-	if rv != 0 {
-		reflect.ValueOf(reply).Elem().FieldByName("Retval").SetInt(int64(rv))
-	}
-	data, err := f.adapter.ReplyBytes(dto, reply)
-	if err != nil {
-		f.t.Errorf("fake VPP: encode %s: %v", reply.GetMessageName(), err)
-		return nil, 0, false
-	}
-	id, _ := f.adapter.GetMsgID(reply.GetMessageName(), reply.GetCrcString())
-	return data, id, true
+	return f.mock.Reply(dto, reply, rv)
 }
 
 // dump answers the dump requests.
