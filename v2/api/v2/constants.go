@@ -40,6 +40,21 @@ const (
 	// none (vcoil-controller --default-lb-pool changes it).
 	DefaultLBPool = "default-lb"
 
+	// AnnotationEgressPrefix starts the annotation that makes a pod a client
+	// of Egresses: egress.vcoil.io/<egress namespace> set to the names of
+	// Egresses of that namespace, comma separated.
+	AnnotationEgressPrefix = "egress.vcoil.io/"
+	// LabelEgress on an Egress's Deployment, pods, Service and
+	// PodDisruptionBudget holds the Egress's name.
+	LabelEgress = "vcoil.io/egress"
+	// EgressContainer is the name of vcoil's container in router pods.
+	EgressContainer = "egress"
+	// EgressFoUPort and EgressVXLANPort are the UDP ports router pods and
+	// client pods receive tunnelled packets on, and the ports of an
+	// Egress's Service.
+	EgressFoUPort   = 5555
+	EgressVXLANPort = 4789
+
 	// DefaultPool is the pool used when a namespace names none. Its first block
 	// on a node is the node's node subnet.
 	DefaultPool = "default"
