@@ -22,3 +22,8 @@ func errorCode(err error) cnirpc.ErrorCode {
 // errPolicies marks an ADD that failed because the pod's network policies
 // could not be applied: the pod is undone and the kubelet retries.
 var errPolicies = errors.New("apply network policies")
+
+// errEgress marks an ADD that failed because the tunnels of the Egresses the
+// pod names could not be set up in its netns: started anyway, the pod's
+// traffic to the Egresses' destinations would leave un-NATed.
+var errEgress = errors.New("set up egress")

@@ -48,6 +48,14 @@ type PodPolicies interface {
 	PodReleased(ctx context.Context, namespace, name string)
 }
 
+// PodEgress is the Egress client side as the CNI service sees it
+// (egress/agent.Agent): a new pod's tunnels are set up before its ADD
+// returns; a released pod is forgotten.
+type PodEgress interface {
+	PodAdded(ctx context.Context, namespace, name, netns string, ips []netip.Addr) error
+	PodReleased(ctx context.Context, namespace, name string)
+}
+
 // vcoild reads namespaces for their pool annotation (role "daemon").
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
@@ -60,6 +68,7 @@ type Server struct {
 	store      *checkpoint.Store
 	namespaces client.Reader
 	policies   PodPolicies
+	egress     PodEgress
 	nodeName   string
 	metrics    *Metrics
 	log        logr.Logger
@@ -80,12 +89,14 @@ type Config struct {
 	Log        logr.Logger
 	// Policies may be nil: no NetworkPolicies are enforced.
 	Policies PodPolicies
+	// Egress may be nil: no Egress client side.
+	Egress PodEgress
 }
 
 // NewServer returns the CNI service.
 func NewServer(cfg Config) *Server {
 	return &Server{
-		ipam: cfg.IPAM, dp: cfg.Dataplane, store: cfg.Store, namespaces: cfg.Namespaces, policies: cfg.Policies,
+		ipam: cfg.IPAM, dp: cfg.Dataplane, store: cfg.Store, namespaces: cfg.Namespaces, policies: cfg.Policies, egress: cfg.Egress,
 		nodeName: cfg.NodeName, metrics: cfg.Metrics, log: cfg.Log,
 		keys: newKeyLock(), now: time.Now,
 	}
@@ -150,20 +161,31 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	pod.MTU = conf.MTU
 	pod.PortMappings = portMappings
 	ifs, err := s.dp.SetupPod(ctx, pod)
+	var ips []netip.Addr
+	for _, a := range []netip.Addr{entry.IPv4, entry.IPv6} {
+		if a.IsValid() {
+			ips = append(ips, a)
+		}
+	}
 	if err == nil && s.policies != nil {
 		// The pod's rules are in before its first packet: its containers
 		// start only after ADD returns.
-		var ips []netip.Addr
-		for _, a := range []netip.Addr{entry.IPv4, entry.IPv6} {
-			if a.IsValid() {
-				ips = append(ips, a)
-			}
-		}
 		if perr := s.policies.PodAdded(ctx, pod.Namespace, pod.Name, ips); perr != nil {
 			if !found {
 				s.policies.PodReleased(ctx, pod.Namespace, pod.Name)
 			}
 			err = fmt.Errorf("%w: %w", errPolicies, perr)
+		}
+	}
+	if err == nil && s.egress != nil {
+		if eerr := s.egress.PodAdded(ctx, pod.Namespace, pod.Name, args.Netns, ips); eerr != nil {
+			if !found {
+				s.egress.PodReleased(ctx, pod.Namespace, pod.Name)
+				if s.policies != nil {
+					s.policies.PodReleased(ctx, pod.Namespace, pod.Name)
+				}
+			}
+			err = fmt.Errorf("%w: %w", errEgress, eerr)
 		}
 	}
 	if err != nil {
@@ -178,7 +200,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 				}
 			}
 		}
-		if errors.Is(err, errPolicies) {
+		if errors.Is(err, errPolicies) || errors.Is(err, errEgress) {
 			return nil, cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "pod interface %s: %v", key(args.ContainerId, args.Ifname), err)
 		}
 		return nil, cniError(dataplaneCode(err), "", "wire pod interface %s with %s dataplane: %v", key(args.ContainerId, args.Ifname), s.dp.Name(), err)
@@ -237,6 +259,9 @@ func (s *Server) release(ctx context.Context, entry checkpoint.Entry, found bool
 	log := s.log.WithValues("containerID", entry.ContainerID, "ifname", entry.IfName)
 	if s.policies != nil && entry.Name != "" {
 		s.policies.PodReleased(ctx, entry.Namespace, entry.Name)
+	}
+	if s.egress != nil && entry.Name != "" {
+		s.egress.PodReleased(ctx, entry.Namespace, entry.Name)
 	}
 	s.freeOrLog(ctx, log, allocationOf(entry))
 	if err := s.store.Delete(entry.ContainerID, entry.IfName); err != nil {

@@ -544,3 +544,71 @@ func TestPoliciesAreAppliedBeforeADDReturnsOrTheADDIsUndone(t *testing.T) {
 		t.Fatalf("policy calls %q: the undone pod must be released", pol.calls)
 	}
 }
+
+type recordingEgress struct {
+	mu    sync.Mutex
+	fail  error
+	calls []string
+}
+
+func (e *recordingEgress) PodAdded(_ context.Context, namespace, name, netns string, ips []netip.Addr) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls = append(e.calls, fmt.Sprintf("added %s/%s %s %v", namespace, name, netns, ips))
+	return e.fail
+}
+
+func (e *recordingEgress) PodReleased(_ context.Context, namespace, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls = append(e.calls, fmt.Sprintf("released %s/%s", namespace, name))
+}
+
+// TestEgressIsSetUpBeforeADDReturnsOrTheADDIsUndone: ADD hands the Egress
+// client side the pod's netns and addresses after its policies; when the
+// tunnels cannot be set up the ADD fails (try again later), the policies
+// and the egress side forget the pod, and nothing is left.
+func TestEgressIsSetUpBeforeADDReturnsOrTheADDIsUndone(t *testing.T) {
+	ensureNode(t, "node-eg")
+	dp := newFakeDataplane()
+	n := startNode(t, "node-eg", t.TempDir(), dp)
+	pol := &recordingPolicies{}
+	eg := &recordingEgress{}
+	n.srv.policies, n.srv.egress = pol, eg
+
+	args := n.args("e0000001", "plain")
+	r := n.add(t, "e0000001", "plain")
+	want := fmt.Sprintf("added plain/pod-e0000001 %s [%s %s]", args.Netns, r.IPs[0].Address.IP, r.IPs[1].Address.IP)
+	if len(eg.calls) != 1 || eg.calls[0] != want {
+		t.Fatalf("egress calls %q, want [%q]", eg.calls, want)
+	}
+	if _, err := n.srv.Del(context.Background(), n.args("e0000001", "plain")); err != nil {
+		t.Fatal(err)
+	}
+	if len(eg.calls) != 2 || eg.calls[1] != "released plain/pod-e0000001" {
+		t.Fatalf("egress calls after DEL %q", eg.calls)
+	}
+
+	pol.calls, eg.calls, eg.fail = nil, nil, errors.New("netlink: vxlan device: operation not permitted")
+	_, err := n.srv.Add(context.Background(), n.args("e0000002", "plain"))
+	if cniCode(err) != cnirpc.ErrorCode_TRY_AGAIN_LATER || !strings.Contains(err.Error(), "vxlan device") || !strings.Contains(err.Error(), "set up egress") {
+		t.Fatalf("ADD whose egress fails: %v, want TRY_AGAIN_LATER naming the reason", err)
+	}
+	if _, found, _ := n.srv.store.Get("e0000002", "eth0"); found {
+		t.Fatal("checkpoint entry left")
+	}
+	if len(dp.pods) != 0 {
+		t.Fatalf("the dataplane still holds %d pods", len(dp.pods))
+	}
+	for _, b := range n.ipam.Blocks() {
+		if b.InUse != 0 {
+			t.Fatalf("block %s has %d addresses in use", b.Name, b.InUse)
+		}
+	}
+	if len(eg.calls) != 2 || eg.calls[1] != "released plain/pod-e0000002" {
+		t.Fatalf("egress calls %q: the undone pod must be released", eg.calls)
+	}
+	if len(pol.calls) != 2 || pol.calls[1] != "released plain/pod-e0000002" {
+		t.Fatalf("policy calls %q: the undone pod's policies must be released", pol.calls)
+	}
+}

@@ -39,6 +39,9 @@ type Options struct {
 	// Policies, when set, applies a new pod's network policies before its
 	// ADD returns (package policy/agent).
 	Policies PodPolicies
+	// Egress, when set, sets up the tunnels of the Egresses a new pod
+	// names before its ADD returns (package egress/agent).
+	Egress PodEgress
 }
 
 // CheckpointDir is where vcoild keeps its checkpoint under its state
@@ -82,7 +85,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 	srv := NewServer(Config{
 		IPAM: im, Dataplane: opts.Dataplane, Store: store, Namespaces: mgr.GetClient(),
 		NodeName: opts.NodeName, Metrics: metrics, Log: log.WithName("cni"),
-		Policies: opts.Policies,
+		Policies: opts.Policies, Egress: opts.Egress,
 	})
 	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{})}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}
