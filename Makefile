@@ -22,7 +22,7 @@ GENERATED_DIRS := v2/api v2/config v2/pkg/cnirpc
 tool = $(1)=$$($(GO) -C hack/tools tool -n $(1))
 # Test output (go test -json of every run) for the summary at the end.
 TEST_OUT ?= _out/test
-PROGRAMS := vcoil vcoild vcoil-controller
+PROGRAMS := vcoil vcoild vcoil-controller vcoil-egress
 
 K8S_MAJOR := $(word 1,$(subst ., ,$(K8S_VERSION)))
 K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
