@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,6 +64,48 @@ func TestServeAndConnect(t *testing.T) {
 	}
 	if _, err := connectHTTP(addr(httpPort), "/nothing-here", 2*time.Second); !errors.Is(err, errWrongAnswer) {
 		t.Errorf("http to a missing path: %v, want a wrong answer", err)
+	}
+
+	// An upload of 1 MiB: the answer names every byte and the client.
+	body, err = uploadHTTP(addr(httpPort), 1<<20, 5*time.Second)
+	if err != nil {
+		t.Fatalf("upload: %v (answer %q)", err, body)
+	}
+	var u uploaded
+	if err := json.Unmarshal([]byte(body), &u); err != nil || u.Bytes != 1<<20 || len(u.SHA256) != 64 || !strings.HasPrefix(u.Client, "127.0.0.1:") {
+		t.Errorf("upload answer: %q (%v)", body, err)
+	}
+	// Through the command, as the end-to-end tests run it.
+	var out strings.Builder
+	cmd := connectCommand()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"http", addr(httpPort), "--upload", "1000", "--timeout", "5s"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("connect http --upload: %v", err)
+	}
+	if err := json.Unmarshal([]byte(out.String()), &u); err != nil || u.Bytes != 1000 {
+		t.Errorf("connect http --upload 1000 printed %q (%v)", out.String(), err)
+	}
+}
+
+// TestUploadChecksTheServersCount: a server that got fewer bytes, or other
+// bytes, than were sent is a wrong answer.
+func TestUploadChecksTheServersCount(t *testing.T) {
+	for name, answer := range map[string]func(n int64, sum string) uploaded{
+		"fewer bytes": func(n int64, sum string) uploaded { return uploaded{Bytes: n - 1, SHA256: sum} },
+		"other bytes": func(n int64, _ string) uploaded { return uploaded{Bytes: n, SHA256: strings.Repeat("0", 64)} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h := sha256.New()
+				n, _ := io.Copy(h, r.Body)
+				_ = json.NewEncoder(w).Encode(answer(n, hex.EncodeToString(h.Sum(nil))))
+			}))
+			defer srv.Close()
+			if _, err := uploadHTTP(strings.TrimPrefix(srv.URL, "http://"), 4096, 5*time.Second); !errors.Is(err, errWrongAnswer) {
+				t.Errorf("upload to a server that answers %s: %v, want a wrong answer", name, err)
+			}
+		})
 	}
 }
 

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +32,7 @@ func connectCommand() *cobra.Command {
 		timeout time.Duration
 		message string
 		path    string
+		upload  int64
 	)
 	cmd := &cobra.Command{
 		Use:   "connect tcp|udp|http HOST:PORT",
@@ -51,7 +56,11 @@ func connectCommand() *cobra.Command {
 			case "udp":
 				answer, err = connectUDP(args[1], message, timeout)
 			case "http":
-				answer, err = connectHTTP(args[1], path, timeout)
+				if upload > 0 {
+					answer, err = uploadHTTP(args[1], upload, timeout)
+				} else {
+					answer, err = connectHTTP(args[1], path, timeout)
+				}
 			default:
 				return usageError{fmt.Errorf("protocol %q: want tcp, udp or http", args[0])}
 			}
@@ -64,6 +73,7 @@ func connectCommand() *cobra.Command {
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "give up after this long")
 	cmd.Flags().StringVar(&message, "message", "", `what to send to an echo server (default "hello from HOSTNAME")`)
 	cmd.Flags().StringVar(&path, "path", "/", "HTTP path")
+	cmd.Flags().Int64Var(&upload, "upload", 0, "http: POST this many bytes to /upload and check the count and SHA-256 the server answers")
 	return cmd
 }
 
@@ -130,4 +140,44 @@ func connectHTTP(addr, path string, timeout time.Duration) (string, error) {
 		return string(body), fmt.Errorf("%w: HTTP status %s", errWrongAnswer, resp.Status)
 	}
 	return string(body), nil
+}
+
+// uploadHTTP posts size pseudo-random bytes to /upload and checks that the
+// server received them all, unchanged: a tunnel that loses or garbles
+// large packets (an MTU too large for the encapsulation) fails here even
+// when a small GET works.
+func uploadHTTP(addr string, size int64, timeout time.Duration) (string, error) {
+	h := sha256.New()
+	var seed [32]byte // another stream each run
+	for i := range seed {
+		seed[i] = byte(rand.Uint32())
+	}
+	body := io.TeeReader(io.LimitReader(rand.NewChaCha8(seed), size), h)
+	client := &http.Client{Timeout: timeout}
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/upload", body)
+	if err != nil {
+		return "", err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxMessage))
+	if err != nil {
+		return string(answer), err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(answer), fmt.Errorf("%w: HTTP status %s", errWrongAnswer, resp.Status)
+	}
+	var got uploaded
+	if err := json.Unmarshal(answer, &got); err != nil {
+		return string(answer), fmt.Errorf("%w: %v", errWrongAnswer, err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); got.Bytes != size || got.SHA256 != sum {
+		return string(answer), fmt.Errorf("%w: the server got %d bytes with SHA-256 %s, sent %d with %s", errWrongAnswer, got.Bytes, got.SHA256, size, sum)
+	}
+	return string(answer), nil
 }

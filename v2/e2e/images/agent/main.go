@@ -2,13 +2,15 @@
 // demo (image vcoil-e2e-agent:lab). One side serves, the other connects:
 //
 //	agent serve [--tcp PORT] [--udp PORT] [--http PORT]
-//	agent connect tcp|udp|http HOST:PORT [--timeout 2s] [--message TEXT] [--path /]
+//	agent connect tcp|udp|http HOST:PORT [--timeout 2s] [--message TEXT] [--path /] [--upload BYTES]
 //	agent routes [--table N]
 //
 // The TCP and UDP servers echo what they receive; the HTTP server answers
 // GET / with {"hostname": ..., "client": "IP:PORT"} (the client's source
 // address as the server sees it), GET /hostname and GET /clientip with those
-// alone. connect prints what the server answered and exits 0 when the answer
+// alone, and POST /upload with {"bytes": N, "client": "IP:PORT", "sha256":
+// HEX} of the body it read (connect http --upload BYTES sends that many
+// bytes and checks the count and hash). connect prints what the server answered and exits 0 when the answer
 // is right (the echo equals the message; HTTP status 200), 1 when the
 // connection failed or the answer is wrong, 2 on a usage error. routes prints
 // a routing table of the agent's network namespace (of the node, in a

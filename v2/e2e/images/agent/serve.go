@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,8 +120,29 @@ type whoami struct {
 	Client   string `json:"client"`
 }
 
+// uploaded is the answer of POST /upload: what the server received, so
+// that the client checks that every byte went through, and from which
+// source address.
+type uploaded struct {
+	Bytes  int64  `json:"bytes"`
+	Client string `json:"client"`
+	SHA256 string `json:"sha256"`
+}
+
 func httpHandler(hostname string) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /upload", func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, err := io.Copy(h, r.Body)
+		if err != nil {
+			log.Printf("http upload from %s: %d bytes, then %v", r.RemoteAddr, n, err)
+			http.Error(w, fmt.Sprintf("read the body after %d bytes: %v", n, err), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(uploaded{Bytes: n, Client: r.RemoteAddr, SHA256: hex.EncodeToString(h.Sum(nil))})
+		log.Printf("http upload from %s: %d bytes", r.RemoteAddr, n)
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(whoami{Hostname: hostname, Client: r.RemoteAddr})
