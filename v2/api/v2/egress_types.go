@@ -21,12 +21,13 @@ type EgressSpec struct {
 	// +listType=atomic
 	Destinations []string `json:"destinations"`
 
-	// Replicas is the number of router pods.
+	// Replicas is the number of router pods (1 when absent; 0 is kept, so
+	// that an Egress may be scaled to zero).
 	//
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +optional
-	Replicas int32 `json:"replicas,omitempty"`
+	Replicas *int32 `json:"replicas,omitempty"`
 
 	// Strategy is the router Deployment's update strategy.
 	//
