@@ -39,6 +39,7 @@ type flags struct {
 	podIPs                      []string
 	metricsAddr, healthAddr     string
 	fou                         string
+	netns                       string
 }
 
 func main() {
@@ -62,6 +63,7 @@ func main() {
 	fs.StringSliceVar(&f.podIPs, "pod-ip", envList("POD_IP"), "this router pod's address (repeatable; default $POD_IP); used when the pod cannot be read")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", fmt.Sprintf(":%d", constants.EgressMetricsPort), "address of the Prometheus /metrics endpoint")
 	fs.StringVar(&f.healthAddr, "health-addr", fmt.Sprintf(":%d", constants.EgressHealthPort), "address of /healthz and /readyz")
+	fs.StringVar(&f.netns, "netns", "", "network namespace (path) to set up, when it is not the program's own: for tests")
 	fs.StringVar(&f.fou, "fou", "auto", "accept FoU tunnels besides VXLAN: auto (when the kernel has the fou and ipip modules), on (fail without them) or off")
 	goFlags := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
@@ -102,7 +104,7 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 
-	router := egress.NewRouter(egress.RouterConfig{Egress: eg, PodIPs: podIPs, FoU: useFoU}, ctrl.Log.WithName("router"))
+	router := egress.NewRouter(egress.RouterConfig{Egress: eg, PodIPs: podIPs, NetnsPath: f.netns, FoU: useFoU}, ctrl.Log.WithName("router"))
 	if err := router.Setup(ctx); err != nil {
 		return fmt.Errorf("set up the router of egress %s: %w", eg, err)
 	}
