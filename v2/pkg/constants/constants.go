@@ -138,3 +138,24 @@ const (
 // policy/renderer/nftables); nothing else may write to it. docs/policy.md
 // documents it.
 const PolicyTable = "vcoil-policy"
+
+// Egress router pods, which vcoil-controller runs for every Egress.
+// docs/vcoil-controller.md documents them; change both together.
+const (
+	// EgressImage is the router pods' image when neither --egress-image nor
+	// VCOIL_IMAGE (the controller's own image) names one.
+	EgressImage = "ghcr.io/vcoil/vcoil:latest"
+	// EgressCommand is the router program in the image.
+	EgressCommand = "/vcoil-egress"
+	// EgressMetricsPort and EgressHealthPort are the router's /metrics and
+	// /readyz ports.
+	EgressMetricsPort = 8080
+	EgressHealthPort  = 8081
+	// EgressServiceAccount is the router pods' ServiceAccount in every
+	// namespace holding Egresses; EgressClusterRole (installed with vcoil)
+	// gives it what routers read, through the ClusterRoleBinding
+	// EgressClusterRoleBinding that vcoil-controller keeps.
+	EgressServiceAccount     = "vcoil-egress"
+	EgressClusterRole        = "vcoil-egress"
+	EgressClusterRoleBinding = "vcoil-egress"
+)
