@@ -20,6 +20,18 @@ type Options struct {
 	// LoadBalancer configures the addresses of Services of type
 	// LoadBalancer.
 	LoadBalancer LoadBalancerOptions
+	// Egress configures the routers of Egresses.
+	Egress EgressOptions
+}
+
+// EgressOptions configure the Egress reconciler.
+type EgressOptions struct {
+	// Enabled runs the router pods of Egresses. The Egress webhooks are
+	// served with the others whatever it says: the webhook configuration
+	// names them, and Egress writes would fail without them.
+	Enabled bool
+	// Image is the router pods' image.
+	Image string
 }
 
 // LoadBalancerOptions configure the LoadBalancer address allocator.
@@ -54,6 +66,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.LoadBalancer.Enabled && opts.LoadBalancer.DefaultPool == "" {
 		return fmt.Errorf("the LoadBalancer allocator needs a default pool name")
 	}
+	if opts.Egress.Enabled && opts.Egress.Image == "" {
+		return fmt.Errorf("the Egress reconciler needs a router image")
+	}
 	if err := (&BlockRequestReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -84,9 +99,23 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return fmt.Errorf("set up the LoadBalancer pool reconciler: %w", err)
 		}
 	}
+	if opts.Egress.Enabled {
+		if err := (&EgressReconciler{
+			Client:    mgr.GetClient(),
+			APIReader: mgr.GetAPIReader(),
+			Scheme:    mgr.GetScheme(),
+			Recorder:  mgr.GetEventRecorder("vcoil-controller"),
+			Image:     opts.Egress.Image,
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the egress reconciler: %w", err)
+		}
+	}
 	if opts.Webhooks {
 		if err := (&AddressPoolWebhook{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up the address pool webhooks: %w", err)
+		}
+		if err := (&EgressWebhook{}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the egress webhooks: %w", err)
 		}
 	}
 	return nil

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{Webhooks: true, DualStackServices: true}, &env, startWebhookServer)
 }
 
-// startWebhookServer serves the AddressPool webhooks for every test.
+// startWebhookServer serves the AddressPool and Egress webhooks for every test.
 func startWebhookServer(ctx context.Context, e *testenv.Env) (func(), error) {
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
@@ -50,6 +50,9 @@ func startWebhookServer(ctx context.Context, e *testenv.Env) (func(), error) {
 		return nil, err
 	}
 	if err := (&AddressPoolWebhook{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&EgressWebhook{}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	done := make(chan struct{})
