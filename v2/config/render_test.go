@@ -124,6 +124,27 @@ func TestDefaultOverlayRenders(t *testing.T) {
 	if role.Namespace != "kube-system" {
 		t.Errorf("role namespace = %s", role.Namespace)
 	}
+
+	// The routers' role has the name vcoil-controller binds (and may bind:
+	// it holds bind on that name, not the role's rights).
+	egressRole := &rbacv1.ClusterRole{}
+	decode(t, m, "ClusterRole", constants.EgressClusterRole, egressRole)
+	if len(egressRole.Rules) != 3 {
+		t.Errorf("ClusterRole %s has %d rules, want pods, egresses and events", egressRole.Name, len(egressRole.Rules))
+	}
+	canBind := false
+	for _, rule := range cr.Rules {
+		if slices.Contains(rule.Resources, "clusterroles") && slices.Contains(rule.Verbs, "bind") &&
+			slices.Equal(rule.ResourceNames, []string{constants.EgressClusterRole}) {
+			canBind = true
+		}
+		if slices.Contains(rule.Resources, "pods") {
+			t.Errorf("vcoil-controller holds rights on pods: %+v", rule)
+		}
+	}
+	if !canBind {
+		t.Errorf("vcoil-controller cannot bind ClusterRole %s", constants.EgressClusterRole)
+	}
 }
 
 // On VPP nodes the conflist gives vcoil the portMappings capability instead
