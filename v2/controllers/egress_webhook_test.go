@@ -52,7 +52,9 @@ func TestEgressWebhookRejectsInvalidEgressesNamingTheField(t *testing.T) {
 			"spec.destinations[0]", "has host bits set; the network is 2001:db8::/64"},
 		{"an IPv4-mapped IPv6 network", with(func(e *vcoilv2.Egress) { e.Spec.Destinations = []string{"::ffff:203.0.113.0/120"} }),
 			"spec.destinations[0]", "write it as IPv4 (203.0.113.0/24)"},
-		{"overlapping destinations", with(func(e *vcoilv2.Egress) { e.Spec.Destinations = []string{"10.0.0.0/8", "203.0.113.0/24", "10.20.0.0/16"} }),
+		{"overlapping destinations", with(func(e *vcoilv2.Egress) {
+			e.Spec.Destinations = []string{"10.0.0.0/8", "203.0.113.0/24", "10.20.0.0/16"}
+		}),
 			"spec.destinations[2]", "overlaps destinations[0] (10.0.0.0/8)"},
 		{"more than 64 destinations", with(func(e *vcoilv2.Egress) { e.Spec.Destinations = many }),
 			"spec.destinations", "must have at most 64 items"},
