@@ -1,7 +1,8 @@
 // Command vcoil-controller answers BlockRequests with AddressBlocks, keeps
 // AddressPools and their metrics, collects the blocks of deleted nodes,
-// gives Services of type LoadBalancer their addresses and serves the
-// AddressPool webhooks. See docs/vcoil-controller.md.
+// gives Services of type LoadBalancer their addresses, runs the router pods
+// of Egresses and serves the AddressPool and Egress webhooks. See
+// docs/vcoil-controller.md.
 package main
 
 import (
@@ -12,7 +13,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -40,6 +45,8 @@ type flags struct {
 	lb                        bool
 	lbClassOnly               bool
 	defaultLBPool             string
+	egress                    bool
+	egressImage               string
 }
 
 func main() {
@@ -70,6 +77,8 @@ func main() {
 	fs.BoolVar(&f.lb, "lb", true, "give Services of type LoadBalancer addresses from LoadBalancer AddressPools")
 	fs.BoolVar(&f.lbClassOnly, "lb-class-only", false, "serve only LoadBalancer Services whose loadBalancerClass is "+vcoilv2.LoadBalancerClass+", not those without a class")
 	fs.StringVar(&f.defaultLBPool, "default-lb-pool", vcoilv2.DefaultLBPool, "LoadBalancer AddressPool of Services without the "+vcoilv2.AnnotationLBPool+" annotation")
+	fs.BoolVar(&f.egress, "egress", true, "run the router pods (Deployment, Service, PodDisruptionBudget) of Egresses")
+	fs.StringVar(&f.egressImage, "egress-image", envOr("VCOIL_IMAGE", constants.EgressImage), "image of the Egress router pods (default: $VCOIL_IMAGE, the controller's own image, when set)")
 	goFlags := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	fs.AddGoFlagSet(goFlags)
@@ -118,6 +127,10 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 
+	egressRouters, err := labels.Parse(vcoilv2.LabelEgress)
+	if err != nil {
+		return fmt.Errorf("parse the egress router selector: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
@@ -129,6 +142,12 @@ func run(ctx context.Context, f flags) error {
 		// The leader steps down on shutdown so that the other replica takes
 		// over at once rather than after the lease expires.
 		LeaderElectionReleaseOnCancel: true,
+		// Only the Deployments and PodDisruptionBudgets of Egress routers
+		// are cached, not every one in the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&appsv1.Deployment{}:            {Label: egressRouters},
+			&policyv1.PodDisruptionBudget{}: {Label: egressRouters},
+		}},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -147,6 +166,7 @@ func run(ctx context.Context, f flags) error {
 			ClassOnly:   f.lbClassOnly,
 			DefaultPool: f.defaultLBPool,
 		},
+		Egress: controllers.EgressOptions{Enabled: f.egress, Image: f.egressImage},
 	}); err != nil {
 		return err
 	}
@@ -159,6 +179,7 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	log.Info("starting vcoil-controller", "leaderElect", f.leaderElect, "namespace", f.namespace,
-		"lb", f.lb, "lbClassOnly", f.lbClassOnly, "defaultLBPool", f.defaultLBPool)
+		"lb", f.lb, "lbClassOnly", f.lbClassOnly, "defaultLBPool", f.defaultLBPool,
+		"egress", f.egress, "egressImage", f.egressImage)
 	return mgr.Start(ctx)
 }

@@ -16,10 +16,14 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -133,7 +137,8 @@ func leaseHolder(t *testing.T) string {
 // TestTwoReplicasWithTheirRBACElectALeaderAndFailOver runs the real program
 // twice, authenticated as its ServiceAccount with exactly the RBAC of the
 // default overlay: the replicas issue one shared webhook certificate, one of
-// them leads and answers requests, and when it stops the other takes over.
+// them leads and answers requests, and when it stops the other takes over
+// and makes an Egress's routers.
 func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	ctx := context.Background()
 	bin := gobuild.Program(t, "github.com/vcoil/vcoil/v2/cmd/vcoil-controller")
@@ -271,6 +276,58 @@ func TestTwoReplicasWithTheirRBACElectALeaderAndFailOver(t *testing.T) {
 	if !strings.Contains(standby.log.String(), "Successfully acquired lease") {
 		t.Fatal("the standby answered without leading")
 	}
+
+	// An Egress gets its routers, with exactly the rendered rights: the
+	// binding of the routers' role works through bind, without the role's
+	// own rights (pods).
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "egress-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	eg := &vcoilv2.Egress{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "nat"},
+		Spec:       vcoilv2.EgressSpec{Destinations: []string{"203.0.113.0/24"}, PodDisruptionBudget: &vcoilv2.EgressPDBSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1))}},
+	}
+	if err := env.Client.Create(ctx, eg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deleteObject(t, eg)
+		deleteObject(t, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: constants.EgressClusterRoleBinding}})
+	})
+	poll.Eventually(t, 30*time.Second, func() error {
+		key := client.ObjectKeyFromObject(eg)
+		dep := &appsv1.Deployment{}
+		if err := env.Client.Get(ctx, key, dep); err != nil {
+			return err
+		}
+		if img := dep.Spec.Template.Spec.Containers[0].Image; img != constants.EgressImage {
+			return fmt.Errorf("router image %s, want the default %s", img, constants.EgressImage)
+		}
+		for _, o := range []client.Object{&corev1.Service{}, &policyv1.PodDisruptionBudget{}} {
+			if err := env.Client.Get(ctx, key, o); err != nil {
+				return err
+			}
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: constants.EgressServiceAccount}, &corev1.ServiceAccount{}); err != nil {
+			return err
+		}
+		crb := &rbacv1.ClusterRoleBinding{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: constants.EgressClusterRoleBinding}, crb); err != nil {
+			return err
+		}
+		if len(crb.Subjects) != 1 || crb.Subjects[0].Namespace != ns.Name || crb.RoleRef.Name != constants.EgressClusterRole {
+			return fmt.Errorf("binding %+v", crb)
+		}
+		got := &vcoilv2.Egress{}
+		if err := env.Client.Get(ctx, key, got); err != nil {
+			return err
+		}
+		if got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("egress status %+v", got.Status)
+		}
+		return nil
+	})
 	for _, in := range []*instance{a, b} {
 		if log := in.log.String(); strings.Contains(log, "forbidden") {
 			t.Errorf("%s was refused by RBAC:\n%s", in.name, log)
