@@ -35,6 +35,8 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/cniinstall"
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/daemon"
+	"github.com/vcoil/vcoil/v2/pkg/egress"
+	egressagent "github.com/vcoil/vcoil/v2/pkg/egress/agent"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
@@ -61,6 +63,7 @@ type flags struct {
 	vpp                                   vppFlags
 	services                              serviceFlags
 	policies                              policyFlags
+	egress                                bool
 }
 
 // policyFlags configure NetworkPolicy enforcement (docs/policy.md).
@@ -142,6 +145,7 @@ func main() {
 	f.services.conntrack = conntrack.DefaultConfig()
 	fs.BoolVar(&f.policies.enabled, "network-policies", true, "enforce NetworkPolicies on this node's pods; false leaves them to another agent")
 	fs.BoolVar(&f.policies.logDrops, "policy-log-drops", false, "log packets that NetworkPolicies deny to the kernel log (nftables), at most ten a second")
+	fs.BoolVar(&f.egress, "egress", true, "set up the tunnels of the Egresses that this node's pods name (annotation egress.vcoil.io/<namespace>); false leaves them unserved")
 	fs.BoolVar(&f.services.enabled, "service-proxy", true, "render Services into the dataplane (replacing kube-proxy); false leaves them to another proxy")
 	fs.StringSliceVar(&f.services.serviceCIDRs, "service-cidr", nil, "the cluster's service CIDR (repeatable); on VPP, routed from the node into VPP so that the node's own processes reach cluster IPs")
 	fs.BoolVar(&f.services.removeKubeProxyTables, "remove-kube-proxy-tables", false, "at start, delete the nftables tables kube-proxy leaves behind (for a migration)")
@@ -266,7 +270,8 @@ func run(ctx context.Context, f flags) error {
 		// Only this node's requests; every block (for direct routes).
 		&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
 	}
-	if f.policies.enabled {
+	if f.policies.enabled || f.egress {
+		// Pods trimmed to what the policies and the egress side read.
 		maps.Copy(byObject, agent.CacheOptions())
 	}
 	if services {
@@ -342,12 +347,24 @@ func run(ctx context.Context, f flags) error {
 			restarts.policies = a
 		}
 	}
+	var egressClients daemon.PodEgress
+	if f.egress {
+		a, err := setupEgress(ctx, mgr, f)
+		if err != nil {
+			return err
+		}
+		egressClients = a
+		if err := mgr.AddReadyzCheck("egress", a.Ready); err != nil {
+			return err
+		}
+	}
 	if _, err := daemon.Setup(mgr, daemon.Options{
 		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
 		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
 		BlockRequestTimeout: f.blockRequestTimeout,
 		Registry:            metrics.Registry,
 		Policies:            policies,
+		Egress:              egressClients,
 	}); err != nil {
 		return err
 	}
@@ -382,6 +399,48 @@ func setupPolicies(ctx context.Context, mgr ctrl.Manager, f flags, vppDP vpp.Dat
 		Reader: mgr.GetAPIReader(), Log: log,
 		Known: func() (map[types.NamespacedName][]netip.Addr, error) {
 			return knownPods(daemon.CheckpointDir(f.stateDir))
+		},
+	})
+}
+
+// setupEgress runs the client side of Egresses: the tunnels in the pods'
+// netns (docs/egress.md).
+func setupEgress(ctx context.Context, mgr ctrl.Manager, f flags) (*egressagent.Agent, error) {
+	var cidrs []netip.Prefix
+	for _, s := range slices.Concat(f.vpp.clusterCIDRs, f.services.serviceCIDRs) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-cidr or --service-cidr %q: %w", s, err)
+		}
+		cidrs = append(cidrs, p.Masked())
+	}
+	return egressagent.Setup(ctx, mgr, egressagent.Options{
+		NodeName: f.nodeName, Apply: egress.ApplyClient, FoU: egress.FoUAvailable,
+		Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vcoild"),
+		ClusterCIDRs: cidrs, Log: ctrl.Log.WithName("egress"),
+		Known: func() (map[types.NamespacedName]egressagent.Pod, error) {
+			store, err := checkpoint.Open(daemon.CheckpointDir(f.stateDir))
+			if err != nil {
+				return nil, err
+			}
+			entries, err := store.Load()
+			if err != nil {
+				return nil, err
+			}
+			out := map[types.NamespacedName]egressagent.Pod{}
+			for _, e := range entries {
+				if e.Name == "" || e.Netns == "" {
+					continue
+				}
+				p := egressagent.Pod{Netns: e.Netns}
+				for _, a := range []netip.Addr{e.IPv4, e.IPv6} {
+					if a.IsValid() {
+						p.IPs = append(p.IPs, a)
+					}
+				}
+				out[types.NamespacedName{Namespace: e.Namespace, Name: e.Name}] = p
+			}
+			return out, nil
 		},
 	})
 }

@@ -324,7 +324,8 @@ func CacheOptions() map[client.Object]ctrlcache.ByObject {
 
 // TrimPod is the cache transform of Pods: it keeps what the policy
 // processor reads (labels, node, host network, named ports, phase,
-// addresses), a small part of a pod's size.
+// addresses) and the annotations naming Egresses (vcoild's egress side
+// shares this cache), a small part of a pod's size.
 func TrimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -336,6 +337,7 @@ func TrimPod(obj any) (any, error) {
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, Labels: pod.Labels,
 			DeletionTimestamp: pod.DeletionTimestamp,
+			Annotations:       egressAnnotations(pod.Annotations),
 		},
 		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName, HostNetwork: pod.Spec.HostNetwork},
 		Status: corev1.PodStatus{
@@ -353,4 +355,19 @@ func TrimPod(obj any) (any, error) {
 		}
 	}
 	return t, nil
+}
+
+// egressAnnotations are the annotations egress.vcoil.io/<namespace> of a
+// pod, or nil.
+func egressAnnotations(in map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range in {
+		if strings.HasPrefix(k, vcoilv2.AnnotationEgressPrefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }

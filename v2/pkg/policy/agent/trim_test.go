@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"maps"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestTrimPodKeepsWhatPoliciesAndEgressRead: the shared Pod cache keeps the
+// labels and the egress.vcoil.io annotations, and drops other annotations.
+func TestTrimPodKeepsWhatPoliciesAndEgressRead(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: "p", Namespace: "ns", Labels: map[string]string{"app": "web"},
+		Annotations: map[string]string{
+			"egress.vcoil.io/internet": "nat",
+			"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+		},
+	}}
+	got, err := TrimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := got.(*corev1.Pod)
+	if want := map[string]string{"egress.vcoil.io/internet": "nat"}; !maps.Equal(p.Annotations, want) {
+		t.Fatalf("annotations %v, want %v", p.Annotations, want)
+	}
+	if !maps.Equal(p.Labels, pod.Labels) {
+		t.Fatalf("labels %v, want %v", p.Labels, pod.Labels)
+	}
+	pod.Annotations = map[string]string{"other": "x"}
+	got, _ = TrimPod(pod)
+	if a := got.(*corev1.Pod).Annotations; a != nil {
+		t.Fatalf("annotations %v, want none", a)
+	}
+}
