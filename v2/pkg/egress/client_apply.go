@@ -109,7 +109,11 @@ func (k *kernel) syncClientLinks(want []clientLink) (map[string]netlink.Link, er
 			}
 			continue
 		}
-		l, err := k.addLink(w.netlinkLink(), w.alias)
+		rp := rpLoose
+		if w.alias == fallbackAlias {
+			rp = rpOff
+		}
+		l, err := k.addLink(w.netlinkLink(), w.alias, rp)
 		if err != nil {
 			return nil, err
 		}

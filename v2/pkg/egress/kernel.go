@@ -157,10 +157,22 @@ func (k *kernel) deleteLink(l netlink.Link) error {
 	return nil
 }
 
-// addLink creates l, labels it with alias, sets it up and makes reverse
-// path filtering loose on it: replies come back through tunnels whose
-// routes (the peers', the destinations') may be elsewhere.
-func (k *kernel) addLink(l netlink.Link, alias string) (netlink.Link, error) {
+// Reverse path filtering on tunnel devices (rp_filter; the kernel applies
+// the larger of "all" and the device's). A client's tunnel to an Egress is
+// loose: replies come from destinations routed through that very device.
+// Devices without an IPv4 address that receive what is routed elsewhere
+// (a client's FoU fallback receivers, every router device: peers' routes
+// are reached by packet mark only) drop everything under loose filtering
+// (a source routed through another device, and no address to fall back
+// on), so they have none.
+const (
+	rpLoose = "2"
+	rpOff   = "0"
+)
+
+// addLink creates l, labels it with alias, sets its reverse path filtering
+// and sets it up.
+func (k *kernel) addLink(l netlink.Link, alias, rpFilter string) (netlink.Link, error) {
 	name := l.Attrs().Name
 	if err := k.NL.LinkAdd(l); err != nil {
 		return nil, fmt.Errorf("create %s link %s in %s: %w", l.Type(), name, k.Path, err)
@@ -173,7 +185,7 @@ func (k *kernel) addLink(l netlink.Link, alias string) (netlink.Link, error) {
 		_ = k.NL.LinkDel(got)
 		return nil, fmt.Errorf("set alias of link %s in %s: %w", name, k.Path, err)
 	}
-	if err := k.SetSysctls(kernelns.Sysctl{Key: "net/ipv4/conf/" + name + "/rp_filter", Value: "2"}); err != nil {
+	if err := k.SetSysctls(kernelns.Sysctl{Key: "net/ipv4/conf/" + name + "/rp_filter", Value: rpFilter}); err != nil {
 		_ = k.NL.LinkDel(got)
 		return nil, err
 	}

@@ -123,7 +123,11 @@ func (r *Router) setup(ctx context.Context) error {
 	mtu := uplink.Attrs().MTU
 	_, has4 := addrOf(r.podIPs, true)
 	_, has6 := addrOf(r.podIPs, false)
-	sysctls := []kernelns.Sysctl{{Key: "net/ipv4/ip_forward", Value: "1"}}
+	// The router pod's namespace is the router's own: it forwards only
+	// what nftables lets through, and reverse path filtering, which
+	// cannot see the peers' routes (packet mark only), must be off (see
+	// rpOff).
+	sysctls := []kernelns.Sysctl{{Key: "net/ipv4/ip_forward", Value: "1"}, {Key: "net/ipv4/conf/all/rp_filter", Value: "0"}}
 	if has6 {
 		sysctls = append(sysctls, kernelns.Sysctl{Key: "net/ipv6/conf/all/forwarding", Value: "1"})
 	}
@@ -164,7 +168,7 @@ func (r *Router) setup(ctx context.Context) error {
 		la.Name = name
 		la.MTU = mtu - overhead
 		la.HardwareAddr = RouterMAC(vni)
-		if _, err := k.addLink(&netlink.Vxlan{LinkAttrs: la, VxlanId: int(vni), SrcAddr: a.AsSlice(), Port: vxlanPort, Learning: false}, routerAlias); err != nil {
+		if _, err := k.addLink(&netlink.Vxlan{LinkAttrs: la, VxlanId: int(vni), SrcAddr: a.AsSlice(), Port: vxlanPort, Learning: false}, routerAlias, rpOff); err != nil {
 			return err
 		}
 	}
@@ -184,7 +188,7 @@ func (r *Router) setup(ctx context.Context) error {
 				l = &netlink.Ip6tnl{LinkAttrs: la, Local: a.AsSlice(), Proto: unix.IPPROTO_IPV6, Flags: ip6TnlIgnEncapLimit,
 					EncapType: tunnelEncapFoU, EncapDport: fouPort, EncapSport: fouPort}
 			}
-			if _, err := k.addLink(l, routerAlias); err != nil {
+			if _, err := k.addLink(l, routerAlias, rpOff); err != nil {
 				return err
 			}
 		}
@@ -253,9 +257,11 @@ var (
 		`iifname "` + allLinksPat + `" ip daddr @dests4 accept`,
 		`iifname "` + allLinksPat + `" ip6 daddr @dests6 accept`,
 	}
+	// Postrouting knows no input interface: the connection mark says
+	// that a flow came from a tunnel.
 	routerNATRules = []string{
-		`iifname "` + allLinksPat + `" ip daddr @dests4 masquerade`,
-		`iifname "` + allLinksPat + `" ip6 daddr @dests6 masquerade`,
+		fmt.Sprintf(`ct mark and %#x != 0 ip daddr @dests4 masquerade`, constants.EgressMarkMask),
+		fmt.Sprintf(`ct mark and %#x != 0 ip6 daddr @dests6 masquerade`, constants.EgressMarkMask),
 	}
 )
 
@@ -552,7 +558,7 @@ func (k *kernel) addPeerEntry(e peerEntry, podIPs []netip.Addr) error {
 		if old, err := k.NL.LinkByName(e.link); err == nil {
 			_ = k.deleteLink(old)
 		}
-		_, err := k.addLink(l, routerAlias)
+		_, err := k.addLink(l, routerAlias, rpOff)
 		return err
 	}
 	idx, err := k.linkIndex(e.link)

@@ -1,0 +1,550 @@
+package egress_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
+	"github.com/vcoil/vcoil/v2/pkg/egress"
+	"github.com/vcoil/vcoil/v2/pkg/service"
+	svcnft "github.com/vcoil/vcoil/v2/pkg/service/renderer/nftables"
+)
+
+// The egress lab: a node namespace wired by vcoil's Linux dataplane, with
+// a client pod, two router pods and a server pod (the "cluster address")
+// of pool 10.1.0.0/24; vcoil's nftables service renderer serves the
+// routers' Service (ClusterIP 10.96.0.50, UDP 4789 and 5555, ClientIP
+// affinity). Two external hosts hang off the node: 203.0.113.10 (in the
+// Egress's destinations) and 198.51.100.10 (not). Every server answers TCP
+// 7000 with the source address it sees and echoes TCP 7001. The node does
+// not masquerade, so the external hosts see who really sent.
+const (
+	clientIP   = "10.1.0.5"
+	router1IP  = "10.1.0.11"
+	router2IP  = "10.1.0.12"
+	serverIP   = "10.1.0.20"
+	idemIP     = "10.1.0.30"
+	serviceIP  = "10.96.0.50"
+	extIP      = "203.0.113.10"
+	otherIP    = "198.51.100.10"
+	extNet     = "203.0.113.0/24"
+	otherNet   = "198.51.100.0/24"
+	clusterNet = "10.0.0.0/8" // a destination that the exclusions must beat
+)
+
+var labEgress = types.NamespacedName{Namespace: "egns", Name: "nat"}
+
+type lab struct {
+	t       *testing.T
+	kind    egress.Kind
+	node    *netnstest.NS
+	ext     *netnstest.NS
+	other   *netnstest.NS
+	client  *netnstest.NS
+	server  *netnstest.NS
+	dp      dataplane.Dataplane
+	svc     svcnft.Renderer
+	routers map[string]*labRouter // by address
+}
+
+type labRouter struct {
+	ns  *netnstest.NS
+	pod dataplane.Pod
+	r   *egress.Router
+}
+
+func newLab(t *testing.T, kind egress.Kind) *lab {
+	t.Helper()
+	netnstest.RequireRoot(t)
+	l := &lab{t: t, kind: kind, node: netnstest.New(t, "egnode"), ext: netnstest.New(t, "egext"), other: netnstest.New(t, "egother"),
+		routers: map[string]*labRouter{}}
+	for _, h := range []struct {
+		ns             *netnstest.NS
+		link, net, ip  string
+		nodeIP, hostIP string
+	}{
+		{l.ext, "ext0", extNet, extIP, "198.18.1.1", "198.18.1.2"},
+		{l.other, "other0", otherNet, otherIP, "198.18.2.1", "198.18.2.2"},
+	} {
+		netnstest.Veth(t, l.node, h.link, h.ns, "up0")
+		l.node.AddAddr(h.link, h.nodeIP+"/24")
+		h.ns.AddAddr("up0", h.hostIP+"/24")
+		h.ns.IP("addr", "add", h.ip+"/32", "dev", "lo")
+		h.ns.IP("route", "add", "default", "via", h.nodeIP)
+		l.node.IP("route", "add", h.net, "via", h.hostIP)
+	}
+	var err error
+	l.dp, err = linux.New(linux.Config{NodeNetns: l.node.Path(), MTU: 1500}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.dp.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l.client, _ = l.addPod("egclient", clientIP)
+	l.server, _ = l.addPod("egserver", serverIP)
+	for _, s := range []struct {
+		ns *netnstest.NS
+		ip string
+	}{{l.ext, extIP}, {l.other, otherIP}, {l.server, serverIP}} {
+		serve(t, s.ns, s.ip)
+	}
+
+	l.svc, err = svcnft.New(svcnft.Config{Netns: l.node.Path(), PodIfPrefix: linux.HostIfPrefix}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.svc.Close)
+	for _, ip := range []string{router1IP, router2IP} {
+		ns, pod := l.addPod("egrouter", ip)
+		r := egress.NewRouter(egress.RouterConfig{
+			Egress: labEgress, PodIPs: []netip.Addr{netip.MustParseAddr(ip)}, NetnsPath: ns.Path(), FoU: kind == egress.KindFoU,
+			Destinations: prefixes(extNet, clusterNet),
+		}, testr.New(t))
+		t.Cleanup(r.Close)
+		if err := r.Setup(t.Context()); err != nil {
+			t.Fatalf("Setup of router %s: %v", ip, err)
+		}
+		if err := r.AddPeer(t.Context(), "uid-client", addrs(clientIP)); err != nil {
+			t.Fatal(err)
+		}
+		l.routers[ip] = &labRouter{ns: ns, pod: pod, r: r}
+	}
+	l.renderService()
+	l.applyClient(extNet, clusterNet)
+	return l
+}
+
+func (l *lab) addPod(label, ip string) (*netnstest.NS, dataplane.Pod) {
+	l.t.Helper()
+	ns := netnstest.New(l.t, label)
+	pod := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "c-" + label + ip, IfName: "eth0"}, Netns: ns.Path(), IPv4: netip.MustParseAddr(ip)}
+	if _, err := l.dp.SetupPod(l.t.Context(), pod); err != nil {
+		l.t.Fatalf("SetupPod %s: %v", label, err)
+	}
+	return ns, pod
+}
+
+// renderService gives the routers' Service the routers that are alive as
+// endpoints, as vcoild would from the EndpointSlices.
+func (l *lab) renderService() {
+	l.t.Helper()
+	var eps []service.Endpoint
+	for ip := range l.routers {
+		eps = append(eps, service.Endpoint{Addr: netip.MustParseAddr(ip), NodeName: "node1", Local: true, Ready: true, Serving: true})
+	}
+	slices.SortFunc(eps, func(a, b service.Endpoint) int { return a.Addr.Compare(b.Addr) })
+	port := func(name string, p uint16) service.Port {
+		e := slices.Clone(eps)
+		for i := range e {
+			e[i].Port = p
+		}
+		return service.Port{Name: name, Protocol: service.UDP, Port: p, Endpoints: e, Cluster: e, HasEndpoints: len(e) > 0}
+	}
+	id := service.ID{Namespace: labEgress.Namespace, Name: labEgress.Name}
+	st := &service.State{
+		Node: service.Node{Name: "node1"},
+		Services: map[service.ID]*service.Service{id: {
+			ID: id, ClusterIPs: addrs(serviceIP), AffinityTimeout: 3 * time.Hour,
+			Ports: []service.Port{port("vxlan", 4789), port("fou", 5555)},
+		}},
+	}
+	if err := l.svc.Resync(l.t.Context(), st); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+func (l *lab) clientConfig(dests ...string) egress.ClientConfig {
+	return egress.ClientConfig{
+		PodIPs: addrs(clientIP),
+		Egresses: []egress.ClientEgress{{
+			Egress: labEgress, Kind: l.kind, ServiceIPs: addrs(serviceIP), Destinations: prefixes(dests...),
+		}},
+		Excluded: prefixes("10.1.0.0/16", "10.96.0.0/12", "198.18.0.0/15"),
+	}
+}
+
+func (l *lab) applyClient(dests ...string) {
+	l.t.Helper()
+	if err := egress.ApplyClient(l.t.Context(), l.client.Path(), l.clientConfig(dests...)); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+func (l *lab) setDestinations(dests ...string) {
+	l.t.Helper()
+	for ip, r := range l.routers {
+		if err := r.r.SetDestinations(l.t.Context(), prefixes(dests...)); err != nil {
+			l.t.Fatalf("router %s: %v", ip, err)
+		}
+	}
+	l.applyClient(dests...)
+}
+
+// whoami connects from ns to addr:7000 and returns the source address the
+// server saw.
+func whoami(ctx context.Context, ns *netnstest.NS, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := ns.Dial(ctx, "tcp", net.JoinHostPort(addr, "7000"))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// expectSource waits until a new connection from the client to addr is
+// seen from one of want, and returns it.
+func (l *lab) expectSource(t *testing.T, timeout time.Duration, addr string, want ...string) string {
+	t.Helper()
+	var got string
+	err := poll.Until(context.Background(), timeout, 50*time.Millisecond, func(ctx context.Context) error {
+		var err error
+		got, err = whoami(ctx, l.client, addr)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(want, got) {
+			return fmt.Errorf("%s saw the client as %s, want one of %v", addr, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// serve answers TCP 7000 with the peer's address and echoes TCP 7001 at
+// addr in ns.
+func serve(t *testing.T, ns *netnstest.NS, addr string) {
+	who := ns.Listen("tcp", net.JoinHostPort(addr, "7000"))
+	go func() {
+		for {
+			c, err := who.Accept()
+			if err != nil {
+				return
+			}
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			_, _ = c.Write([]byte(host))
+			_ = c.Close()
+		}
+	}()
+	echo := ns.Listen("tcp", net.JoinHostPort(addr, "7001"))
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+}
+
+// echoMiB sends 1 MiB of random bytes to addr:7001 and checks that the
+// same bytes come back.
+func echoMiB(t *testing.T, ns *netnstest.NS, addr string) {
+	t.Helper()
+	payload := make([]byte, 1<<20)
+	_, _ = rand.Read(payload)
+	c, err := ns.Dial(t.Context(), "tcp", net.JoinHostPort(addr, "7001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	werr := make(chan error, 1)
+	go func() {
+		_, err := c.Write(payload)
+		if err == nil {
+			err = c.(*net.TCPConn).CloseWrite()
+		}
+		werr <- err
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read the echo of 1 MiB from %s: %v (%d bytes)", addr, err, len(got))
+	}
+	if err := <-werr; err != nil {
+		t.Fatalf("send 1 MiB to %s: %v", addr, err)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("echo of 1 MiB from %s: %d bytes, not the ones sent", addr, len(got))
+	}
+}
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// routerTunnelTxBytes sums what the routers' tunnel devices have sent.
+func (l *lab) routerTunnelTxBytes(t *testing.T) uint64 {
+	t.Helper()
+	var n uint64
+	for ip, r := range l.routers {
+		links, err := r.ns.Netlink().LinkList()
+		if err != nil {
+			t.Fatalf("router %s: %v", ip, err)
+		}
+		for _, link := range links {
+			if strings.HasPrefix(link.Attrs().Name, "egr") && link.Attrs().Statistics != nil {
+				n += link.Attrs().Statistics.TxBytes
+			}
+		}
+	}
+	return n
+}
+
+func (l *lab) otherRouter(ip string) string {
+	for r := range l.routers {
+		if r != ip {
+			return r
+		}
+	}
+	return ""
+}
+
+func TestVXLANEgress(t *testing.T) {
+	testEgress(t, egress.KindVXLAN)
+}
+
+func TestFoUEgress(t *testing.T) {
+	netnstest.RequireRoot(t)
+	if err := egress.FoUAvailable(); err != nil {
+		t.Skipf("skipped: this kernel cannot make FoU tunnels: %v", err)
+	}
+	testEgress(t, egress.KindFoU)
+}
+
+// testEgress runs the traffic checks in order on one lab; each step leaves
+// the lab as the next expects.
+func testEgress(t *testing.T, kind egress.Kind) {
+	start := time.Now()
+	l := newLab(t, kind)
+	t.Logf("lab built in %v", time.Since(start).Round(time.Millisecond))
+	routerIPs := []string{router1IP, router2IP}
+
+	t.Run("traffic to a destination leaves through a router, and 1 MiB goes through intact", func(t *testing.T) {
+		begin := time.Now()
+		got := l.expectSource(t, 10*time.Second, extIP, routerIPs...)
+		t.Logf("first connection through router %s after %v", got, time.Since(begin).Round(time.Millisecond))
+		sent := l.routerTunnelTxBytes(t)
+		echoMiB(t, l.client, extIP)
+		// The echo came back through the routers' tunnels, not straight
+		// from the destination.
+		if n := l.routerTunnelTxBytes(t) - sent; n < 1<<20 {
+			t.Errorf("the routers' tunnels sent %d bytes during the echo of 1 MiB, want at least 1 MiB", n)
+		}
+		// The MTU of the tunnel leaves room for the encapsulation.
+		want := map[egress.Kind]string{egress.KindVXLAN: "mtu 1450", egress.KindFoU: "mtu 1472"}[kind]
+		if out := l.client.IP("-o", "link", "show", "type", map[egress.Kind]string{egress.KindVXLAN: "vxlan", egress.KindFoU: "ipip"}[kind]); !strings.Contains(out, want) {
+			t.Errorf("client tunnel: %s, want %s", out, want)
+		}
+	})
+
+	t.Run("traffic to other hosts and to cluster addresses keeps the client's address", func(t *testing.T) {
+		l.expectSource(t, 5*time.Second, otherIP, clientIP)
+		l.expectSource(t, 5*time.Second, serverIP, clientIP)
+	})
+
+	t.Run("destinations change live", func(t *testing.T) {
+		l.setDestinations(extNet, otherNet, clusterNet)
+		l.expectSource(t, 5*time.Second, otherIP, routerIPs...)
+		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
+		l.setDestinations(extNet, clusterNet)
+		l.expectSource(t, 5*time.Second, otherIP, clientIP)
+		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
+	})
+
+	t.Run("a reused pod address keeps its peer entries until its last holder goes", func(t *testing.T) {
+		for ip, r := range l.routers {
+			if err := r.r.AddPeer(t.Context(), "uid-b", addrs(clientIP)); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.r.Peers()[netip.MustParseAddr(clientIP)]; got != 2 {
+				t.Fatalf("router %s: %s held by %d pods, want 2", ip, clientIP, got)
+			}
+			if err := r.r.RemovePeer(t.Context(), "uid-client"); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.r.Peers()[netip.MustParseAddr(clientIP)]; got != 1 {
+				t.Fatalf("router %s: %s held by %d pods after the first holder left, want 1", ip, clientIP, got)
+			}
+			expectPeerEntries(t, kind, r.ns, clientIP, true)
+		}
+		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
+		echoMiB(t, l.client, extIP)
+		for ip, r := range l.routers {
+			if err := r.r.RemovePeer(t.Context(), "uid-b"); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.r.Peers(); len(got) != 0 {
+				t.Fatalf("router %s: peers %v after both holders left, want none", ip, got)
+			}
+			expectPeerEntries(t, kind, r.ns, clientIP, false)
+			if err := r.r.AddPeer(t.Context(), "uid-client", addrs(clientIP)); err != nil {
+				t.Fatal(err)
+			}
+			expectPeerEntries(t, kind, r.ns, clientIP, true)
+		}
+		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
+	})
+
+	t.Run("when a router dies new connections go through the other", func(t *testing.T) {
+		dead := l.expectSource(t, 5*time.Second, extIP, routerIPs...)
+		alive := l.otherRouter(dead)
+		r := l.routers[dead]
+		r.ns.Remove()
+		if err := l.dp.TeardownPod(t.Context(), r.pod); err != nil {
+			t.Fatal(err)
+		}
+		delete(l.routers, dead)
+		begin := time.Now()
+		l.renderService()
+		l.expectSource(t, 15*time.Second, extIP, alive)
+		t.Logf("router %s gone, new connections through %s after %v", dead, alive, time.Since(begin).Round(time.Millisecond))
+		echoMiB(t, l.client, extIP)
+	})
+}
+
+// expectPeerEntries checks a router's return path to peer: for VXLAN the
+// route in table 118, the neighbour and the FDB entry; for FoU the route
+// in table 119 through the peer's own tunnel.
+func expectPeerEntries(t *testing.T, kind egress.Kind, router *netnstest.NS, peer string, present bool) {
+	t.Helper()
+	mac := strings.ToLower(egress.ClientMAC(addrs(peer)).String())
+	var checks []struct{ what, out, want string }
+	switch kind {
+	case egress.KindVXLAN:
+		checks = append(checks,
+			struct{ what, out, want string }{"route", router.IP("route", "show", "table", "118"), peer + " dev egrx4 scope link"},
+			struct{ what, out, want string }{"neighbour", router.IP("neigh", "show", "dev", "egrx4"), peer + " lladdr " + mac + " PERMANENT"},
+			struct{ what, out, want string }{"FDB entry", router.Exec("bridge", "fdb", "show", "dev", "egrx4"), mac + " dst " + peer + " self permanent"},
+		)
+	case egress.KindFoU:
+		checks = append(checks, struct{ what, out, want string }{"route", router.IP("route", "show", "table", "119"), peer + " dev egrf4"})
+	}
+	for _, c := range checks {
+		if strings.Contains(c.out, c.want) != present {
+			t.Errorf("router %s: %s %q present=%t, want %t; have:\n%s", router, c.what, c.want, !present, present, c.out)
+		}
+	}
+}
+
+// snapshot is what the idempotence test compares: links, rules, routes of
+// every table, neighbours and nftables.
+func snapshot(t *testing.T, ns *netnstest.NS) string {
+	t.Helper()
+	var b strings.Builder
+	// Sections are sorted, and IPv6 duplicate address detection, which
+	// ends on its own time, is left out.
+	section := func(title, out string) {
+		lines := strings.Split(strings.ReplaceAll(out, "tentative ", ""), "\n")
+		slices.Sort(lines)
+		fmt.Fprintf(&b, "# %s\n%s\n", title, strings.Join(lines, "\n"))
+	}
+	for _, args := range [][]string{
+		{"-d", "-o", "link", "show"},
+		{"-4", "rule", "show"}, {"-6", "rule", "show"},
+		{"-4", "route", "show", "table", "all"}, {"-6", "route", "show", "table", "all"},
+		{"neigh", "show", "nud", "permanent"},
+	} {
+		section("ip "+strings.Join(args, " "), ns.IP(args...))
+	}
+	section("ip -o addr show", ns.IP("-o", "addr", "show"))
+	section("bridge fdb show", ns.Exec("bridge", "fdb", "show"))
+	fmt.Fprintf(&b, "# nft list ruleset\n%s", ns.Exec("nft", "list", "ruleset"))
+	return b.String()
+}
+
+func TestApplyClientIsIdempotentAndUndoesItself(t *testing.T) {
+	netnstest.RequireRoot(t)
+	l := &lab{t: t, node: netnstest.New(t, "egnode")}
+	var err error
+	l.dp, err = linux.New(linux.Config{NodeNetns: l.node.Path(), MTU: 1500}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.dp.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := l.addPod("egidem", idemIP)
+	cfg := egress.ClientConfig{
+		PodIPs: addrs(idemIP),
+		Egresses: []egress.ClientEgress{
+			{Egress: labEgress, Kind: egress.KindVXLAN, ServiceIPs: addrs(serviceIP), Destinations: prefixes(extNet)},
+			{Egress: types.NamespacedName{Namespace: "egns", Name: "second"}, Kind: egress.KindVXLAN, ServiceIPs: addrs("10.96.0.51"), Destinations: prefixes(otherNet)},
+		},
+		Excluded: prefixes("10.1.0.0/16", "10.96.0.0/12"),
+	}
+	before := snapshot(t, pod)
+	if err := egress.ApplyClient(t.Context(), pod.Path(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	first := snapshot(t, pod)
+	for _, want := range []string{
+		"egr", "vxlan id", "1990:\tfrom all to 10.1.0.0/16 lookup main", "1990:\tfrom all to 10.96.0.50 lookup main",
+		"2000:\tfrom all lookup 118", extNet + " via 169.254.77.1 dev egr", "src " + idemIP,
+		"169.254.77.1 dev egr", "tcp option maxseg size set rt mtu",
+		"dst 10.96.0.50 self permanent",
+	} {
+		if !strings.Contains(first, want) {
+			t.Errorf("after ApplyClient the pod has no %q:\n%s", want, first)
+		}
+	}
+	if err := egress.ApplyClient(t.Context(), pod.Path(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if second := snapshot(t, pod); second != first {
+		t.Errorf("a second ApplyClient changed the pod:\n--- first\n%s\n--- second\n%s", first, second)
+	}
+	// One Egress less: its device, routes and Service rule go.
+	cfg.Egresses = cfg.Egresses[:1]
+	if err := egress.ApplyClient(t.Context(), pod.Path(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if one := snapshot(t, pod); strings.Contains(one, otherNet) || strings.Contains(one, "10.96.0.51") || strings.Count(one, "vxlan id") != 1 {
+		t.Errorf("after removing an Egress the pod still has its objects:\n%s", one)
+	}
+	if err := egress.ApplyClient(t.Context(), pod.Path(), egress.ClientConfig{PodIPs: addrs(idemIP)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshot(t, pod); after != before {
+		t.Errorf("ApplyClient without Egresses did not restore the pod:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+}
