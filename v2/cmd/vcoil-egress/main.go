@@ -108,6 +108,9 @@ func run(ctx context.Context, f flags) error {
 	if err := router.Setup(ctx); err != nil {
 		return fmt.Errorf("set up the router of egress %s: %w", eg, err)
 	}
+	// The kernel state stays for the next container of the pod, which
+	// rebuilds it.
+	defer router.Close()
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,20 +31,63 @@ var env *testenv.Env
 func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, &env) }
 
 // TestTheRouterServesTheClientPodsOfItsEgress runs vcoil-egress as a router
-// pod runs it, on a network namespace of its own: it becomes ready, and a
+// pod runs it, on a network namespace of its own: it becomes ready, a
 // client pod's address is routed into the Egress's VXLAN tunnel while the
-// pod lives.
+// pod lives, and the client's connections to the Egress's destination
+// leave from the router's address. A node namespace routes between the
+// router, the client (whose tunnel goes to the router's address, standing
+// in for the routers' Service) and an external host.
 func TestTheRouterServesTheClientPodsOfItsEgress(t *testing.T) {
 	netnstest.RequireRoot(t)
 	bin := gobuild.Program(t, "github.com/vcoil/vcoil/v2/cmd/vcoil-egress")
 	ctx := t.Context()
 
-	// The router pod's netns: eth0 towards its node, which routes.
-	node, router := netnstest.New(t, "node"), netnstest.New(t, "router")
-	netnstest.Veth(t, node, "r0", router, "eth0")
-	node.AddAddr("r0", "10.100.0.1/24")
-	router.AddAddr("eth0", "10.100.0.2/24")
-	router.IP("route", "add", "default", "via", "10.100.0.1")
+	node := netnstest.New(t, "node")
+	node.Sysctl("net.ipv4.ip_forward", "1")
+	hosts := map[string]*netnstest.NS{}
+	for _, h := range []struct{ label, nodeLink, nodeIP, ip string }{
+		{"router", "r0", "10.100.0.1/24", "10.100.0.2/24"},
+		{"client", "c0", "10.100.1.1/24", "10.100.1.5/24"},
+		{"external", "x0", "203.0.113.1/24", "203.0.113.10/24"},
+	} {
+		n := netnstest.New(t, h.label)
+		netnstest.Veth(t, node, h.nodeLink, n, "eth0")
+		node.AddAddr(h.nodeLink, h.nodeIP)
+		n.AddAddr("eth0", h.ip)
+		n.IP("route", "add", "default", "via", strings.Split(h.nodeIP, "/")[0])
+		hosts[h.label] = n
+	}
+	router, clientNS, external := hosts["router"], hosts["client"], hosts["external"]
+	// The external host answers with the address it sees.
+	l := external.Listen("tcp4", "203.0.113.10:7000")
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, c.RemoteAddr().String())
+			_ = c.Close()
+		}
+	}()
+	seenFrom := func() (string, error) {
+		c, err := clientNS.Dial(ctx, "tcp4", "203.0.113.10:7000")
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			return "", err
+		}
+		host, _, err := net.SplitHostPort(string(b))
+		return host, err
+	}
+	// Before the client uses the Egress, the external host sees it.
+	if got, err := seenFrom(); err != nil || got != "10.100.1.5" {
+		t.Fatalf("without the Egress the external host saw %q (%v), want the client's 10.100.1.5", got, err)
+	}
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "egress-"}}
 	if err := env.Client.Create(ctx, ns); err != nil {
@@ -116,7 +162,7 @@ func TestTheRouterServesTheClientPodsOfItsEgress(t *testing.T) {
 	vni := egress.VNI(types.NamespacedName{Namespace: ns.Name, Name: "nat"})
 	dev := regexp.MustCompile(` dev (\S+)`)
 	poll.Eventually(t, 10*time.Second, func() error {
-		route := strings.TrimSpace(router.IP("-4", "route", "show", "10.100.1.5/32"))
+		route := strings.TrimSpace(router.IP("-4", "route", "show", "table", "all", "10.100.1.5/32"))
 		m := dev.FindStringSubmatch(route)
 		if m == nil {
 			return fmt.Errorf("no route to the client 10.100.1.5 in the router's netns: %q", route)
@@ -127,12 +173,38 @@ func TestTheRouterServesTheClientPodsOfItsEgress(t *testing.T) {
 		return nil
 	})
 
+	// The client's connections now go through the tunnel and leave from
+	// the router's address.
+	egressKey := types.NamespacedName{Namespace: ns.Name, Name: "nat"}
+	err := egress.ApplyClient(ctx, clientNS.Path(), egress.ClientConfig{
+		PodIPs: []netip.Addr{netip.MustParseAddr("10.100.1.5")},
+		Egresses: []egress.ClientEgress{{
+			Egress: egressKey, Kind: egress.KindVXLAN,
+			ServiceIPs:   []netip.Addr{netip.MustParseAddr("10.100.0.2")},
+			Destinations: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
+		}},
+		Excluded: []netip.Prefix{netip.MustParsePrefix("10.100.0.0/16")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		got, err := seenFrom()
+		if err != nil {
+			return err
+		}
+		if got != "10.100.0.2" {
+			return fmt.Errorf("through the Egress the external host saw %s, want the router's 10.100.0.2", got)
+		}
+		return nil
+	})
+
 	// The client deleted: its route goes.
 	if err := env.Client.Delete(ctx, client); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 10*time.Second, func() error {
-		if route := strings.TrimSpace(router.IP("-4", "route", "show", "10.100.1.5/32")); route != "" {
+		if route := strings.TrimSpace(router.IP("-4", "route", "show", "table", "all", "10.100.1.5/32")); route != "" {
 			return fmt.Errorf("route to the deleted client left: %q", route)
 		}
 		return metric("vcoil_egress_router_peers 0")
