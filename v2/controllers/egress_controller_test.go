@@ -429,8 +429,21 @@ func TestEgressStatusFollowsTheDeploymentAndScales(t *testing.T) {
 		})
 	}
 
+	svc := waitFor(t, key, &corev1.Service{}, func(*corev1.Service) error { return nil })
+	sa := waitFor(t, client.ObjectKey{Namespace: ns, Name: "vcoil-egress"}, &corev1.ServiceAccount{}, func(*corev1.ServiceAccount) error { return nil })
 	setDeploymentStatus(1, 1)
 	waitStatus(1, 1, metav1.ConditionTrue, ReasonRoutersReady, "1 of 1 routers are ready")
+	// That reconcile applied everything again, and changed nothing: no
+	// write loop between the controller and the apiserver's defaulting.
+	for _, o := range []client.Object{dep.DeepCopy(), svc, sa} {
+		was := o.GetResourceVersion()
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			t.Fatal(err)
+		}
+		if o.GetResourceVersion() != was {
+			t.Errorf("%T %s was written again by a reconcile that had nothing to change", o, o.GetName())
+		}
+	}
 	setDeploymentStatus(1, 0)
 	waitStatus(1, 0, metav1.ConditionFalse, ReasonNoRouterReady, "none of 1 routers is ready")
 
