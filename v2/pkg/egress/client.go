@@ -67,6 +67,9 @@ type clientPlan struct {
 // validated.
 func planClient(cfg ClientConfig, uplinkMTU int) (clientPlan, error) {
 	var p clientPlan
+	if len(cfg.Egresses) == 0 {
+		return p, nil // removing needs no addresses
+	}
 	if err := checkPodIPs(cfg.PodIPs); err != nil {
 		return p, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -164,25 +165,23 @@ func linkMatches(l netlink.Link, w clientLink) bool {
 		return w.kind == "vxlan" && t.VxlanId == int(w.vni) && toAddr(t.Group) == w.remote && t.Port == vxlanPort &&
 			!t.Learning && bytes.Equal(a.HardwareAddr, w.mac)
 	case *netlink.Iptun:
-		return w.kind == "ipip" && toAddr(t.Remote) == remoteOrAny(w.remote, true) && toAddr(t.Local) == w.local &&
+		return w.kind == "ipip" && sameRemote(t.Remote, w.remote) && toAddr(t.Local) == w.local &&
 			t.EncapType == tunnelEncapFoU && t.EncapDport == fouPort && t.EncapSport == w.sport
 	case *netlink.Ip6tnl:
-		return w.kind == "ip6tnl" && toAddr(t.Remote) == remoteOrAny(w.remote, false) && toAddr(t.Local) == w.local &&
+		return w.kind == "ip6tnl" && sameRemote(t.Remote, w.remote) && toAddr(t.Local) == w.local &&
 			t.EncapType == tunnelEncapFoU && t.EncapDport == fouPort && t.EncapSport == w.sport
 	}
 	return false
 }
 
-// remoteOrAny is what the kernel reports as the remote of a tunnel created
-// without one.
-func remoteOrAny(a netip.Addr, v4 bool) netip.Addr {
-	if a.IsValid() {
-		return a
+// sameRemote compares a tunnel's remote end as the kernel reports it with
+// the plan's, where none (a fallback receiver) is reported as the
+// unspecified address.
+func sameRemote(got net.IP, want netip.Addr) bool {
+	if !want.IsValid() {
+		return got == nil || got.IsUnspecified()
 	}
-	if v4 {
-		return netip.IPv4Unspecified()
-	}
-	return netip.IPv6Unspecified()
+	return toAddr(got) == want
 }
 
 // vxlanDefaultFDB makes sure the link's default FDB entry (all-zero MAC)
