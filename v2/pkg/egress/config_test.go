@@ -9,7 +9,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"k8s.io/apimachinery/pkg/types"
-
 )
 
 var (
