@@ -13,6 +13,7 @@ package routerwatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -39,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/egress"
 )
 
 // RBAC of router pods (ClusterRole vcoil-egress).
@@ -263,7 +265,13 @@ func (w *Watcher) syncAll(ctx context.Context) error {
 		if !Names(p.Annotations[w.annotation], w.opts.Egress.Name) {
 			continue
 		}
-		if _, err := w.reconcilePod(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
+		_, err := w.reconcilePod(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+		switch {
+		case errors.Is(err, reconcile.TerminalError(nil)):
+			// One pod the router cannot serve does not keep it from
+			// serving the others.
+			w.opts.Log.Error(err, "client pod left out")
+		case err != nil:
 			failed = append(failed, err)
 		}
 	}
@@ -354,7 +362,13 @@ func (w *Watcher) reconcilePod(ctx context.Context, req reconcile.Request) (reco
 	if isPeer {
 		if err := w.opts.Router.AddPeer(ctx, string(want.uid), want.ips); err != nil {
 			w.opts.Metrics.failed(opAddPeer)
-			return reconcile.Result{}, fmt.Errorf("egress %s: add peer pod %s (%s) %v: %w", w.opts.Egress, req.NamespacedName, want.uid, want.ips, err)
+			err = fmt.Errorf("egress %s: add peer pod %s (%s) %v: %w", w.opts.Egress, req.NamespacedName, want.uid, want.ips, err)
+			if errors.Is(err, egress.ErrInvalidConfig) {
+				// Such as a client of a family the router lacks: retrying
+				// cannot help; a change of the pod brings a new event.
+				return reconcile.Result{}, reconcile.TerminalError(err)
+			}
+			return reconcile.Result{}, err
 		}
 		w.mu.Lock()
 		w.peers[req.NamespacedName] = want

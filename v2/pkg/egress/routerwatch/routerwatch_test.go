@@ -26,6 +26,7 @@ import (
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/egress"
 )
 
 var env *testenv.Env
@@ -40,6 +41,8 @@ type recorder struct {
 	destinations []netip.Prefix
 	// failAdds makes that many AddPeer calls fail.
 	failAdds int
+	// rejects are addresses AddPeer refuses as an invalid configuration.
+	rejects []netip.Addr
 }
 
 func (r *recorder) SetDestinations(_ context.Context, d []netip.Prefix) error {
@@ -57,6 +60,10 @@ func (r *recorder) AddPeer(_ context.Context, id string, ips []netip.Addr) error
 		r.failAdds--
 		r.calls = append(r.calls, fmt.Sprintf("add %s %v failed", id, ips))
 		return errors.New("injected failure")
+	}
+	if slices.ContainsFunc(ips, func(a netip.Addr) bool { return slices.Contains(r.rejects, a) }) {
+		r.calls = append(r.calls, fmt.Sprintf("add %s %v rejected", id, ips))
+		return fmt.Errorf("%w: the router has no address of that family", egress.ErrInvalidConfig)
 	}
 	r.calls = append(r.calls, fmt.Sprintf("add %s %v", id, ips))
 	if _, ok := r.peers[id]; ok {
@@ -403,6 +410,38 @@ func TestAFailedAddIsCountedAndRetried(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.metrics.peers); got != 1 {
 		t.Errorf("peers metric = %v, want 1", got)
+	}
+}
+
+func TestAPodTheRouterRejectsIsTriedOnceAndKeepsNoOneFromBeingServed(t *testing.T) {
+	ns := namespace(t, "egress")
+	createEgress(t, ns, "web", "203.0.113.0/24")
+	key := vcoilv2.AnnotationEgressPrefix + ns
+	// Present at start: the router becomes ready all the same.
+	v6 := createPod(t, ns, "v6-only", map[string]string{key: "web"}, false, "fd00:10::7")
+	rec := newRecorder()
+	rec.rejects = []netip.Addr{netip.MustParseAddr("fd00:10::7")}
+	r := startRouter(t, types.NamespacedName{Namespace: ns, Name: "web"}, rec)
+	pod := createPod(t, ns, "v4", map[string]string{key: "web"}, false, "10.1.0.7")
+	waitState(t, rec, expect("[203.0.113.0/24]", fmt.Sprintf("%s [10.1.0.7]", pod.UID)))
+	// Rejected by the initial pass and by the controller's first reconcile,
+	// but not retried: retries would have come 5, 10, 20, ... ms apart
+	// while the other pod was created and added.
+	rejected := func() int {
+		n := 0
+		for _, c := range rec.callLog() {
+			if strings.HasPrefix(c, "add "+string(v6.UID)) {
+				n++
+			}
+		}
+		return n
+	}
+	n := rejected()
+	if n == 0 || n > 2 {
+		t.Errorf("the rejected pod was tried %d times: %q", n, rec.callLog())
+	}
+	if got := testutil.ToFloat64(r.metrics.errors.WithLabelValues(opAddPeer)); got != float64(n) {
+		t.Errorf("add_peer errors = %v, want %d", got, n)
 	}
 }
 
