@@ -238,7 +238,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 		return true, nil
 	})
 	if err != nil {
-		return nil //nolint:nilerr // the manager is stopping
+		return nil // the manager is stopping
 	}
 	w.ready.Store(true)
 	w.opts.Log.Info("router ready", "egress", w.opts.Egress, "peers", w.peerCount())
