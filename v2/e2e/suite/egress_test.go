@@ -20,6 +20,7 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/poll"
+	egressagent "github.com/vcoil/vcoil/v2/pkg/egress/agent"
 )
 
 const groupEgress = "Egress"
@@ -167,7 +168,7 @@ func TestEgress(t *testing.T) {
 				if e.InvolvedObject.UID != p.UID {
 					continue
 				}
-				if e.Reason == "EgressNotFound" {
+				if e.Reason == egressagent.ReasonEgressNotFound {
 					return nil
 				}
 				seen = append(seen, e.Reason)
