@@ -26,25 +26,43 @@ import (
 )
 
 // The egress lab: a node namespace wired by vcoil's Linux dataplane, with
-// a client pod, two router pods and a server pod (the "cluster address")
-// of pool 10.1.0.0/24; vcoil's nftables service renderer serves the
-// routers' Service (ClusterIP 10.96.0.50, UDP 4789 and 5555, ClientIP
-// affinity). Two external hosts hang off the node: 203.0.113.10 (in the
-// Egress's destinations) and 198.51.100.10 (not). Every server answers TCP
-// 7000 with the source address it sees and echoes TCP 7001. The node does
-// not masquerade, so the external hosts see who really sent.
+// a client pod, two router pods and a server pod (the "cluster address"),
+// all dual-stack, of pools 10.1.0.0/24 and 2001:db8:10::/64; vcoil's
+// nftables service renderer serves the routers' Service (ClusterIPs
+// 10.96.0.50 and 2001:db8:96::50, UDP 4789 and 5555, ClientIP affinity).
+// Two external hosts hang off the node: 203.0.113.10 and 2001:db8:113::10
+// (in the Egress's destinations), 198.51.100.10 and 2001:db8:100::10
+// (not). Every server answers TCP 7000 with the source address it sees and
+// echoes TCP 7001. The node does not masquerade, so the external hosts see
+// who really sent.
 const (
-	clientIP   = "10.1.0.5"
-	router1IP  = "10.1.0.11"
-	router2IP  = "10.1.0.12"
-	serverIP   = "10.1.0.20"
-	idemIP     = "10.1.0.30"
 	serviceIP  = "10.96.0.50"
-	extIP      = "203.0.113.10"
-	otherIP    = "198.51.100.10"
+	serviceIP6 = "2001:db8:96::50"
+	idemIP     = "10.1.0.30"
 	extNet     = "203.0.113.0/24"
+	extNet6    = "2001:db8:113::/64"
 	otherNet   = "198.51.100.0/24"
-	clusterNet = "10.0.0.0/8" // a destination that the exclusions must beat
+	otherNet6  = "2001:db8:100::/64"
+	// Destinations that cover the cluster's pods, which the exclusions
+	// must beat.
+	clusterNet  = "10.0.0.0/8"
+	clusterNet6 = "2001:db8:10::/48"
+)
+
+// family holds the lab's addresses of one IP family.
+type family struct {
+	name                         string
+	client, server, ext, other   string
+	routers                      []string
+	extNet, otherNet, clusterNet string
+}
+
+var (
+	ipv4 = family{name: "IPv4", client: "10.1.0.5", server: "10.1.0.20", ext: "203.0.113.10", other: "198.51.100.10",
+		routers: []string{"10.1.0.11", "10.1.0.12"}, extNet: extNet, otherNet: otherNet, clusterNet: clusterNet}
+	ipv6 = family{name: "IPv6", client: "2001:db8:10::5", server: "2001:db8:10::20", ext: "2001:db8:113::10", other: "2001:db8:100::10",
+		routers: []string{"2001:db8:10::11", "2001:db8:10::12"}, extNet: extNet6, otherNet: otherNet6, clusterNet: clusterNet6}
+	families = []family{ipv4, ipv6}
 )
 
 var labEgress = types.NamespacedName{Namespace: "egns", Name: "nat"}
@@ -59,7 +77,7 @@ type lab struct {
 	server  *netnstest.NS
 	dp      dataplane.Dataplane
 	svc     svcnft.Renderer
-	routers map[string]*labRouter // by address
+	routers map[int]*labRouter // by index in family.routers
 }
 
 type labRouter struct {
@@ -72,21 +90,29 @@ func newLab(t *testing.T, kind egress.Kind) *lab {
 	t.Helper()
 	netnstest.RequireRoot(t)
 	l := &lab{t: t, kind: kind, node: netnstest.New(t, "egnode"), ext: netnstest.New(t, "egext"), other: netnstest.New(t, "egother"),
-		routers: map[string]*labRouter{}}
-	for _, h := range []struct {
-		ns             *netnstest.NS
-		link, net, ip  string
-		nodeIP, hostIP string
+		routers: map[int]*labRouter{}}
+	for i, h := range []struct {
+		ns   *netnstest.NS
+		link string
+		addr func(family) string
+		net  func(family) string
 	}{
-		{l.ext, "ext0", extNet, extIP, "198.18.1.1", "198.18.1.2"},
-		{l.other, "other0", otherNet, otherIP, "198.18.2.1", "198.18.2.2"},
+		{l.ext, "ext0", func(f family) string { return f.ext }, func(f family) string { return f.extNet }},
+		{l.other, "other0", func(f family) string { return f.other }, func(f family) string { return f.otherNet }},
 	} {
 		netnstest.Veth(t, l.node, h.link, h.ns, "up0")
-		l.node.AddAddr(h.link, h.nodeIP+"/24")
-		h.ns.AddAddr("up0", h.hostIP+"/24")
-		h.ns.IP("addr", "add", h.ip+"/32", "dev", "lo")
-		h.ns.IP("route", "add", "default", "via", h.nodeIP)
-		l.node.IP("route", "add", h.net, "via", h.hostIP)
+		nodeIP, hostIP := fmt.Sprintf("198.18.%d.1", i+1), fmt.Sprintf("198.18.%d.2", i+1)
+		nodeIP6, hostIP6 := fmt.Sprintf("2001:db8:18:%d::1", i+1), fmt.Sprintf("2001:db8:18:%d::2", i+1)
+		l.node.AddAddr(h.link, nodeIP+"/24")
+		l.node.AddAddr(h.link, nodeIP6+"/64")
+		h.ns.AddAddr("up0", hostIP+"/24")
+		h.ns.AddAddr("up0", hostIP6+"/64")
+		h.ns.IP("addr", "add", h.addr(ipv4)+"/32", "dev", "lo")
+		h.ns.IP("addr", "add", h.addr(ipv6)+"/128", "dev", "lo")
+		h.ns.IP("route", "add", "default", "via", nodeIP)
+		h.ns.IP("-6", "route", "add", "default", "via", nodeIP6)
+		l.node.IP("route", "add", h.net(ipv4), "via", hostIP)
+		l.node.IP("-6", "route", "add", h.net(ipv6), "via", hostIP6)
 	}
 	var err error
 	l.dp, err = linux.New(linux.Config{NodeNetns: l.node.Path(), MTU: 1500}, testr.New(t))
@@ -96,13 +122,12 @@ func newLab(t *testing.T, kind egress.Kind) *lab {
 	if err := l.dp.Init(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	l.client, _ = l.addPod("egclient", clientIP)
-	l.server, _ = l.addPod("egserver", serverIP)
-	for _, s := range []struct {
-		ns *netnstest.NS
-		ip string
-	}{{l.ext, extIP}, {l.other, otherIP}, {l.server, serverIP}} {
-		serve(t, s.ns, s.ip)
+	l.client, _ = l.addPod("egclient", ipv4.client, ipv6.client)
+	l.server, _ = l.addPod("egserver", ipv4.server, ipv6.server)
+	for _, f := range families {
+		serve(t, l.ext, f.ext)
+		serve(t, l.other, f.other)
+		serve(t, l.server, f.server)
 	}
 
 	l.svc, err = svcnft.New(svcnft.Config{Netns: l.node.Path(), PodIfPrefix: linux.HostIfPrefix}, testr.New(t))
@@ -110,30 +135,34 @@ func newLab(t *testing.T, kind egress.Kind) *lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.svc.Close)
-	for _, ip := range []string{router1IP, router2IP} {
-		ns, pod := l.addPod("egrouter", ip)
+	for i := range ipv4.routers {
+		ns, pod := l.addPod("egrouter", ipv4.routers[i], ipv6.routers[i])
 		r := egress.NewRouter(egress.RouterConfig{
-			Egress: labEgress, PodIPs: []netip.Addr{netip.MustParseAddr(ip)}, NetnsPath: ns.Path(), FoU: kind == egress.KindFoU,
-			Destinations: prefixes(extNet, clusterNet),
+			Egress: labEgress, PodIPs: addrs(ipv4.routers[i], ipv6.routers[i]), NetnsPath: ns.Path(), FoU: kind == egress.KindFoU,
+			Destinations: prefixes(extNet, clusterNet, extNet6, clusterNet6),
 		}, testr.New(t))
 		t.Cleanup(r.Close)
 		if err := r.Setup(t.Context()); err != nil {
-			t.Fatalf("Setup of router %s: %v", ip, err)
+			t.Fatalf("Setup of router %s: %v", ipv4.routers[i], err)
 		}
-		if err := r.AddPeer(t.Context(), "uid-client", addrs(clientIP)); err != nil {
+		if err := r.AddPeer(t.Context(), "uid-client", addrs(ipv4.client, ipv6.client)); err != nil {
 			t.Fatal(err)
 		}
-		l.routers[ip] = &labRouter{ns: ns, pod: pod, r: r}
+		l.routers[i] = &labRouter{ns: ns, pod: pod, r: r}
 	}
 	l.renderService()
-	l.applyClient(extNet, clusterNet)
+	l.applyClient(extNet, clusterNet, extNet6, clusterNet6)
 	return l
 }
 
-func (l *lab) addPod(label, ip string) (*netnstest.NS, dataplane.Pod) {
+// addPod wires a pod; v6 may be empty.
+func (l *lab) addPod(label, v4, v6 string) (*netnstest.NS, dataplane.Pod) {
 	l.t.Helper()
 	ns := netnstest.New(l.t, label)
-	pod := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "c-" + label + ip, IfName: "eth0"}, Netns: ns.Path(), IPv4: netip.MustParseAddr(ip)}
+	pod := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "c-" + label + v4, IfName: "eth0"}, Netns: ns.Path(), IPv4: netip.MustParseAddr(v4)}
+	if v6 != "" {
+		pod.IPv6 = netip.MustParseAddr(v6)
+	}
 	if _, err := l.dp.SetupPod(l.t.Context(), pod); err != nil {
 		l.t.Fatalf("SetupPod %s: %v", label, err)
 	}
@@ -145,8 +174,10 @@ func (l *lab) addPod(label, ip string) (*netnstest.NS, dataplane.Pod) {
 func (l *lab) renderService() {
 	l.t.Helper()
 	var eps []service.Endpoint
-	for ip := range l.routers {
-		eps = append(eps, service.Endpoint{Addr: netip.MustParseAddr(ip), NodeName: "node1", Local: true, Ready: true, Serving: true})
+	for i := range l.routers {
+		for _, f := range families {
+			eps = append(eps, service.Endpoint{Addr: netip.MustParseAddr(f.routers[i]), NodeName: "node1", Local: true, Ready: true, Serving: true})
+		}
 	}
 	slices.SortFunc(eps, func(a, b service.Endpoint) int { return a.Addr.Compare(b.Addr) })
 	port := func(name string, p uint16) service.Port {
@@ -160,7 +191,7 @@ func (l *lab) renderService() {
 	st := &service.State{
 		Node: service.Node{Name: "node1"},
 		Services: map[service.ID]*service.Service{id: {
-			ID: id, ClusterIPs: addrs(serviceIP), AffinityTimeout: 3 * time.Hour,
+			ID: id, ClusterIPs: addrs(serviceIP, serviceIP6), AffinityTimeout: 3 * time.Hour,
 			Ports: []service.Port{port("vxlan", 4789), port("fou", 5555)},
 		}},
 	}
@@ -171,11 +202,11 @@ func (l *lab) renderService() {
 
 func (l *lab) clientConfig(dests ...string) egress.ClientConfig {
 	return egress.ClientConfig{
-		PodIPs: addrs(clientIP),
+		PodIPs: addrs(ipv4.client, ipv6.client),
 		Egresses: []egress.ClientEgress{{
-			Egress: labEgress, Kind: l.kind, ServiceIPs: addrs(serviceIP), Destinations: prefixes(dests...),
+			Egress: labEgress, Kind: l.kind, ServiceIPs: addrs(serviceIP, serviceIP6), Destinations: prefixes(dests...),
 		}},
-		Excluded: prefixes("10.1.0.0/16", "10.96.0.0/12", "198.18.0.0/15"),
+		Excluded: prefixes("10.1.0.0/16", "10.96.0.0/12", "198.18.0.0/15", "2001:db8:10::/64", "2001:db8:96::/112", "2001:db8:18::/48"),
 	}
 }
 
@@ -188,9 +219,9 @@ func (l *lab) applyClient(dests ...string) {
 
 func (l *lab) setDestinations(dests ...string) {
 	l.t.Helper()
-	for ip, r := range l.routers {
+	for i, r := range l.routers {
 		if err := r.r.SetDestinations(l.t.Context(), prefixes(dests...)); err != nil {
-			l.t.Fatalf("router %s: %v", ip, err)
+			l.t.Fatalf("router %s: %v", ipv4.routers[i], err)
 		}
 	}
 	l.applyClient(dests...)
@@ -316,10 +347,10 @@ func prefixes(ss ...string) []netip.Prefix {
 func (l *lab) routerTunnelTxBytes(t *testing.T) uint64 {
 	t.Helper()
 	var n uint64
-	for ip, r := range l.routers {
+	for i, r := range l.routers {
 		links, err := r.ns.Netlink().LinkList()
 		if err != nil {
-			t.Fatalf("router %s: %v", ip, err)
+			t.Fatalf("router %s: %v", ipv4.routers[i], err)
 		}
 		for _, link := range links {
 			if strings.HasPrefix(link.Attrs().Name, "egr") && link.Attrs().Statistics != nil {
@@ -328,15 +359,6 @@ func (l *lab) routerTunnelTxBytes(t *testing.T) uint64 {
 		}
 	}
 	return n
-}
-
-func (l *lab) otherRouter(ip string) string {
-	for r := range l.routers {
-		if r != ip {
-			return r
-		}
-	}
-	return ""
 }
 
 func TestVXLANEgress(t *testing.T) {
@@ -357,18 +379,19 @@ func testEgress(t *testing.T, kind egress.Kind) {
 	start := time.Now()
 	l := newLab(t, kind)
 	t.Logf("lab built in %v", time.Since(start).Round(time.Millisecond))
-	routerIPs := []string{router1IP, router2IP}
 
 	t.Run("traffic to a destination leaves through a router, and 1 MiB goes through intact", func(t *testing.T) {
-		begin := time.Now()
-		got := l.expectSource(t, 10*time.Second, extIP, routerIPs...)
-		t.Logf("first connection through router %s after %v", got, time.Since(begin).Round(time.Millisecond))
-		sent := l.routerTunnelTxBytes(t)
-		echoMiB(t, l.client, extIP)
-		// The echo came back through the routers' tunnels, not straight
-		// from the destination.
-		if n := l.routerTunnelTxBytes(t) - sent; n < 1<<20 {
-			t.Errorf("the routers' tunnels sent %d bytes during the echo of 1 MiB, want at least 1 MiB", n)
+		for _, f := range families {
+			begin := time.Now()
+			got := l.expectSource(t, 10*time.Second, f.ext, f.routers...)
+			t.Logf("%s: first connection through router %s after %v", f.name, got, time.Since(begin).Round(time.Millisecond))
+			sent := l.routerTunnelTxBytes(t)
+			echoMiB(t, l.client, f.ext)
+			// The echo came back through the routers' tunnels, not
+			// straight from the destination.
+			if n := l.routerTunnelTxBytes(t) - sent; n < 1<<20 {
+				t.Errorf("%s: the routers' tunnels sent %d bytes during the echo of 1 MiB, want at least 1 MiB", f.name, n)
+			}
 		}
 		// The MTU of the tunnel leaves room for the encapsulation.
 		want := map[egress.Kind]string{egress.KindVXLAN: "mtu 1450", egress.KindFoU: "mtu 1472"}[kind]
@@ -378,56 +401,65 @@ func testEgress(t *testing.T, kind egress.Kind) {
 	})
 
 	t.Run("traffic to other hosts and to cluster addresses keeps the client's address", func(t *testing.T) {
-		l.expectSource(t, 5*time.Second, otherIP, clientIP)
-		l.expectSource(t, 5*time.Second, serverIP, clientIP)
+		for _, f := range families {
+			l.expectSource(t, 5*time.Second, f.other, f.client)
+			l.expectSource(t, 5*time.Second, f.server, f.client)
+		}
 	})
 
 	t.Run("destinations change live", func(t *testing.T) {
-		l.setDestinations(extNet, otherNet, clusterNet)
-		l.expectSource(t, 5*time.Second, otherIP, routerIPs...)
-		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
-		l.setDestinations(extNet, clusterNet)
-		l.expectSource(t, 5*time.Second, otherIP, clientIP)
-		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
+		l.setDestinations(extNet, otherNet, clusterNet, extNet6, otherNet6, clusterNet6)
+		for _, f := range families {
+			l.expectSource(t, 5*time.Second, f.other, f.routers...)
+			l.expectSource(t, 5*time.Second, f.ext, f.routers...)
+		}
+		l.setDestinations(extNet, clusterNet, extNet6, clusterNet6)
+		for _, f := range families {
+			l.expectSource(t, 5*time.Second, f.other, f.client)
+			l.expectSource(t, 5*time.Second, f.ext, f.routers...)
+		}
 	})
 
 	t.Run("a reused pod address keeps its peer entries until its last holder goes", func(t *testing.T) {
-		for ip, r := range l.routers {
-			if err := r.r.AddPeer(t.Context(), "uid-b", addrs(clientIP)); err != nil {
+		client := addrs(ipv4.client, ipv6.client)
+		for i, r := range l.routers {
+			if err := r.r.AddPeer(t.Context(), "uid-b", client); err != nil {
 				t.Fatal(err)
 			}
-			if got := r.r.Peers()[netip.MustParseAddr(clientIP)]; got != 2 {
-				t.Fatalf("router %s: %s held by %d pods, want 2", ip, clientIP, got)
+			if got := r.r.Peers()[client[0]]; got != 2 {
+				t.Fatalf("router %s: %s held by %d pods, want 2", ipv4.routers[i], client[0], got)
 			}
 			if err := r.r.RemovePeer(t.Context(), "uid-client"); err != nil {
 				t.Fatal(err)
 			}
-			if got := r.r.Peers()[netip.MustParseAddr(clientIP)]; got != 1 {
-				t.Fatalf("router %s: %s held by %d pods after the first holder left, want 1", ip, clientIP, got)
+			if got := r.r.Peers(); got[client[0]] != 1 || got[client[1]] != 1 {
+				t.Fatalf("router %s: peers %v after the first holder left, want each address held once", ipv4.routers[i], got)
 			}
-			expectPeerEntries(t, kind, r.ns, clientIP, true)
+			expectPeerEntries(t, kind, r.ns, true)
 		}
-		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
-		echoMiB(t, l.client, extIP)
-		for ip, r := range l.routers {
+		for _, f := range families {
+			l.expectSource(t, 5*time.Second, f.ext, f.routers...)
+			echoMiB(t, l.client, f.ext)
+		}
+		for i, r := range l.routers {
 			if err := r.r.RemovePeer(t.Context(), "uid-b"); err != nil {
 				t.Fatal(err)
 			}
 			if got := r.r.Peers(); len(got) != 0 {
-				t.Fatalf("router %s: peers %v after both holders left, want none", ip, got)
+				t.Fatalf("router %s: peers %v after both holders left, want none", ipv4.routers[i], got)
 			}
-			expectPeerEntries(t, kind, r.ns, clientIP, false)
-			if err := r.r.AddPeer(t.Context(), "uid-client", addrs(clientIP)); err != nil {
+			expectPeerEntries(t, kind, r.ns, false)
+			if err := r.r.AddPeer(t.Context(), "uid-client", client); err != nil {
 				t.Fatal(err)
 			}
-			expectPeerEntries(t, kind, r.ns, clientIP, true)
+			expectPeerEntries(t, kind, r.ns, true)
 		}
-		l.expectSource(t, 5*time.Second, extIP, routerIPs...)
+		l.expectSource(t, 5*time.Second, ipv4.ext, ipv4.routers...)
 	})
 
 	t.Run("when a router dies new connections go through the other", func(t *testing.T) {
-		dead := l.expectSource(t, 5*time.Second, extIP, routerIPs...)
-		alive := l.otherRouter(dead)
+		dead := slices.Index(ipv4.routers, l.expectSource(t, 5*time.Second, ipv4.ext, ipv4.routers...))
+		alive := 1 - dead
 		r := l.routers[dead]
 		r.ns.Remove()
 		if err := l.dp.TeardownPod(t.Context(), r.pod); err != nil {
@@ -436,28 +468,36 @@ func testEgress(t *testing.T, kind egress.Kind) {
 		delete(l.routers, dead)
 		begin := time.Now()
 		l.renderService()
-		l.expectSource(t, 15*time.Second, extIP, alive)
-		t.Logf("router %s gone, new connections through %s after %v", dead, alive, time.Since(begin).Round(time.Millisecond))
-		echoMiB(t, l.client, extIP)
+		for _, f := range families {
+			l.expectSource(t, 15*time.Second, f.ext, f.routers[alive])
+			t.Logf("%s: router %s gone, new connections through %s after %v", f.name, f.routers[dead], f.routers[alive], time.Since(begin).Round(time.Millisecond))
+			echoMiB(t, l.client, f.ext)
+		}
 	})
 }
 
-// expectPeerEntries checks a router's return path to peer: for VXLAN the
-// route in table 118, the neighbour and the FDB entry; for FoU the route
-// in table 119 through the peer's own tunnel.
-func expectPeerEntries(t *testing.T, kind egress.Kind, router *netnstest.NS, peer string, present bool) {
+// expectPeerEntries checks a router's return path to the lab's client:
+// for VXLAN the routes in table 118, the neighbours and the FDB entry; for
+// FoU the routes in table 119 through the peer's own tunnels.
+func expectPeerEntries(t *testing.T, kind egress.Kind, router *netnstest.NS, present bool) {
 	t.Helper()
-	mac := strings.ToLower(egress.ClientMAC(addrs(peer)).String())
-	var checks []struct{ what, out, want string }
+	mac := strings.ToLower(egress.ClientMAC(addrs(ipv4.client, ipv6.client)).String())
+	type check struct{ what, out, want string }
+	var checks []check
 	switch kind {
 	case egress.KindVXLAN:
-		checks = append(checks,
-			struct{ what, out, want string }{"route", router.IP("route", "show", "table", "118"), peer + " dev egrx4 scope link"},
-			struct{ what, out, want string }{"neighbour", router.IP("neigh", "show", "dev", "egrx4"), peer + " lladdr " + mac + " PERMANENT"},
-			struct{ what, out, want string }{"FDB entry", router.Exec("bridge", "fdb", "show", "dev", "egrx4"), mac + " dst " + peer + " self permanent"},
-		)
+		checks = []check{
+			{"route", router.IP("-4", "route", "show", "table", "118"), ipv4.client + " dev egrx4 scope link"},
+			{"route", router.IP("-6", "route", "show", "table", "118"), ipv6.client + " dev egrx4 metric 1024"},
+			{"neighbour", router.IP("neigh", "show", "dev", "egrx4"), ipv4.client + " lladdr " + mac + " PERMANENT"},
+			{"neighbour", router.IP("neigh", "show", "dev", "egrx4"), ipv6.client + " lladdr " + mac + " PERMANENT"},
+			{"FDB entry", router.Exec("bridge", "fdb", "show", "dev", "egrx4"), mac + " dst " + ipv4.client + " self permanent"},
+		}
 	case egress.KindFoU:
-		checks = append(checks, struct{ what, out, want string }{"route", router.IP("route", "show", "table", "119"), peer + " dev egrf4"})
+		checks = []check{
+			{"route", router.IP("-4", "route", "show", "table", "119"), ipv4.client + " dev egrf4"},
+			{"route", router.IP("-6", "route", "show", "table", "119"), ipv6.client + " dev egrf6"},
+		}
 	}
 	for _, c := range checks {
 		if strings.Contains(c.out, c.want) != present {
@@ -503,7 +543,7 @@ func TestApplyClientIsIdempotentAndUndoesItself(t *testing.T) {
 	if err := l.dp.Init(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	pod, _ := l.addPod("egidem", idemIP)
+	pod, _ := l.addPod("egidem", idemIP, "")
 	cfg := egress.ClientConfig{
 		PodIPs: addrs(idemIP),
 		Egresses: []egress.ClientEgress{
