@@ -102,16 +102,16 @@ type peer struct {
 	ips []netip.Addr
 }
 
-// CacheOptions are the manager's cache settings for a router of egress:
+// CacheOptions are the manager's cache settings for a router of the Egress eg:
 // only that Egress, and Pods of every namespace trimmed to what the
 // watcher reads (a router caches every pod of the cluster).
-func CacheOptions(egress types.NamespacedName) map[client.Object]cache.ByObject {
+func CacheOptions(eg types.NamespacedName) map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&vcoilv2.Egress{}: {
-			Namespaces: map[string]cache.Config{egress.Namespace: {}},
-			Field:      fields.OneTermEqualSelector("metadata.name", egress.Name),
+			Namespaces: map[string]cache.Config{eg.Namespace: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", eg.Name),
 		},
-		&corev1.Pod{}: {Transform: TrimPod(egress.Namespace)},
+		&corev1.Pod{}: {Transform: TrimPod(eg.Namespace)},
 	}
 }
 
