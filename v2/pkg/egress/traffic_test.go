@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -586,5 +587,68 @@ func TestApplyClientIsIdempotentAndUndoesItself(t *testing.T) {
 	}
 	if after := snapshot(t, pod); after != before {
 		t.Errorf("ApplyClient without Egresses did not restore the pod:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+}
+
+func TestARestartedRouterStartsFromScratchAndSetupCanBeRepeated(t *testing.T) {
+	netnstest.RequireRoot(t)
+	ns := netnstest.New(t, "egrouter")
+	netnstest.Veth(t, ns, "eth0", netnstest.New(t, "egpeer"), "eth0")
+	ns.AddAddr("eth0", "10.1.0.11/24")
+	ns.AddAddr("eth0", "2001:db8:10::11/64")
+	cfg := egress.RouterConfig{Egress: labEgress, PodIPs: addrs("10.1.0.11", "2001:db8:10::11"), NetnsPath: ns.Path(), Destinations: prefixes(extNet)}
+	// Link indexes change when links are recreated; nothing else may.
+	index := regexp.MustCompile(`(?m)^(\s*)\d+: `)
+	state := func() string { return index.ReplaceAllString(snapshot(t, ns), "$1") }
+	client := addrs("10.1.0.5", "2001:db8:10::5")
+
+	first := egress.NewRouter(cfg, testr.New(t))
+	// A peer added before Setup is installed by it.
+	if err := first.AddPeer(t.Context(), "uid-a", client); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	withPeer := state()
+	for _, want := range []string{
+		"10.1.0.5 dev egrx4 table 118 scope link", "2001:db8:10::5 dev egrx4 table 118",
+		"1990:\tfrom all iif lo lookup main", "2000:\tfrom all fwmark 0x1000/0x3000 lookup 118",
+		"ip daddr @dests4 masquerade", "elements = { 203.0.113.0/24 }", "vxlan id",
+	} {
+		if !strings.Contains(withPeer, want) {
+			t.Errorf("the router's namespace has no %q:\n%s", want, withPeer)
+		}
+	}
+	if err := first.SetDestinations(t.Context(), prefixes(extNet, otherNet)); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(); !strings.Contains(got, "elements = { 198.51.100.0/24, 203.0.113.0/24 }") {
+		t.Errorf("SetDestinations did not reach the set:\n%s", got)
+	}
+	first.Close()
+
+	// The next container of the pod finds the kernel state of the first:
+	// it starts from scratch, without the peers it has not been told of.
+	second := egress.NewRouter(cfg, testr.New(t))
+	t.Cleanup(second.Close)
+	if err := second.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(); strings.Contains(got, "10.1.0.5") || strings.Contains(got, "198.51.100.0/24") {
+		t.Errorf("a new router kept the old one's peers or destinations:\n%s", got)
+	}
+	if err := second.AddPeer(t.Context(), "uid-a", client); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(); got != withPeer {
+		t.Errorf("a new router with the same peer differs from the first:\n--- first\n%s\n--- second\n%s", withPeer, got)
+	}
+	// Setup again rebuilds the same state, peers included.
+	if err := second.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(); got != withPeer {
+		t.Errorf("a second Setup changed the router:\n--- before\n%s\n--- after\n%s", withPeer, got)
 	}
 }
