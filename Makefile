@@ -60,6 +60,7 @@ generate: ## regenerate deepcopy code, CRDs, RBAC, webhook manifests and gRPC co
 		crd paths=./v2/api/... output:crd:artifacts:config=v2/config/crd/bases \
 		rbac:roleName=controller paths=./v2/controllers/... output:rbac:artifacts:config=v2/config/rbac \
 		webhook output:webhook:artifacts:config=v2/config/webhook
+	$(GO) tool controller-gen rbac:roleName=egress paths=./v2/pkg/egress/routerwatch/... output:rbac:artifacts:config=v2/config/egress
 	$(GO) tool controller-gen rbac:roleName=daemon paths="./v2/pkg/daemon/...;./v2/pkg/nodeipam/...;./v2/pkg/service/...;./v2/pkg/policy/agent/...;./v2/pkg/egress/agent/..." output:rbac:artifacts:config=v2/config/daemon
 
 .PHONY: check-generate
