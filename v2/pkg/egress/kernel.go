@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -185,7 +187,7 @@ func (k *kernel) addLink(l netlink.Link, alias, rpFilter string) (netlink.Link, 
 		_ = k.NL.LinkDel(got)
 		return nil, fmt.Errorf("set alias of link %s in %s: %w", name, k.Path, err)
 	}
-	if err := k.SetSysctls(kernelns.Sysctl{Key: "net/ipv4/conf/" + name + "/rp_filter", Value: rpFilter}); err != nil {
+	if err := k.tunnelSysctls(name, rpFilter); err != nil {
 		_ = k.NL.LinkDel(got)
 		return nil, err
 	}
@@ -194,6 +196,28 @@ func (k *kernel) addLink(l netlink.Link, alias, rpFilter string) (netlink.Link, 
 		return nil, fmt.Errorf("set link %s up in %s: %w", name, k.Path, err)
 	}
 	return got, nil
+}
+
+// tunnelSysctls sets a new tunnel device's reverse path filtering and, if
+// the namespace has IPv6, turns off its IPv6 link-local address: the
+// tunnels need none (the gateway's neighbour is static), and without it
+// the device sends no router solicitations, multicast reports or duplicate
+// address probes through the tunnel.
+func (k *kernel) tunnelSysctls(name, rpFilter string) error {
+	return k.do(func() error {
+		rp := filepath.Join("/proc/sys/net/ipv4/conf", name, "rp_filter")
+		if err := os.WriteFile(rp, []byte(rpFilter), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s=%s in %s: %w", rp, rpFilter, k.Path, err)
+		}
+		gen := filepath.Join("/proc/sys/net/ipv6/conf", name, "addr_gen_mode")
+		if _, err := os.Stat(gen); err != nil {
+			return nil // no IPv6
+		}
+		if err := os.WriteFile(gen, []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s=1 in %s: %w", gen, k.Path, err)
+		}
+		return nil
+	})
 }
 
 // tableRoutes lists the routes of table, both families.

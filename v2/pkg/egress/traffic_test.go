@@ -92,6 +92,13 @@ func newLab(t *testing.T, kind egress.Kind) *lab {
 	netnstest.RequireRoot(t)
 	l := &lab{t: t, kind: kind, node: netnstest.New(t, "egnode"), ext: netnstest.New(t, "egext"), other: netnstest.New(t, "egother"),
 		routers: map[int]*labRouter{}}
+	// Hosts answer at once, not after duplicate address detection of their
+	// link-local addresses: a first IPv6 connection would otherwise wait
+	// for a retransmission.
+	for _, ns := range []*netnstest.NS{l.node, l.ext, l.other} {
+		ns.Sysctl("net.ipv6.conf.default.accept_dad", "0")
+		ns.Sysctl("net.ipv6.conf.all.accept_dad", "0")
+	}
 	for i, h := range []struct {
 		ns   *netnstest.NS
 		link string
