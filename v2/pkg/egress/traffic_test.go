@@ -551,14 +551,14 @@ func TestApplyClientIsIdempotentAndUndoesItself(t *testing.T) {
 	if err := l.dp.Init(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	pod, _ := l.addPod("egidem", idemIP, "")
+	pod, _ := l.addPod("egidem", idemIP, "2001:db8:10::30")
 	cfg := egress.ClientConfig{
-		PodIPs: addrs(idemIP),
+		PodIPs: addrs(idemIP, "2001:db8:10::30"),
 		Egresses: []egress.ClientEgress{
-			{Egress: labEgress, Kind: egress.KindVXLAN, ServiceIPs: addrs(serviceIP), Destinations: prefixes(extNet)},
-			{Egress: types.NamespacedName{Namespace: "egns", Name: "second"}, Kind: egress.KindVXLAN, ServiceIPs: addrs("10.96.0.51"), Destinations: prefixes(otherNet)},
+			{Egress: labEgress, Kind: egress.KindVXLAN, ServiceIPs: addrs(serviceIP, serviceIP6), Destinations: prefixes(extNet, extNet6)},
+			{Egress: types.NamespacedName{Namespace: "egns", Name: "second"}, Kind: egress.KindVXLAN, ServiceIPs: addrs("10.96.0.51"), Destinations: prefixes(otherNet, otherNet6)},
 		},
-		Excluded: prefixes("10.1.0.0/16", "10.96.0.0/12"),
+		Excluded: prefixes("10.1.0.0/16", "10.96.0.0/12", "2001:db8:10::/64", "2001:db8:96::/112"),
 	}
 	before := snapshot(t, pod)
 	if err := egress.ApplyClient(t.Context(), pod.Path(), cfg); err != nil {
@@ -569,6 +569,8 @@ func TestApplyClientIsIdempotentAndUndoesItself(t *testing.T) {
 		"egr", "vxlan id", "1990:\tfrom all to 10.1.0.0/16 lookup main", "1990:\tfrom all to 10.96.0.50 lookup main",
 		"2000:\tfrom all lookup 118", extNet + " via 169.254.77.1 dev egr", "src " + idemIP,
 		"169.254.77.1 dev egr", "tcp option maxseg size set rt mtu",
+		"1990:\tfrom all to 2001:db8:10::/64 lookup main", "1990:\tfrom all to 2001:db8:96::50 lookup main",
+		extNet6 + " via fe80::77:1 dev egr", "src 2001:db8:10::30", "fe80::77:1 dev egr",
 		"dst 10.96.0.50 self permanent",
 	} {
 		if !strings.Contains(first, want) {
@@ -586,7 +588,7 @@ func TestApplyClientIsIdempotentAndUndoesItself(t *testing.T) {
 	if err := egress.ApplyClient(t.Context(), pod.Path(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	if one := snapshot(t, pod); strings.Contains(one, otherNet) || strings.Contains(one, "10.96.0.51") || strings.Count(one, "vxlan id") != 1 {
+	if one := snapshot(t, pod); strings.Contains(one, otherNet) || strings.Contains(one, otherNet6) || strings.Contains(one, "10.96.0.51") || strings.Count(one, "vxlan id") != 1 {
 		t.Errorf("after removing an Egress the pod still has its objects:\n%s", one)
 	}
 	if err := egress.ApplyClient(t.Context(), pod.Path(), egress.ClientConfig{PodIPs: addrs(idemIP)}); err != nil {
