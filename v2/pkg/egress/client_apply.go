@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -22,9 +23,11 @@ import (
 // in constants.EgressTable, rules that send cfg.Excluded and the Services'
 // addresses to the main table first, MTU = the pod interface's MTU minus
 // the encapsulation's overhead, a TCP MSS clamp, loose reverse path
-// filtering on the tunnel devices. Empty cfg.Egresses removes everything
-// vcoil's egress put there. What already matches is left untouched, so a
-// second call changes nothing and does not disturb traffic.
+// filtering on the tunnel devices (off on the FoU fallback receivers, see
+// rpOff). Empty cfg.Egresses removes everything vcoil's egress put there,
+// and is done at once when the namespace is already gone. What already
+// matches is left untouched, so a second call changes nothing and does not
+// disturb traffic.
 func ApplyClient(ctx context.Context, netnsPath string, cfg ClientConfig) error {
 	if _, err := planClient(cfg, 1500); err != nil {
 		return fmt.Errorf("egress of pod netns %s: %w", netnsPath, err)
@@ -33,6 +36,10 @@ func ApplyClient(ctx context.Context, netnsPath string, cfg ClientConfig) error 
 		return err
 	}
 	k, err := openKernel(netnsPath)
+	var gone ns.NSPathNotExistErr
+	if len(cfg.Egresses) == 0 && errors.As(err, &gone) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("egress of pod: %w", err)
 	}
@@ -382,11 +389,7 @@ func (r clientRule) netlinkRule() *netlink.Rule {
 }
 
 func nlRuleKey(r netlink.Rule) string {
-	var mark uint32
-	if r.Mark != 0 {
-		mark = r.Mark
-	}
-	return ruleKey(r.Family == netlink.FAMILY_V6, r.Priority, r.Table, toPrefix(r.Dst), r.IifName, mark)
+	return ruleKey(r.Family == netlink.FAMILY_V6, r.Priority, r.Table, toPrefix(r.Dst), r.IifName, r.Mark)
 }
 
 // syncRules deletes the client rules at the package's priorities that are

@@ -291,7 +291,7 @@ func familyName(family int) string {
 	return "IPv4"
 }
 
-// neighKey identifies a neighbour or an FDB entry for comparison.
+// neighString identifies a neighbour or an FDB entry for comparison.
 func neighString(n netlink.Neigh) string {
 	return fmt.Sprintf("%d %s %s", n.LinkIndex, toAddr(n.IP), strings.ToLower(n.HardwareAddr.String()))
 }

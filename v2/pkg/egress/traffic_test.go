@@ -597,6 +597,14 @@ func TestApplyClientIsIdempotentAndUndoesItself(t *testing.T) {
 	if after := snapshot(t, pod); after != before {
 		t.Errorf("ApplyClient without Egresses did not restore the pod:\n--- before\n%s\n--- after\n%s", before, after)
 	}
+	// A pod gone has nothing left to remove; it cannot be set up.
+	pod.Remove()
+	if err := egress.ApplyClient(t.Context(), pod.Path(), egress.ClientConfig{}); err != nil {
+		t.Errorf("removing the egress of a deleted namespace: %v", err)
+	}
+	if err := egress.ApplyClient(t.Context(), pod.Path(), cfg); err == nil || !strings.Contains(err.Error(), pod.Path()) {
+		t.Errorf("setting up the egress of a deleted namespace: %v, want an error naming it", err)
+	}
 }
 
 func TestARestartedRouterStartsFromScratchAndSetupCanBeRepeated(t *testing.T) {
