@@ -195,6 +195,8 @@ func (r *Router) setup(ctx context.Context) error {
 		if err := k.syncFoUPorts(fams); err != nil {
 			return err
 		}
+	} else if err := k.syncFoUPorts(nil); err != nil {
+		return err // close what an earlier router with FoU opened
 	}
 	if err := k.addRouterRules(has4, has6, r.cfg.FoU); err != nil {
 		return err
