@@ -183,6 +183,11 @@ bench-policy: ## NetworkPolicies from nothing to rules in the kernel (nftables),
 		$(GO) test ./v2/pkg/policy -run '^TestBenchPolicy(Kernel|VPP)$$' -count=1 -v -timeout 20m | grep -E '^\s+(\||bench_kernel_test)' || true
 	@cat $(BENCH_OUT)/bench-policy.json
 
+.PHONY: bench-egress
+bench-egress: ## TCP uploads from a pod through an Egress (VXLAN, the Service's DNAT, a router's masquerade) beside the pod's direct path, same run (as root); go test -bench lines in $(BENCH_OUT)/bench-egress.txt
+	@mkdir -p $(BENCH_OUT)
+	$(GO) test ./v2/pkg/egress -run '^$$' -bench '^BenchmarkUpload$$' -benchtime 40x -count 5 -timeout 10m | tee $(BENCH_OUT)/bench-egress.txt | grep -E '^Benchmark'
+
 .PHONY: clean
 clean: ## remove build outputs (the cache in $(VCOIL_CACHE_DIR) stays)
 	rm -rf $(BIN_DIR)

@@ -69,7 +69,7 @@ var (
 var labEgress = types.NamespacedName{Namespace: "egns", Name: "nat"}
 
 type lab struct {
-	t       *testing.T
+	t       testing.TB
 	kind    egress.Kind
 	node    *netnstest.NS
 	ext     *netnstest.NS
@@ -87,7 +87,7 @@ type labRouter struct {
 	r   *egress.Router
 }
 
-func newLab(t *testing.T, kind egress.Kind) *lab {
+func newLab(t testing.TB, kind egress.Kind) *lab {
 	t.Helper()
 	netnstest.RequireRoot(t)
 	l := &lab{t: t, kind: kind, node: netnstest.New(t, "egnode"), ext: netnstest.New(t, "egext"), other: netnstest.New(t, "egother"),
@@ -123,7 +123,7 @@ func newLab(t *testing.T, kind egress.Kind) *lab {
 		l.node.IP("-6", "route", "add", h.net(ipv6), "via", hostIP6)
 	}
 	var err error
-	l.dp, err = linux.New(linux.Config{NodeNetns: l.node.Path(), MTU: 1500}, testr.New(t))
+	l.dp, err = linux.New(linux.Config{NodeNetns: l.node.Path(), MTU: 1500}, testr.NewWithInterface(t, testr.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func newLab(t *testing.T, kind egress.Kind) *lab {
 		serve(t, l.server, f.server)
 	}
 
-	l.svc, err = svcnft.New(svcnft.Config{Netns: l.node.Path(), PodIfPrefix: linux.HostIfPrefix}, testr.New(t))
+	l.svc, err = svcnft.New(svcnft.Config{Netns: l.node.Path(), PodIfPrefix: linux.HostIfPrefix}, testr.NewWithInterface(t, testr.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func newLab(t *testing.T, kind egress.Kind) *lab {
 		r := egress.NewRouter(egress.RouterConfig{
 			Egress: labEgress, PodIPs: addrs(ipv4.routers[i], ipv6.routers[i]), NetnsPath: ns.Path(), FoU: kind == egress.KindFoU,
 			Destinations: prefixes(extNet, clusterNet, extNet6, clusterNet6),
-		}, testr.New(t))
+		}, testr.NewWithInterface(t, testr.Options{}))
 		t.Cleanup(r.Close)
 		if err := r.Setup(t.Context()); err != nil {
 			t.Fatalf("Setup of router %s: %v", ipv4.routers[i], err)
@@ -274,7 +274,7 @@ func (l *lab) expectSource(t *testing.T, timeout time.Duration, addr string, wan
 
 // serve answers TCP 7000 with the peer's address and echoes TCP 7001 at
 // addr in ns.
-func serve(t *testing.T, ns *netnstest.NS, addr string) {
+func serve(t testing.TB, ns *netnstest.NS, addr string) {
 	who := ns.Listen("tcp", net.JoinHostPort(addr, "7000"))
 	go func() {
 		for {
