@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -45,6 +46,7 @@ func TestEgress(t *testing.T) {
 		"uploads leave through the new routers after kubectl rollout restart of the routers' Deployment",
 		"an Egress with a destination that is no CIDR is rejected, naming spec.destinations[0]",
 		"a pod naming a missing Egress starts, with an EgressNotFound Event",
+		"kubectl scale egress changes the number of routers (scale subresource)",
 	}
 	extHost, _, err := net.SplitHostPort(k.settings.external)
 	if err != nil || len(k.settings.externalAgent) == 0 {
@@ -176,6 +178,39 @@ func TestEgress(t *testing.T) {
 			return fmt.Errorf("pod %s: no EgressNotFound Event; its Events: %v", p.Name, seen)
 		})
 	})
+	if k.settings.kubectl == "" {
+		listed(groupEgress, names[6], statusNotApplicable, "no kubectl given (VCOIL_E2E_KUBECTL)")
+	} else {
+		record(t, groupEgress, names[6], byVcoil, func(t *testing.T) error {
+			for _, n := range []int{3, 2} {
+				out, err := exec.CommandContext(c, k.settings.kubectl, "--kubeconfig", k.settings.kubeconfig,
+					"-n", ns, "scale", "egress/nat", fmt.Sprintf("--replicas=%d", n)).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("kubectl scale egress/nat --replicas=%d: %v: %s", n, err, out)
+				}
+				err = poll.Until(c, 3*time.Minute, pollInterval, func(c context.Context) error {
+					if err := k.rolledOut(c, routers); err != nil {
+						return err
+					}
+					if got := ptr.Deref(routers.Spec.Replicas, 0); got != int32(n) {
+						return fmt.Errorf("the routers' Deployment wants %d replicas, want %d", got, n)
+					}
+					eg := egressObject(ns, "nat", 0, "")
+					if err := k.c.Get(c, client.ObjectKeyFromObject(eg), eg); err != nil {
+						return err
+					}
+					if got, _, _ := unstructured.NestedInt64(eg.Object, "status", "readyReplicas"); got != int64(n) {
+						return fmt.Errorf("egress %s/nat reports %d ready routers, want %d", ns, got, n)
+					}
+					return nil
+				})
+				if err != nil {
+					return fmt.Errorf("after kubectl scale --replicas=%d: %w", n, err)
+				}
+			}
+			return throughRouters(t)
+		})
+	}
 }
 
 // egressObject is an Egress of ns with VXLAN tunnels. It is built as an

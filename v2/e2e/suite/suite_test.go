@@ -45,6 +45,9 @@ type settings struct {
 	// external's host, a client outside the cluster ("public -> nodeport");
 	// empty when there is none.
 	externalAgent []string
+	// kubectl is the kubectl binary for the rows that test what users type
+	// (kubectl scale); empty when there is none.
+	kubectl string
 	// reportDir receives results.json and results.md.
 	reportDir string
 	// spare is an IPv4 /24 no pool of the cluster uses, for the suite's own
@@ -61,6 +64,7 @@ func loadSettings() settings {
 		// Words, as the lab writes it: nsenter --net=NS -- AGENT.
 		externalAgent: strings.Fields(os.Getenv("VCOIL_E2E_EXTERNAL_AGENT")),
 		reportDir:     os.Getenv("VCOIL_E2E_REPORT_DIR"),
+		kubectl:       os.Getenv("VCOIL_E2E_KUBECTL"),
 		spare:         netip.MustParsePrefix("198.18.64.0/24"),
 	}
 	if v := os.Getenv("VCOIL_E2E_SPARE_CIDR"); v != "" {

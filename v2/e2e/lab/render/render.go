@@ -438,6 +438,7 @@ func EnvFile(topo topology.Topology, stateDir, kubeconfig, kubectl, kubernetesDi
 	w("VCOIL_E2E_AGENT_IMAGE", AgentImage)
 	w("VCOIL_E2E_PULL_POLICY", "Never")
 	w("VCOIL_E2E_EXTERNAL", fmt.Sprintf("%s:%d", topology.ExternalIP, topology.AgentTCPPort))
+	w("VCOIL_E2E_KUBECTL", kubectl)
 	w("VCOIL_E2E_EXTERNAL_AGENT", fmt.Sprintf("nsenter --net=/run/netns/%s -- %s", topology.ExternalNetns, agent))
 	return b.String()
 }
