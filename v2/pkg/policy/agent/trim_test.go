@@ -14,7 +14,7 @@ func TestTrimPodKeepsWhatPoliciesAndEgressRead(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Name: "p", Namespace: "ns", Labels: map[string]string{"app": "web"},
 		Annotations: map[string]string{
-			"egress.vcoil.io/internet": "nat",
+			"egress.vcoil.io/internet":                         "nat",
 			"kubectl.kubernetes.io/last-applied-configuration": "{...}",
 		},
 	}}
