@@ -1,0 +1,49 @@
+package nodestate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Decode reads one State and refuses a State of another APIVersion, naming
+// both, rather than misread it.
+func Decode(r io.Reader) (*State, error) {
+	var st State
+	if err := json.NewDecoder(r).Decode(&st); err != nil {
+		return nil, fmt.Errorf("decode the node state: %w", err)
+	}
+	if st.APIVersion != APIVersion {
+		return nil, fmt.Errorf("node state of node %q has apiVersion %q; this program reads %q (use a kubectl-vcoil of vcoild's version)",
+			st.Node, st.APIVersion, APIVersion)
+	}
+	return &st, nil
+}
+
+// Get reads the State that vcoild serves at baseURL (as
+// "http://127.0.0.1:9390", or the local end of a port-forward).
+func Get(ctx context.Context, c *http.Client, baseURL string) (*State, error) {
+	url := strings.TrimSuffix(baseURL, "/") + Path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("get the node state from %s: %w", url, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get the node state from %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("get the node state from %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	st, err := Decode(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return st, nil
+}
