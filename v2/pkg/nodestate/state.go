@@ -176,6 +176,23 @@ type Frontend struct {
 	// NoBackends is what the frontend does without backends: "reject"
 	// (ICMP unreachable, TCP reset) or "drop"; empty when it has some.
 	NoBackends string `json:"noBackends,omitempty"`
+	// AffinityByHash is set when the renderer keeps a client on one
+	// backend by a hash of the client's address, without Affinity's
+	// timeout (the nftables renderer's IPv6 frontends).
+	AffinityByHash bool `json:"affinityByHash,omitempty"`
+	// FromNode is, on an external frontend with Local set whose renderer
+	// tells the node's own traffic apart (nftables, as kube-proxy), how
+	// traffic from the node and its pods is served: over the cluster's
+	// endpoints. Nil when that traffic is served as Backends say (the
+	// nat44 renderer sends every client to the local endpoints).
+	FromNode *NodeTraffic `json:"fromNode,omitempty"`
+}
+
+// NodeTraffic is how a frontend serves traffic from the node and its pods
+// where that differs from traffic from outside.
+type NodeTraffic struct {
+	Backends   []Backend `json:"backends,omitempty"`
+	NoBackends string    `json:"noBackends,omitempty"`
 }
 
 // Backend is one endpoint of a frontend.
@@ -269,6 +286,10 @@ type EgressUse struct {
 	Encapsulation string         `json:"encapsulation,omitempty"`
 	Router        netip.Addr     `json:"router,omitzero"`
 	Destinations  []netip.Prefix `json:"destinations,omitempty"`
+	// Routers are every ClusterIP the pod's tunnels go to, IPv4 first:
+	// a VXLAN tunnel goes to the first (Router) for both families, FoU
+	// has one tunnel per family.
+	Routers []netip.Addr `json:"routers,omitempty"`
 }
 
 // VPP is vcoild's connection to VPP and the objects it holds there.
