@@ -3,6 +3,11 @@
 // through atomicfile (temporary file, fsync, rename, fsync of the directory),
 // so that a daemon killed at any instant finds every allocation it made, whole
 // or not at all. It knows nothing of IPAM or dataplanes.
+//
+// Every file carries its format version (Entry.Format, format.Checkpoint):
+// files without one (format 1, written before versions) are read as they
+// are; a file of a newer format is refused with a format.NewerError naming
+// it, and never rewritten or deleted by this code.
 package checkpoint
 
 import (
@@ -19,6 +24,7 @@ import (
 	"time"
 
 	"github.com/vcoil/vcoil/v2/pkg/atomicfile"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // Entry records one pod interface's allocation.
@@ -53,6 +59,14 @@ type PortMapping struct {
 	Protocol      string     `json:"protocol"`
 }
 
+// file is an entry as a file holds it: with its format version first.
+// Format 2 only added the field: a file without it (version 1) decodes
+// unchanged.
+type file struct {
+	Format int `json:"format"`
+	Entry
+}
+
 // Store is a directory of entries.
 type Store struct {
 	dir string
@@ -82,21 +96,32 @@ func fileName(containerID, ifName string) string {
 	return hex.EncodeToString(sum[:16]) + suffix
 }
 
-// Save writes e durably, replacing an earlier entry of the same key.
+// Save writes e durably in the current format, replacing an earlier entry
+// of the same key, unless that entry is of a newer format (a
+// format.NewerError): a file this vcoild cannot read is never overwritten.
 func (s *Store) Save(e Entry) error {
-	data, err := json.Marshal(e)
+	path := filepath.Join(s.dir, fileName(e.ContainerID, e.IfName))
+	if _, err := read(path); errors.Is(err, format.ErrNewer) {
+		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
+	}
+	data, err := json.Marshal(file{Format: format.Checkpoint, Entry: e})
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, fileName(e.ContainerID, e.IfName)), data, 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
 	}
 	return nil
 }
 
-// Delete removes the entry of a key; a missing entry is not an error.
+// Delete removes the entry of a key; a missing entry is not an error, an
+// entry of a newer format is refused (format.NewerError) and kept.
 func (s *Store) Delete(containerID, ifName string) error {
-	err := os.Remove(filepath.Join(s.dir, fileName(containerID, ifName)))
+	path := filepath.Join(s.dir, fileName(containerID, ifName))
+	if _, err := read(path); errors.Is(err, format.ErrNewer) {
+		return fmt.Errorf("delete checkpoint of %s/%s: %w", containerID, ifName, err)
+	}
+	err := os.Remove(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete checkpoint of %s/%s: %w", containerID, ifName, err)
 	}
@@ -116,7 +141,9 @@ func (s *Store) Get(containerID, ifName string) (Entry, bool, error) {
 }
 
 // Load returns every entry. A file that cannot be read or decoded is
-// reported in the error, and the entries that could be read are returned.
+// reported in the error, and the entries that could be read are returned;
+// errors.Is(err, format.ErrNewer) tells that a file is of a newer format,
+// which a caller must not take for a lost entry.
 func (s *Store) Load() ([]Entry, error) {
 	files, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -143,10 +170,21 @@ func read(path string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	var e Entry
-	if err := json.Unmarshal(data, &e); err != nil {
+	// The version is read first: a newer format may not decode as an Entry.
+	var v struct {
+		Format int `json:"format"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
 		return Entry{}, fmt.Errorf("decode checkpoint %s: %w", path, err)
 	}
+	if err := format.Check("checkpoint file "+path, v.Format, format.Checkpoint); err != nil {
+		return Entry{}, err
+	}
+	var f file
+	if err := json.Unmarshal(data, &f); err != nil {
+		return Entry{}, fmt.Errorf("decode checkpoint %s: %w", path, err)
+	}
+	e := f.Entry
 	if e.ContainerID == "" || e.IfName == "" || e.Block == "" {
 		return Entry{}, fmt.Errorf("checkpoint %s lacks its key or block", path)
 	}
