@@ -40,7 +40,7 @@ var format1Entries = []Entry{
 	{ContainerID: "4f1d2c3b5a6978e0d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a6978e0d1c2b3a4f5e", IfName: "eth0", Netns: "/var/run/netns/cni-1234", Namespace: "default", Name: "web-0",
 		Pool: "default", Block: "default-3", Offset: 7, IPv4: netip.MustParseAddr("10.100.0.7"), IPv6: netip.MustParseAddr("fd00:100::7"), MTU: 1450,
 		PortMappings: []PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}, {HostIP: netip.MustParseAddr("198.18.0.11"), HostPort: 5353, ContainerPort: 53, Protocol: "udp"}},
-		Created: time.Unix(1764100000, 0).UTC()},
+		Created:      time.Unix(1764100000, 0).UTC()},
 	{ContainerID: "c0ffee", IfName: "eth0", Netns: "/var/run/netns/cni-5678", Namespace: "kube-system", Name: "dns-1",
 		Pool: "default", Block: "default-0", Offset: 2, IPv4: netip.MustParseAddr("10.100.0.2"), Created: time.Unix(1764100100, 0).UTC()},
 }
