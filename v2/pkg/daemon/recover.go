@@ -7,6 +7,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // RecoveryReport says what Recover found.
@@ -25,9 +26,16 @@ type RecoveryReport struct {
 // holds without an entry (the checkpoint was lost) is adopted when its
 // address lies in a block of the node and is free, and torn down otherwise.
 // The node's blocks must be loaded into IPAM first.
+//
+// A checkpoint file of a newer format stops Recover before it changes
+// anything (an error matching format.ErrNewer): its pod would otherwise look
+// like one without an entry, to be adopted over the file or torn down.
 func (s *Server) Recover(ctx context.Context) (RecoveryReport, error) {
 	var rep RecoveryReport
 	entries, loadErr := s.store.Load()
+	if errors.Is(loadErr, format.ErrNewer) {
+		return rep, fmt.Errorf("recover the allocations of checkpoint %s: %w", s.store.Dir(), loadErr)
+	}
 	if loadErr != nil {
 		// Unreadable files are reported, not fatal: their addresses stay
 		// unallocated; the dataplane pass below can still adopt the pods.

@@ -22,6 +22,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/cni"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
@@ -335,6 +336,10 @@ func (s *Server) GC(ctx context.Context, req *cnirpc.GCRequest) (_ *cnirpc.Empty
 		valid[key(a.ContainerId, a.Ifname)] = true
 	}
 	entries, lerr := s.store.Load()
+	if errors.Is(lerr, format.ErrNewer) {
+		// A pod of a newer entry would look unknown and be torn down.
+		return nil, cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "garbage collection: %v", lerr)
+	}
 	if lerr != nil {
 		s.log.Error(lerr, "some checkpoint entries cannot be read")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
 
@@ -56,6 +58,9 @@ type Daemon struct {
 	reader   client.Reader
 	opts     Options
 	log      logr.Logger
+	// refused holds the error by which start refused state of a newer
+	// format (format.ErrNewer); readiness reports it.
+	refused atomic.Pointer[error]
 	// loaded is closed once start has loaded the node's blocks: only then
 	// may the node subnet be looked for, or a restarted vcoild would ask for
 	// a second one.
@@ -106,6 +111,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 		"apiserver": d.apiserverReachable,
 		"dataplane": func(r *http.Request) error { return opts.Dataplane.Healthy(r.Context()) },
 		"ipam":      func(*http.Request) error { return im.Ready() },
+		"formats":   func(*http.Request) error { return d.Refused() },
 	} {
 		if err := mgr.AddReadyzCheck(name, check); err != nil {
 			return nil, err
@@ -120,13 +126,20 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 // until it answers.
 func (d *Daemon) start(ctx context.Context) error {
 	if err := d.opts.Dataplane.Init(ctx); err != nil {
-		return fmt.Errorf("initialise the %s dataplane: %w", d.opts.Dataplane.Name(), err)
+		err = fmt.Errorf("initialise the %s dataplane: %w", d.opts.Dataplane.Name(), err)
+		if errors.Is(err, format.ErrNewer) {
+			return d.refuse(ctx, err)
+		}
+		return err
 	}
 	if err := d.retry(ctx, "load the node's address blocks", d.IPAM.Load); err != nil {
 		return err
 	}
 	close(d.loaded)
 	rep, err := d.Server.Recover(ctx)
+	if errors.Is(err, format.ErrNewer) {
+		return d.refuse(ctx, err)
+	}
 	if err != nil {
 		// Pods whose state could not be rebuilt keep running; the errors are
 		// for the operator, and GC or DEL will clean up.
@@ -135,6 +148,27 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.log.Info("recovered allocations", "restored", rep.Restored, "adopted", rep.Adopted, "stale", rep.Stale, "tornDown", rep.TornDown)
 	if err := d.IPAM.ReleaseUnused(ctx); err != nil {
 		d.log.Error(err, "cannot release unused blocks; they are tried again at the next start")
+	}
+	return nil
+}
+
+// refuse holds vcoild when the node's state is of a newer format than it
+// knows (a downgrade): it changes nothing and never serves CNI requests,
+// says why in its log and in its readiness ("formats" check) until it is
+// stopped, rather than exiting into a restart loop whose reason scrolls
+// away. The error ends the listener at shutdown.
+func (d *Daemon) refuse(ctx context.Context, err error) error {
+	d.refused.Store(&err)
+	d.log.Error(err, "the node's state was written by a newer vcoild; this vcoild changes nothing and serves no pods until a vcoild of that version or newer runs")
+	<-ctx.Done()
+	return err
+}
+
+// Refused is the error by which vcoild refused the node's state (nil when
+// it did not): state of a newer format than this vcoild's.
+func (d *Daemon) Refused() error {
+	if err := d.refused.Load(); err != nil {
+		return *err
 	}
 	return nil
 }
