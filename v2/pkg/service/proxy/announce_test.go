@@ -21,6 +21,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
 )
@@ -155,6 +156,25 @@ func TestSetupAnnouncesTheLoadBalancerAddressesOfVcoilsPools(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no first sync within a minute")
 	}
+	// The node's state shows the frontends the nftables renderer applied:
+	// without endpoints, each rejects.
+	poll.Eventually(t, 30*time.Second, func() error {
+		var st nodestate.State
+		if err := p.StateSource().Fill(ctx, &st); err != nil {
+			return err
+		}
+		var got []string
+		for _, f := range st.Services.Frontends {
+			if f.Kind == nodestate.FrontendLoadBalancer {
+				got = append(got, fmt.Sprintf("%s %s:%d %s %s", f.Service, f.Address, f.Port, f.Protocol, f.NoBackends))
+			}
+		}
+		want := []string{"default/web 198.51.100.10:80 TCP reject", "default/web 203.0.113.10:80 TCP reject"}
+		if st.Services.Renderer != "nftables" || st.Services.Sync.Last.IsZero() || !slices.Equal(got, want) {
+			return fmt.Errorf("services state: renderer %q, sync %+v, LoadBalancer frontends %q; want nftables, a sync and %q", st.Services.Renderer, st.Services.Sync, got, want)
+		}
+		return nil
+	})
 
 	podPool := &vcoilv2.AddressPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "pods"},

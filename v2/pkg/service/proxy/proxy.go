@@ -105,7 +105,7 @@ func DisabledOn(node *corev1.Node) bool {
 // Synced channel tells when the first sync completed.
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.Processor, error) {
 	log := opts.Log
-	r, release, err := dataplaneRenderer(ctx, opts)
+	r, how, release, err := dataplaneRenderer(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("service proxy: %w", err)
 	}
@@ -125,7 +125,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 		NodeEligible: healthcheck.NodeEligibility(mgr.GetClient(), opts.NodeName),
 	}, view, log)
 	checks := healthcheck.NewServiceHealthServer(healthcheck.ServiceHealthConfig{Netns: opts.Netns}, health, log)
-	popts.Renderers = []service.Renderer{r, checks}
+	// Rendered keeps what the dataplane's renderer applied, for the
+	// node's state (Processor.StateSource).
+	popts.Renderers = []service.Renderer{processor.NewRendered(r, how), checks}
 	if opts.AnnounceLoadBalancers {
 		a, err := newAnnouncer(mgr, r, opts)
 		if err != nil {
@@ -134,7 +136,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 		}
 		// The gate takes the renderer's place: the announcer, last,
 		// announces only what the renderer rendered successfully.
-		popts.Renderers = []service.Renderer{a.gate, checks, a.announcer}
+		popts.Renderers = []service.Renderer{processor.NewRendered(a.gate, how), checks, a.announcer}
 	}
 	p, err := processor.Setup(mgr, popts)
 	if err != nil {
@@ -160,10 +162,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 	return p, nil
 }
 
-// dataplaneRenderer is the renderer of the node's dataplane and what
-// releases it: NAT44 on VPP; else nftables, after the conntrack settings
-// it relies on.
-func dataplaneRenderer(ctx context.Context, opts Options) (service.Renderer, func(), error) {
+// dataplaneRenderer is the renderer of the node's dataplane, how it
+// renders, and what releases it: NAT44 on VPP; else nftables, after the
+// conntrack settings it relies on.
+func dataplaneRenderer(ctx context.Context, opts Options) (service.Renderer, service.Rendering, func(), error) {
 	log := opts.Log
 	if opts.VPP != nil {
 		cfg := opts.NAT44
@@ -172,21 +174,21 @@ func dataplaneRenderer(ctx context.Context, opts Options) (service.Renderer, fun
 		}
 		r, err := nat44.New(opts.VPP, cfg, log.WithName("nat44"))
 		if err != nil {
-			return nil, nil, err
+			return nil, service.Rendering{}, nil, err
 		}
-		return r, func() {}, nil
+		return r, r.Rendering(), func() {}, nil
 	}
 	if err := conntrack.Apply(ctx, opts.Conntrack, conntrack.Files("/"), log.WithName("conntrack")); err != nil {
-		return nil, nil, err
+		return nil, service.Rendering{}, nil, err
 	}
 	nft, err := nftables.New(nftables.Config{
 		Netns: opts.Netns, PodIfPrefix: opts.PodIfPrefix, Registry: opts.Registry,
 		DropInvalid: new(!opts.Conntrack.TCPBeLiberal),
 	}, log.WithName("nftables"))
 	if err != nil {
-		return nil, nil, err
+		return nil, service.Rendering{}, nil, err
 	}
-	return nft, nft.Close, nil
+	return nft, nftables.Rendering(), nft.Close, nil
 }
 
 // resyncOnVPPRestart makes the processor resync its renderers as soon as

@@ -28,7 +28,7 @@ func TestVPPDataplaneGetsTheNAT44RendererAndNoConntrackSettings(t *testing.T) {
 	ct := conntrack.DefaultConfig()
 	ct.Netns = "/nonexistent/netns"
 	opts := Options{VPP: dp, Conntrack: ct, Log: testr.New(t)}
-	r, release, err := dataplaneRenderer(context.Background(), opts)
+	r, how, release, err := dataplaneRenderer(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("renderer on VPP: %v", err)
 	}
@@ -36,8 +36,11 @@ func TestVPPDataplaneGetsTheNAT44RendererAndNoConntrackSettings(t *testing.T) {
 	if _, ok := r.(*nat44.Renderer); !ok {
 		t.Fatalf("renderer on VPP is a %T, want the NAT44 renderer", r)
 	}
+	if how.Name != "nat44" || !how.IPv4Only {
+		t.Errorf("the NAT44 renderer's rendering is %+v", how)
+	}
 	opts.VPP = nil
-	if _, _, err := dataplaneRenderer(context.Background(), opts); err == nil {
+	if _, _, _, err := dataplaneRenderer(context.Background(), opts); err == nil {
 		t.Fatal("on Linux the conntrack settings were not applied (they cannot be here)")
 	}
 }
