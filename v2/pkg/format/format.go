@@ -11,13 +11,13 @@
 package format
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
-
-	gnft "github.com/google/nftables"
-	"golang.org/x/sys/unix"
 )
 
 // The current version of each artifact. A version is raised when a vcoild
@@ -92,46 +92,54 @@ func ParseNFTComment(kind, comment string) (int, bool) {
 	return v, true
 }
 
-// NFTVersion reads the format of table (of family, in the network
-// namespace open as nsFd, 0 for the process's own) over netlink: 0 when
-// there is no table, 1 when it has no format set (the tables vcoil wrote
-// before format versions), else the set's version. A format set whose
-// comment is not kind's is an error: the table is not the one expected.
-func NFTVersion(nsFd int, family gnft.TableFamily, table, kind string) (int, error) {
-	var opts []gnft.ConnOption
-	if nsFd != 0 {
-		opts = append(opts, gnft.WithNetNSFd(nsFd))
+// NFTVersion is the format of an existing table: 1 when it has no format
+// set (hasSet false: the tables vcoil wrote before format versions), else
+// the version the set's comment says, which comment reads. A format set
+// whose comment is not kind's is an error: the table is not the one
+// expected, and is left alone.
+func NFTVersion(table, kind string, hasSet bool, comment func() (string, error)) (int, error) {
+	if !hasSet {
+		return 1, nil
 	}
-	c, err := gnft.New(opts...)
+	c, err := comment()
 	if err != nil {
-		return 0, fmt.Errorf("nftables netlink connection: %w", err)
+		return 0, fmt.Errorf("read the format of nftables table %s: %w", table, err)
 	}
-	defer c.CloseLasting()
-	t, err := c.ListTableOfFamily(table, family)
-	if errors.Is(err, unix.ENOENT) {
-		return 0, nil
+	v, ok := ParseNFTComment(kind, c)
+	if !ok {
+		return 0, fmt.Errorf("nftables table %s: its format set says %q, not a version of a vcoil %s table", table, c, kind)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("list nftables table %s: %w", table, err)
-	}
-	sets, err := c.GetSets(t)
-	if err != nil {
-		return 0, fmt.Errorf("list the sets of nftables table %s: %w", table, err)
-	}
-	return NFTVersionOf(table, kind, sets)
+	return v, nil
 }
 
-// NFTVersionOf is NFTVersion of an existing table whose sets are listed.
-func NFTVersionOf(table, kind string, sets []*gnft.Set) (int, error) {
-	for _, s := range sets {
-		if s.Name != NFTSet {
-			continue
+// ReadNFTSetComment returns the comment of the format set of table (of
+// family: "inet", "ip") with `nft -j list set`, in the network namespace
+// of the calling thread. It is nft's JSON and not netlink because the
+// netlink library vcoil uses does not decode set comments; the set is
+// empty, so the listing is small whatever the table holds.
+func ReadNFTSetComment(ctx context.Context, family, table string) (string, error) {
+	out, err := exec.CommandContext(ctx, "nft", "-j", "list", "set", family, table, NFTSet).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("nft -j list set %s %s %s: %w: %s", family, table, NFTSet, err, strings.TrimSpace(string(ee.Stderr)))
 		}
-		v, ok := ParseNFTComment(kind, s.Comment)
-		if !ok {
-			return 0, fmt.Errorf("nftables table %s: its format set says %q, not a version of a vcoil %s table", table, s.Comment, kind)
-		}
-		return v, nil
+		return "", fmt.Errorf("nft -j list set %s %s %s: %w", family, table, NFTSet, err)
 	}
-	return 1, nil
+	var doc struct {
+		Nftables []map[string]json.RawMessage `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return "", fmt.Errorf("decode nft's JSON listing of set %s %s %s: %w", family, table, NFTSet, err)
+	}
+	for _, obj := range doc.Nftables {
+		if raw, ok := obj["set"]; ok {
+			var set struct{ Name, Comment string }
+			if err := json.Unmarshal(raw, &set); err != nil {
+				return "", fmt.Errorf("decode nft's JSON listing of set %s %s %s: %w", family, table, NFTSet, err)
+			}
+			return set.Comment, nil
+		}
+	}
+	return "", fmt.Errorf("nft listed no set %s in table %s %s", NFTSet, family, table)
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
@@ -141,6 +143,11 @@ type Config struct {
 	// VhostNet is the device checked when a TAP is configured; empty means
 	// DefaultVhostNet. Tests point it elsewhere.
 	VhostNet string
+
+	// Registry, when set, receives the connection's metrics
+	// (vcoil_vpp_connected, vcoil_vpp_restarts_total,
+	// vcoil_vpp_resync_duration_seconds).
+	Registry prometheus.Registerer
 }
 
 // Allocations is what the driver needs from vcoild, which decides

@@ -27,6 +27,10 @@ type Dataplane interface {
 	Services
 	// Blocks routes the node's blocks (the daemon's BlockExporter).
 	Blocks() BlockRoutes
+	// ConnectionEvents tells what an operator must see about the
+	// connection to VPP (lost, a new incarnation, its resync); vcoild
+	// records them as Events on its Node.
+	ConnectionEvents() <-chan ConnectionEvent
 	// Close disconnects from VPP and stops the connection's supervision.
 	// VPP keeps what it has.
 	Close()
@@ -73,6 +77,13 @@ type driver struct {
 	why     error // why not synced, for Healthy and ErrNotReady
 	fatal   error // set when retrying cannot help (incompatible VPP)
 	initial bool  // the first sync since start: adopt what VPP holds
+
+	// events and metrics report the connection (events.go, metrics.go);
+	// lastSyncError is the note of the last failed sync reported in this
+	// incarnation.
+	events        chan ConnectionEvent
+	metrics       connectionMetrics
+	lastSyncError string
 
 	pods   map[dataplane.PodKey]*podState
 	blocks []netip.Prefix
@@ -133,7 +144,13 @@ func New(cfg Config, log logr.Logger) (Dataplane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vpp dataplane config: %w", err)
 	}
-	return newDriver(cfg, log, socketDialer(cfg.APISocket, cfg.RequestTimeout), &netlinkKernel{nodeNetns: cfg.NodeNetns}), nil
+	d := newDriver(cfg, log, socketDialer(cfg.APISocket, cfg.RequestTimeout), &netlinkKernel{nodeNetns: cfg.NodeNetns})
+	if cfg.Registry != nil {
+		if err := d.metrics.register(cfg.Registry); err != nil {
+			return nil, fmt.Errorf("vpp dataplane: register metrics: %w", err)
+		}
+	}
+	return d, nil
 }
 
 func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel) *driver {
@@ -143,6 +160,7 @@ func newDriver(cfg Config, log logr.Logger, dial dialer, k kernel) *driver {
 		pods: map[dataplane.PodKey]*podState{}, nodeRoles: map[NodeInterface]NATRole{},
 		done: make(chan struct{}), resynced: make(chan Incarnation, 1),
 		acls: map[ACLInterface]map[ACLOwner]ACLLists{}, aclsSent: map[ACLInterface]aclSent{},
+		events: make(chan ConnectionEvent, connectionEventBuffer), metrics: newConnectionMetrics(),
 	}
 	if cfg.SNAT != nil {
 		// SNAT's replies come back through the uplink's outside feature,
@@ -312,6 +330,7 @@ func (d *driver) supervise(ctx context.Context) {
 		if err != nil {
 			d.mu.Lock()
 			d.setNotReady(fmt.Errorf("VPP at %s is unreachable: %w", d.cfg.APISocket, err))
+			d.metrics.connected.Set(0)
 			d.mu.Unlock()
 			delay := backoff.next()
 			d.log.Info("VPP is unreachable; retrying", "socket", d.cfg.APISocket, "error", err.Error(), "retryIn", delay.String())
@@ -323,6 +342,7 @@ func (d *driver) supervise(ctx context.Context) {
 			d.mu.Lock()
 			d.fatal = err
 			d.setNotReady(err)
+			d.metrics.connected.Set(0)
 			d.mu.Unlock()
 			d.log.Error(err, "VPP is incompatible; retrying in case it is replaced", "socket", d.cfg.APISocket)
 			_ = wait(ctx, 30*time.Second)
@@ -338,6 +358,7 @@ func (d *driver) supervise(ctx context.Context) {
 	d.mu.Lock()
 	d.setNotReady(errors.New("vcoild is stopping"))
 	d.ch, d.open = nil, nil
+	d.metrics.connected.Set(0)
 	d.mu.Unlock()
 }
 
@@ -354,6 +375,9 @@ func (d *driver) serve(ctx context.Context, conn connection) {
 		if err != nil {
 			d.setNotReady(fmt.Errorf("lost VPP (pid %d) at %s: %w", d.pid, d.cfg.APISocket, err))
 			d.ch, d.open = nil, nil
+			if ctx.Err() == nil {
+				d.connectionLost(err)
+			}
 			d.mu.Unlock()
 			d.log.Info("lost the connection to VPP; reconnecting", "pid", d.pid, "error", err.Error())
 			return
@@ -364,16 +388,22 @@ func (d *driver) serve(ctx context.Context, conn connection) {
 			} else {
 				d.log.Info("connected to VPP", "pid", pid, "socket", d.cfg.APISocket)
 			}
+			oldPid := d.pid
 			d.ch, d.open, d.pid = ch, conn.open, pid
 			d.incarnation++
+			d.newIncarnation(oldPid, pid)
 			d.resetACLs()
 			d.setNotReady(fmt.Errorf("syncing with VPP (pid %d)", pid))
 			needSync = true
 		}
+		d.metrics.connected.Set(1)
 		if needSync {
 			start := time.Now()
 			if err := d.resync(ctx); err != nil {
 				d.why = fmt.Errorf("sync with VPP (pid %d): %w", pid, err)
+				if ctx.Err() == nil {
+					d.syncFailed(pid, err)
+				}
 				d.mu.Unlock()
 				delay := backoff.next()
 				d.log.Error(err, "sync with VPP failed; retrying", "pid", pid, "retryIn", delay.String())
@@ -385,7 +415,9 @@ func (d *driver) serve(ctx context.Context, conn connection) {
 			d.initial = false
 			d.setReady()
 			d.announce()
-			d.log.Info("synced with VPP", "pid", pid, "incarnation", d.incarnation, "pods", len(d.pods), "took", time.Since(start).String())
+			took := time.Since(start)
+			d.syncDone(pid, took)
+			d.log.Info("synced with VPP", "pid", pid, "incarnation", d.incarnation, "pods", len(d.pods), "took", took.String())
 		}
 		d.mu.Unlock()
 		_ = wait(ctx, d.cfg.PingInterval)

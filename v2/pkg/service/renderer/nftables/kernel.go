@@ -16,6 +16,8 @@ import (
 	gnft "github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // kernel runs nft, through knftables, in the node's network namespace.
@@ -124,6 +126,22 @@ func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
 	sets, err := k.nl.GetSets(table)
 	if err != nil {
 		return t, nil, fmt.Errorf("list the sets of table %s: %w", k.table, err)
+	}
+	// A table of a newer format is left as it is: its objects may mean
+	// something this vcoild does not know.
+	hasFormat := slices.ContainsFunc(sets, func(s *gnft.Set) bool { return s.Name == format.NFTSet })
+	t.format, err = format.NFTVersion("inet "+k.table, formatKind, hasFormat, func() (c string, err error) {
+		err = k.do(func() error {
+			c, err = format.ReadNFTSetComment(ctx, "inet", k.table)
+			return err
+		})
+		return c, err
+	})
+	if err != nil {
+		return t, nil, err
+	}
+	if err := format.Check("nftables table inet "+k.table, t.format, format.ServiceTable); err != nil {
+		return t, nil, err
 	}
 	for _, s := range sets {
 		if !s.Anonymous { // the vmaps written inline in rules

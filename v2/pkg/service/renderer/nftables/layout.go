@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -58,6 +59,11 @@ const (
 	chainAffinityUpPrefix = "affinity-update" // affinity-update4-T
 	mapAffinityPrefix     = "affinity"        // affinity4-T
 )
+
+// formatKind names the table's kind in its format set's comment ("vcoil
+// services v2"). Version 1, the table before format versions, had no format
+// set; it is adopted like a table of the current version, in place.
+const formatKind = "services"
 
 var families = []string{"4", "6"}
 
@@ -208,7 +214,10 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 	pod := fmt.Sprintf("%q", l.podIfPrefix+"*")
 	mark := fmt.Sprintf("0x%x", l.mark)
 
-	// Sets and maps.
+	// Sets and maps. The empty set format carries the table's format
+	// version (format.ServiceTable) in its comment.
+	o.Sets[format.NFTSet] = &knftables.Set{Name: format.NFTSet, Type: "ipv4_addr",
+		Comment: new(format.NFTComment(formatKind, format.ServiceTable))}
 	for _, fam := range families {
 		for _, name := range []string{setServices, setExternalLocal} {
 			o.Sets[name+fam] = &knftables.Map{Name: name + fam, Type: frontend(fam) + " : verdict"}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // ruleset is the content of the table's sets and maps, by frontend: what
@@ -113,13 +115,16 @@ func (o *overlay) commit() {
 // them: names, and each chain's rule IDs.
 type tableObjects struct {
 	exists bool
+	// format is the table's format version (format.ServiceTable for what
+	// the renderer wrote; 1 for a table without a format set).
+	format int
 	// sets holds sets and maps by name, true for maps.
 	sets   map[string]bool
 	chains map[string][]string
 }
 
 func objectsHeld(o objects) tableObjects {
-	t := tableObjects{exists: true, sets: map[string]bool{}, chains: map[string][]string{}}
+	t := tableObjects{exists: true, format: format.ServiceTable, sets: map[string]bool{}, chains: map[string][]string{}}
 	for name, obj := range o.Sets {
 		_, isMap := obj.(*knftables.Map)
 		t.sets[name] = isMap
