@@ -53,7 +53,7 @@ build: ## build every vcoil program into bin/
 # ---- generated code ----
 
 .PHONY: generate
-generate: ## regenerate deepcopy code, CRDs, RBAC, webhook manifests and gRPC code
+generate: ## regenerate deepcopy code, CRDs, RBAC, webhook manifests, gRPC code and the PrometheusRule of the alert rules
 	$(call tool,buf); "$$buf" generate --template v2/pkg/cnirpc/buf.gen.yaml --path v2/pkg/cnirpc/cni.proto
 	$(GO) tool controller-gen object paths=./v2/api/...
 	$(GO) tool controller-gen \
@@ -62,6 +62,7 @@ generate: ## regenerate deepcopy code, CRDs, RBAC, webhook manifests and gRPC co
 		webhook output:webhook:artifacts:config=v2/config/webhook
 	$(GO) tool controller-gen rbac:roleName=egress paths=./v2/pkg/egress/routerwatch/... output:rbac:artifacts:config=v2/config/egress
 	$(GO) tool controller-gen rbac:roleName=daemon paths="./v2/pkg/daemon/...;./v2/pkg/nodeipam/...;./v2/pkg/service/...;./v2/pkg/policy/agent/...;./v2/pkg/egress/agent/..." output:rbac:artifacts:config=v2/config/daemon
+	$(GO) run ./v2/config/monitoring/cmd/prometheusrule
 
 .PHONY: check-generate
 check-generate: ## fail when make generate changes any file (works in a dirty tree too)
