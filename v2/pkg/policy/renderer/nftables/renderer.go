@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -848,9 +849,9 @@ func (r *Renderer) adopt(kt *kernelTable) (purge bool, err error) {
 // adoptTable is adopt; it returns why the table cannot be adopted.
 func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 	if kt.format != formatComment {
-		if v, ok := strings.CutPrefix(kt.format, "vcoil policy v"); ok {
-			if n, err := strconv.Atoi(v); err == nil && n > formatVersion {
-				return "", fmt.Errorf("the table has format version %d, newer than this vcoild's (%d): refusing to change it; run a vcoild of that version or newer", n, formatVersion)
+		if v, ok := format.ParseNFTComment(formatKind, kt.format); ok {
+			if err := format.Check("nftables table inet "+r.cfg.Table, v, formatVersion); err != nil {
+				return "", err
 			}
 		}
 		return fmt.Sprintf("its format %q is not this vcoild's (%q)", kt.format, formatComment), nil
