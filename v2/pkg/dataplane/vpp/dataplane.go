@@ -15,6 +15,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 )
 
 // Dataplane is vcoil's VPP dataplane: the pod contract of package
@@ -34,6 +35,10 @@ type Dataplane interface {
 	// Close disconnects from VPP and stops the connection's supervision.
 	// VPP keeps what it has.
 	Close()
+	// PodInterfaces and StateSource are the dataplane's parts of the node
+	// state (state.go).
+	PodInterfaces(ctx context.Context) (map[dataplane.PodKey]nodestate.Interface, error)
+	StateSource() nodestate.Source
 }
 
 // BlockRoutes routes the node's address blocks: in the node's kernel
@@ -77,6 +82,9 @@ type driver struct {
 	why     error // why not synced, for Healthy and ErrNotReady
 	fatal   error // set when retrying cannot help (incompatible VPP)
 	initial bool  // the first sync since start: adopt what VPP holds
+	// lastResync is the last sync after a (re)connection, for the node
+	// state (state.go).
+	lastResync nodestate.Sync
 
 	// events and metrics report the connection (events.go, metrics.go);
 	// lastSyncError is the note of the last failed sync reported in this

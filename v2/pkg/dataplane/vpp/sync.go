@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"go.fd.io/govpp/binapi/fib_types"
 	"go.fd.io/govpp/binapi/ip"
@@ -15,7 +16,16 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
-// resync makes VPP and the kernel match the desired state after a
+// resync replays the desired state (replay) and records the attempt for
+// the node state. The caller holds d.mu.
+func (d *driver) resync(ctx context.Context) error {
+	start := time.Now()
+	err := d.replay(ctx)
+	d.recordResync(start, time.Now(), err)
+	return err
+}
+
+// replay makes VPP and the kernel match the desired state after a
 // (re)connection: the node set-up, then every pod (kept when VPP holds it
 // as wanted, made again when it is missing or differs, removed when VPP
 // holds it unwanted, each with its NAT role), the af_packet veths, the
@@ -25,7 +35,7 @@ import (
 // the daemon's recovery decides on them through ListPods. A pod that cannot
 // be wired (its namespace is gone) is logged and left for its DEL; it does
 // not fail the sync. The caller holds d.mu.
-func (d *driver) resync(ctx context.Context) error {
+func (d *driver) replay(ctx context.Context) error {
 	ch := d.ch
 	d.node.natEnabled = false
 	ifs, err := interfaceDump(ch, ^uint32(0))
