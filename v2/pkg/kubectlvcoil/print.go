@@ -57,7 +57,14 @@ func Write(w io.Writer, format string, v any, tbl func(w io.Writer)) error {
 	}
 }
 
-func row(w io.Writer, cells ...string) { fmt.Fprintln(w, strings.Join(cells, "\t")) }
+// row writes one line of a table; empty cells at its end are left out, so
+// that no line ends in padding.
+func row(w io.Writer, cells ...string) {
+	for len(cells) > 1 && cells[len(cells)-1] == "" {
+		cells = cells[:len(cells)-1]
+	}
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
 
 func orDash(s string) string {
 	if s == "" {

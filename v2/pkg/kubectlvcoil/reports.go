@@ -179,7 +179,7 @@ func BlocksOf(blocks []vcoilv2.AddressBlock, states map[string]*nodestate.State,
 		if st := states[r.Node]; st != nil {
 			for _, sb := range st.Blocks {
 				if sb.Name == b.Name {
-					r.InUse, r.Free, r.Draining = ptr(sb.InUse), ptr(sb.Free), sb.Draining
+					r.InUse, r.Free, r.Draining = intPtr(sb.InUse), intPtr(sb.Free), sb.Draining
 				}
 			}
 		}
@@ -202,7 +202,7 @@ func BlocksOf(blocks []vcoilv2.AddressBlock, states map[string]*nodestate.State,
 	return out
 }
 
-func ptr[T any](v T) *T { return &v }
+func intPtr(v int) *int { return &v }
 
 // PodReport is what `kubectl vcoil pod` prints.
 type PodReport struct {

@@ -153,11 +153,13 @@ func (l Locator) NodeByAddr(a netip.Addr) (NodeLocation, bool) {
 
 // Party is one end of a flow as the trace found it.
 type Party struct {
-	// Kind is "pod", "node" or "external".
-	Kind string     `json:"kind"`
-	Pod  string     `json:"pod,omitempty"` // namespace/name
-	Node string     `json:"node,omitempty"`
-	Addr netip.Addr `json:"addr"`
+	// Kind is "pod", "node", "service" or "external".
+	Kind string `json:"kind"`
+	Pod  string `json:"pod,omitempty"` // namespace/name
+	// Service is the Service ("namespace/name") of a service address.
+	Service string     `json:"service,omitempty"`
+	Node    string     `json:"node,omitempty"`
+	Addr    netip.Addr `json:"addr"`
 }
 
 func (p Party) String() string {
@@ -166,6 +168,8 @@ func (p Party) String() string {
 		return fmt.Sprintf("pod %s (%s on %s)", p.Pod, p.Addr, p.Node)
 	case "node":
 		return fmt.Sprintf("node %s (%s)", p.Node, p.Addr)
+	case "service":
+		return fmt.Sprintf("service %s (%s)", p.Service, p.Addr)
 	default:
 		return fmt.Sprintf("external %s", p.Addr)
 	}
@@ -253,6 +257,7 @@ func Trace(f Flow, states map[string]*nodestate.State, loc Locator) (Result, err
 	if node, fe, why := frontendFor(f, src, states); fe != nil {
 		step := &ServiceStep{Node: node, Frontend: *fe}
 		r.Service = step
+		r.Dst = Party{Kind: "service", Service: fe.Service, Addr: dst.Addr}
 		cands, candWhy := candidates(*fe, src, node)
 		step.Why = candWhy
 		if f.Backend.IsValid() {
