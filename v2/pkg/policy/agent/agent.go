@@ -67,6 +67,7 @@ type Agent struct {
 	log      logr.Logger
 	feed     *pcache.Feed
 	conf     *configurator.Configurator
+	rendered *rendered
 	proc     *processor.Processor
 	synced   chan struct{}
 
@@ -94,11 +95,13 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 	if err != nil {
 		return nil, err
 	}
-	conf.Register(opts.RendererName, opts.Renderer)
+	// rendered keeps what the renderer applied, for the node's state.
+	rd := newRendered(opts.RendererName, opts.Renderer)
+	conf.Register(opts.RendererName, rd)
 	c := pcache.New()
 	a := &Agent{
 		nodeName: opts.NodeName, reader: opts.Reader, log: opts.Log,
-		conf: conf, synced: make(chan struct{}),
+		conf: conf, rendered: rd, synced: make(chan struct{}),
 		overlay: map[types.NamespacedName]podOverlay{},
 	}
 	if opts.Known != nil {
