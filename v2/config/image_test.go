@@ -1,0 +1,117 @@
+package config_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/vcoil/vcoil/v2/config"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
+)
+
+// containers returns the containers and init containers of a workload's pod
+// template (name: image), and whether the object is a workload.
+func containers(t *testing.T, o *unstructured.Unstructured) (map[string]string, bool) {
+	t.Helper()
+	out := map[string]string{}
+	found := false
+	for _, field := range []string{"containers", "initContainers"} {
+		// NoCopy: kustomize's objects hold plain ints, which a deep copy
+		// refuses.
+		v, ok, err := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", field)
+		if err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+		found = found || ok
+		list, _ := v.([]any)
+		for _, c := range list {
+			c := c.(map[string]any)
+			out[field+"/"+c["name"].(string)], _ = c["image"].(string)
+		}
+	}
+	return out, found
+}
+
+func TestTheImageParameterReachesEveryVcoilContainer(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		overlay, image string
+		workloads      []string // kind/name, at least these
+	}{
+		{"default", "registry.example/vcoil:v1", []string{"Deployment/vcoil-controller", "DaemonSet/vcoil-daemon"}},
+		{"overlays/vpp", "registry.example:5000/team/vcoil:v1.2.3-rc.1", []string{"Deployment/vcoil-controller", "DaemonSet/vcoil-daemon"}},
+		{"default", "registry.example:5000/vcoil@sha256:" + strings.Repeat("ab", 32), []string{"Deployment/vcoil-controller", "DaemonSet/vcoil-daemon"}},
+	} {
+		t.Run(tc.overlay+" "+tc.image, func(t *testing.T) {
+			objs, err := config.BuildWithImage(filepath.Join(root, "v2", "config", tc.overlay), tc.image)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			for _, o := range objs {
+				cs, ok := containers(t, o)
+				if !ok {
+					continue
+				}
+				seen[o.GetKind()+"/"+o.GetName()] = len(cs)
+				for c, img := range cs {
+					if img != tc.image {
+						t.Errorf("%s %s: %s runs %q, want %q", o.GetKind(), o.GetName(), c, img, tc.image)
+					}
+				}
+			}
+			for _, w := range tc.workloads {
+				if seen[w] == 0 {
+					t.Errorf("no containers in %s (workloads rendered: %v)", w, seen)
+				}
+			}
+			// The DaemonSet has install-cni and vcoild.
+			if seen["DaemonSet/vcoil-daemon"] != 2 {
+				t.Errorf("DaemonSet vcoil-daemon has %d containers, want install-cni and vcoild", seen["DaemonSet/vcoil-daemon"])
+			}
+
+			dep := &appsv1.Deployment{}
+			if err := testenv.Find(objs, "Deployment", "vcoil-controller", dep); err != nil {
+				t.Fatal(err)
+			}
+			routers := ""
+			for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "VCOIL_IMAGE" {
+					routers = e.Value
+				}
+			}
+			if routers != tc.image {
+				t.Errorf("vcoil-controller's VCOIL_IMAGE (the Egress routers' image) = %q, want %q", routers, tc.image)
+			}
+
+			y, err := config.YAML(objs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(y), config.Image) {
+				t.Errorf("the rendered manifests still name %s", config.Image)
+			}
+			if n := strings.Count(string(y), "\n---\n") + 1; n != len(objs) {
+				t.Errorf("%d YAML documents for %d objects", n, len(objs))
+			}
+		})
+	}
+}
+
+func TestAnImageWithoutTagOrDigestIsRefused(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, image := range []string{"registry.example:5000/vcoil", "", "vcoil:", ":v1"} {
+		if _, err := config.BuildWithImage(filepath.Join(root, "v2", "config", "default"), image); err == nil {
+			t.Errorf("image %q accepted", image)
+		}
+	}
+}
