@@ -143,3 +143,48 @@ func ReadNFTSetComment(ctx context.Context, family, table string) (string, error
 	}
 	return "", fmt.Errorf("nft listed no set %s in table %s %s", NFTSet, family, table)
 }
+
+// VPP tags. A tag's first word names its kind ("vcoil", "vcoil-hp",
+// "vcoil-svc"…); from version 2 on, the word ends with "@" and the version
+// ("vcoil@2 c0ffee eth0"), and the rest of the tag is the kind's. A first
+// word that starts with "vcoil" and has no "@" is a version 1 tag, written
+// before format versions. VPP keeps 63 bytes of a tag: the marker costs 2.
+
+// Tag is a tag of kind in the current version (VPPTag), with the words of
+// rest after it.
+func Tag(kind string, rest ...string) string {
+	t := kind + "@" + strconv.Itoa(VPPTag)
+	for _, r := range rest {
+		t += " " + r
+	}
+	return t
+}
+
+// ParseTag splits a tag of vcoil's into its kind, version and the rest
+// (after the first space, "" without one); ok is false for a tag that is
+// not vcoil's (its first word does not start with "vcoil", or its version
+// is not a number from 1).
+func ParseTag(tag string) (kind string, version int, rest string, ok bool) {
+	first, rest, _ := strings.Cut(tag, " ")
+	if !strings.HasPrefix(first, "vcoil") {
+		return "", 0, "", false
+	}
+	kind, v, versioned := strings.Cut(first, "@")
+	if !versioned {
+		return kind, 1, rest, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || strconv.Itoa(n) != v {
+		return "", 0, "", false
+	}
+	return kind, n, rest, true
+}
+
+// CheckTag refuses a tag of vcoil's of a newer version than VPPTag; what
+// names the object that carries it ("VPP interface 3 (tap3)").
+func CheckTag(what, tag string) error {
+	if _, v, _, ok := ParseTag(tag); ok {
+		return Check(fmt.Sprintf("%s, tag %q,", what, tag), v, VPPTag)
+	}
+	return nil
+}
