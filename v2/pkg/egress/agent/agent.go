@@ -111,6 +111,12 @@ type podState struct {
 	// problem is the last problem reported in an Event, so that a pod
 	// gets one Event per problem, not one per reconcile.
 	problem string
+	// refs, config and err are what the node's state shows: the Egresses
+	// the pod's annotation names, the configuration last applied, and why
+	// the pod's egress is not as asked ("" when it is).
+	refs   []types.NamespacedName
+	config egress.ClientConfig
+	err    string
 }
 
 // Setup adds the agent to mgr: a controller of the local pods, woken by
@@ -234,15 +240,19 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 // caller holds a.mu.
 func (a *Agent) sync(ctx context.Context, key types.NamespacedName, st *podState, pod *corev1.Pod) error {
 	log := a.opts.Log.WithValues("pod", key)
+	st.refs = References(pod)
 	cfg, problems, err := a.desired(ctx, pod, st.IPs)
 	if err != nil {
-		return fmt.Errorf("set up the egress of pod %s: %w", key, err)
+		err = fmt.Errorf("set up the egress of pod %s: %w", key, err)
+		st.err = err.Error()
+		return err
 	}
 	var all []string
 	for _, p := range problems {
 		all = append(all, p.note)
 	}
-	if p := strings.Join(all, "; "); p != st.problem {
+	st.err = strings.Join(all, "; ")
+	if p := st.err; p != st.problem {
 		st.problem = p
 		for _, p := range problems {
 			log.Info("egress not set up", "reason", p.reason, "problem", p.note)
@@ -257,9 +267,11 @@ func (a *Agent) sync(ctx context.Context, key types.NamespacedName, st *podState
 	}
 	if err := a.opts.Apply(ctx, st.Netns, cfg); err != nil {
 		a.opts.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonEgressSetupFailed, "SetUpEgress", "cannot set up the pod's egress tunnels: %v", err)
-		return fmt.Errorf("set up the egress of pod %s in netns %s: %w", key, st.Netns, err)
+		err = fmt.Errorf("set up the egress of pod %s in netns %s: %w", key, st.Netns, err)
+		st.err = err.Error()
+		return err
 	}
-	st.applied = d
+	st.applied, st.config = d, cfg
 	if len(cfg.Egresses) > 0 {
 		names := make([]string, 0, len(cfg.Egresses))
 		for _, e := range cfg.Egresses {

@@ -27,6 +27,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/egress"
 	"github.com/vcoil/vcoil/v2/pkg/egress/agent"
+	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 	policyagent "github.com/vcoil/vcoil/v2/pkg/policy/agent"
 )
 
@@ -142,6 +143,7 @@ func TestAgentSetsUpClientPodsAndFollowsTheirEgresses(t *testing.T) {
 		t.Fatalf("applied %q to the fresh netns of a pod whose Egress is missing", calls)
 	}
 	waitEvent(t, c, pod, agent.ReasonEgressNotFound, "Egress default/nat, named by annotation egress.vcoil.io/default, does not exist")
+	checkState(t, a, "default/client: error Egress default/nat, named by annotation egress.vcoil.io/default, does not exist")
 
 	// The Egress and its Service appear: the pod's tunnel is set up.
 	eg := &vcoilv2.Egress{
@@ -180,6 +182,7 @@ func TestAgentSetsUpClientPodsAndFollowsTheirEgresses(t *testing.T) {
 	}
 	waitCalls(t, rec, want("[203.0.113.0/24]", "vxlan"))
 	waitEvent(t, c, pod, agent.ReasonEgressConfigured, "egress through default/nat (vxlan)")
+	checkState(t, a, fmt.Sprintf("default/client: default/nat vxlan router %s [%s] dst [203.0.113.0/24]", svc.Spec.ClusterIP, svc.Spec.ClusterIP))
 
 	// Destinations change: applied to the running pod.
 	eg.Spec.Destinations = []string{"203.0.113.0/24", "198.51.100.0/24"}
@@ -196,6 +199,7 @@ func TestAgentSetsUpClientPodsAndFollowsTheirEgresses(t *testing.T) {
 	}
 	waitCalls(t, rec, fmt.Sprintf("%s pod=[%s]", netns, podIP))
 	waitEvent(t, c, pod, agent.ReasonEgressUnsupported, "the kernel has no module fou")
+	checkState(t, a, "default/client: error Egress default/nat: encapsulation fou is not available on this node: the kernel has no module fou")
 	eg.Spec.Encapsulation = vcoilv2.EncapsulationVXLAN
 	if err := c.Update(ctx, eg); err != nil {
 		t.Fatal(err)
@@ -228,6 +232,30 @@ func TestAgentSetsUpClientPodsAndFollowsTheirEgresses(t *testing.T) {
 	err = a.PodAdded(addCtx, "default", "client", netns+"2", []netip.Addr{podIP})
 	if err == nil || !errors.Is(err, rec.fail) {
 		t.Fatalf("ADD whose tunnel fails: %v, want the error", err)
+	}
+	checkState(t, a, "default/client: error "+err.Error())
+}
+
+// checkState checks the node state's egress section, a line per pod.
+func checkState(t *testing.T, a *agent.Agent, want ...string) {
+	t.Helper()
+	var st nodestate.State
+	if err := a.StateSource().Fill(t.Context(), &st); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range st.Egress.Pods {
+		line := p.Namespace + "/" + p.Name + ":"
+		for _, e := range p.Egresses {
+			line += fmt.Sprintf(" %s %s router %s %v dst %v", e.Egress, e.Encapsulation, e.Router, e.Routers, e.Destinations)
+		}
+		if p.Error != "" {
+			line += " error " + p.Error
+		}
+		got = append(got, line)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("egress state %q, want %q", got, want)
 	}
 }
 
