@@ -46,11 +46,7 @@ kind-preflight:
 kind-images: build lab-bin lab-cni-plugins
 	$(call kind_say,writing vcoil's images (tag kind) into $(KIND_OUT)/images)
 	@mkdir -p $(KIND_OUT)/images
-	@$(MKIMAGE) --out $(KIND_OUT)/images/vcoil.tar --tag ghcr.io/vcoil/vcoil:kind --entrypoint /vcoild \
-		$(foreach p,$(PROGRAMS),--file /$(p)=$(BIN_DIR)/$(p)) \
-		--file /opt/vcoil/cni/bin/vcoil=$(BIN_DIR)/vcoil \
-		--file /opt/vcoil/cni/bin/portmap=$(CNI_PLUGINS_DIR)/portmap \
-		--file /opt/vcoil/cni/bin/loopback=$(CNI_PLUGINS_DIR)/loopback
+	@$(call vcoil_image,$(KIND_OUT)/images/vcoil.tar,ghcr.io/vcoil/vcoil:kind)
 	@$(MKIMAGE) --out $(KIND_OUT)/images/agent.tar --tag vcoil-e2e-agent:kind --entrypoint /agent --file /agent=$(LAB_BIN)/agent
 
 .PHONY: kind-e2e

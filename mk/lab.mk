@@ -80,10 +80,11 @@ lab-bin:
 
 MKIMAGE = $(LAB_BIN)/mkimage
 
-# vcoild's service renderer runs nft (knftables): the image carries the
-# machine's nft (Debian's nftables, pinned in hack/debian-packages, group
-# test, installed by make deps), every shared library ldd lists for it and the
-# dynamic loader, each at its path. Evaluated in the recipe, after make deps.
+# vcoild's service renderer runs nft (knftables): vcoil's image
+# (vcoil_image in mk/images.mk) carries the machine's nft (Debian's
+# nftables, pinned in hack/debian-packages, group test, installed by make
+# deps), every shared library ldd lists for it and the dynamic loader, each
+# at its path. Evaluated in the recipe, after make deps.
 NFT_BIN := /usr/sbin/nft
 NFT_IMAGE_FILES = ldd $(NFT_BIN) | awk -v nft=$(NFT_BIN) 'BEGIN { print "--file " nft "=" nft } \
 	$$2 == "=>" && $$3 ~ /^\// { print "--file " $$3 "=" $$3 } $$1 ~ /^\// { print "--file " $$1 "=" $$1 }'
@@ -93,12 +94,7 @@ lab-images: build lab-bin lab-coredns lab-cni-plugins ## write the lab's images 
 	$(call lab_say,writing the images (pause, vcoil, coredns, agent) into $(LAB_IMAGES))
 	@mkdir -p $(LAB_IMAGES)
 	@$(MKIMAGE) --out $(LAB_IMAGES)/pause.tar --tag vcoil-pause:lab --entrypoint /pause --file /pause=$(LAB_BIN)/pause
-	@$(MKIMAGE) --out $(LAB_IMAGES)/vcoil.tar --tag ghcr.io/vcoil/vcoil:lab --entrypoint /vcoild \
-		$(foreach p,$(PROGRAMS),--file /$(p)=$(BIN_DIR)/$(p)) \
-		--file /opt/vcoil/cni/bin/vcoil=$(BIN_DIR)/vcoil \
-		--file /opt/vcoil/cni/bin/portmap=$(CNI_PLUGINS_DIR)/portmap \
-		--file /opt/vcoil/cni/bin/loopback=$(CNI_PLUGINS_DIR)/loopback \
-		$$($(NFT_IMAGE_FILES))
+	@$(call vcoil_image,$(LAB_IMAGES)/vcoil.tar,ghcr.io/vcoil/vcoil:lab)
 	@$(MKIMAGE) --out $(LAB_IMAGES)/coredns.tar --tag vcoil-coredns:lab --entrypoint /coredns --file /coredns=$(COREDNS_BIN)
 	@$(MKIMAGE) --out $(LAB_IMAGES)/agent.tar --tag vcoil-e2e-agent:lab --entrypoint /agent --file /agent=$(LAB_BIN)/agent
 
