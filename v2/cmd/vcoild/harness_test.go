@@ -91,6 +91,7 @@ type node struct {
 	socket  string
 	health  string
 	metrics string
+	state   string // the node state's base URL (--state-addr)
 	args    []string
 	proc    *exec.Cmd
 	exited  chan struct{}
@@ -178,8 +179,9 @@ func (n *node) start() {
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hp, mp := testenv.FreePort(t), testenv.FreePort(t)
+	hp, mp, sp := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	n.health = fmt.Sprintf("http://127.0.0.1:%d", hp)
+	n.state = fmt.Sprintf("http://127.0.0.1:%d", sp)
 	n.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mp)
 	args := append([]string{
 		"--node-name", n.name,
@@ -189,6 +191,7 @@ func (n *node) start() {
 		"--kubeconfig", kubeconfig,
 		"--health-addr", fmt.Sprintf("127.0.0.1:%d", hp),
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mp),
+		"--state-addr", fmt.Sprintf("127.0.0.1:%d", sp),
 		"--block-request-timeout", "20s",
 	}, n.args...)
 	n.proc = exec.Command(gobuild.Program(t, vcoildPackage), args...)

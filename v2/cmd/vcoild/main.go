@@ -41,6 +41,8 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/egress"
 	egressagent "github.com/vcoil/vcoil/v2/pkg/egress/agent"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
+	"github.com/vcoil/vcoil/v2/pkg/nodestate"
+	statenft "github.com/vcoil/vcoil/v2/pkg/nodestate/nftables"
 	"github.com/vcoil/vcoil/v2/pkg/policy/agent"
 	policyrenderer "github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
@@ -55,6 +57,7 @@ type flags struct {
 	nodeName, socket, stateDir, dataplane string
 	netns                                 string
 	metricsAddr, healthAddr               string
+	stateAddr                             string
 	mtu, podTable, podRulePriority        int
 	exportTable, exportProtocol           int
 	directRouting                         bool
@@ -120,6 +123,7 @@ func main() {
 	fs.StringVar(&f.netns, "netns", "", "network namespace (path) holding the node's network, when it is not vcoild's own: for tests and the local cluster, where vcoild runs beside the node")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", constants.DaemonMetricsAddr, "address of the Prometheus /metrics endpoint")
 	fs.StringVar(&f.healthAddr, "health-addr", constants.DaemonHealthAddr, "address of /healthz and /readyz")
+	fs.StringVar(&f.stateAddr, "state-addr", constants.DaemonStateAddr, "loopback address (127.0.0.0/8 or ::1) and port serving the node's state to kubectl-vcoil through a port-forward; empty disables it")
 	fs.IntVar(&f.mtu, "mtu", 0, "MTU of pod interfaces; 0 takes the node uplink's (a conflist's mtu overrides both)")
 	fs.IntVar(&f.podTable, "pod-table", constants.PodTable, "routing table of the host routes to pods (Linux dataplane)")
 	fs.IntVar(&f.podRulePriority, "pod-rule-priority", constants.PodRulePriority, "priority of the rule that looks up the pod table")
@@ -229,6 +233,9 @@ func run(ctx context.Context, f flags) error {
 	if p := f.services.lbExportProtocol; p == f.exportProtocol || p == constants.PodRouteProtocol {
 		return fmt.Errorf("--lb-export-protocol %d: must differ from --export-protocol (%d) and from the pod routes' protocol (%d)", p, f.exportProtocol, constants.PodRouteProtocol)
 	}
+	if err := nodestate.CheckAddr(f.stateAddr); err != nil {
+		return fmt.Errorf("--state-addr %q: %w", f.stateAddr, err)
+	}
 	log := ctrl.Log.WithName("setup")
 	scheme, err := kubescheme.New()
 	if err != nil {
@@ -315,6 +322,9 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 	}
+	// parts are the node state's sources of the parts that run on this
+	// node (services, policies, egress).
+	var parts []nodestate.Named
 	if services {
 		if serviceOpts.VPP != nil && len(serviceOpts.NAT44.ServiceCIDRs) == 0 {
 			log.Info("no --service-cidr: the node's own processes (the kubelet's probes, hostNetwork pods) will not reach Services through VPP")
@@ -326,6 +336,7 @@ func run(ctx context.Context, f flags) error {
 		if err := mgr.AddReadyzCheck("services", proxy.ReadyCheck(p)); err != nil {
 			return err
 		}
+		parts = append(parts, nodestate.Named{Name: "services", Source: p.StateSource()})
 	}
 	var policies daemon.PodPolicies
 	if !f.policies.enabled && vppDP == nil {
@@ -340,6 +351,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		policies = a
+		parts = append(parts, nodestate.Named{Name: "policies", Source: a.StateSource()})
 		if err := mgr.AddReadyzCheck("policies", a.Ready); err != nil {
 			return err
 		}
@@ -358,14 +370,18 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 	}
-	if _, err := daemon.Setup(mgr, daemon.Options{
+	d, err := daemon.Setup(mgr, daemon.Options{
 		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
 		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
 		BlockRequestTimeout: f.blockRequestTimeout,
 		Registry:            metrics.Registry,
 		Policies:            policies,
 		Egress:              egressClients,
-	}); err != nil {
+	})
+	if err != nil {
+		return err
+	}
+	if err := addStateServer(mgr, f, dp, d, parts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -373,6 +389,35 @@ func run(ctx context.Context, f flags) error {
 	}
 	log.Info("starting vcoild", "node", f.nodeName, "dataplane", dp.Name(), "socket", f.socket, "services", services)
 	return mgr.Start(ctx)
+}
+
+// addStateServer serves the node's state on --state-addr (nothing when it
+// is empty): the daemon's pods and blocks with their dataplane interfaces,
+// the parts that run on this node, VPP's objects on VPP, and vcoil's
+// nftables tables in the node's namespace.
+func addStateServer(mgr ctrl.Manager, f flags, dp dataplane.Dataplane, d *daemon.Daemon, parts []nodestate.Named) error {
+	sources := []nodestate.Named{{Name: "daemon", Source: d.StateSource()}}
+	if l, ok := dp.(daemon.InterfaceLister); ok {
+		sources = append(sources, nodestate.Named{Name: "interfaces", Source: daemon.PodInterfaces(l)})
+	}
+	sources = append(sources, parts...)
+	if v, ok := dp.(vpp.Dataplane); ok {
+		sources = append(sources, nodestate.Named{Name: "vpp", Source: v.StateSource()})
+	}
+	sources = append(sources, nodestate.Named{Name: "nftables", Source: statenft.Source(f.netns, []statenft.Table{
+		{Family: "inet", Name: constants.PolicyTable},
+		{Family: "inet", Name: constants.ServiceTable},
+		{Family: "ip", Name: vpp.ServiceTable},
+		{Family: "ip", Name: vpp.HostPortTable},
+	})})
+	srv, err := nodestate.NewServer(nodestate.ServerConfig{
+		Addr: f.stateAddr, Flag: "--state-addr", Node: f.nodeName, Dataplane: dp.Name(),
+		Sources: sources, Log: ctrl.Log.WithName("state"),
+	})
+	if err != nil {
+		return err
+	}
+	return mgr.Add(srv)
 }
 
 // setupPolicies runs the NetworkPolicy stack with the dataplane's renderer:

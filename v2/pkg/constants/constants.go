@@ -32,6 +32,13 @@ const (
 	DaemonStateDir    = "/var/lib/vcoil"
 	DaemonMetricsAddr = ":9388"
 	DaemonHealthAddr  = ":9389"
+	// DaemonStateAddr serves the node's state (package nodestate) to
+	// kubectl-vcoil. It must be a loopback address: the plugin reaches it
+	// through the apiserver with a port-forward to the vcoild pod, which
+	// the apiserver authenticates and authorizes, so the DaemonSet exposes
+	// no port for it. DaemonStatePort is its port; change both together.
+	DaemonStateAddr = "127.0.0.1:9390"
+	DaemonStatePort = 9390
 	// BlockRequestTimeout bounds vcoild's wait for one new address block.
 	BlockRequestTimeout = 30 * time.Second
 
