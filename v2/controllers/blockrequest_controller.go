@@ -127,8 +127,14 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	block, err := r.allocate(ctx, br, pool, parsed)
 	switch {
 	case errors.Is(err, ipam.ErrNoSuchBlock):
-		return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonPoolExhausted,
-			fmt.Sprintf("all %d blocks of address pool %q are allocated", parsed.NumBlocks(), pool.Name))
+		msg := fmt.Sprintf("all %d blocks of address pool %q are allocated", parsed.NumBlocks(), pool.Name)
+		if r.Recorder != nil {
+			// On the pool too: it is what the operator must grow, and
+			// the requests go away once vcoild has read them.
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, vcoilv2.ReasonPoolExhausted, "AllocateBlock",
+				"%s: node %s got no block (request %s)", msg, br.Spec.NodeName, br.Name)
+		}
+		return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonPoolExhausted, msg)
 	case errors.Is(err, errClaimLost):
 		return ctrl.Result{Requeue: true}, nil
 	case err != nil:

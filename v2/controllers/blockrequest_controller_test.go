@@ -14,6 +14,7 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
 )
 
 func TestBlockRequestIsAnsweredWithTheNextFreeBlock(t *testing.T) {
@@ -159,7 +160,21 @@ func TestBlockRequestFailuresNameTheReason(t *testing.T) {
 			if r.Completed() || r.Status.AddressBlockName != "" {
 				t.Fatalf("failed request also completed: %+v", r.Status)
 			}
+			// The operator sees it in the request's Events, with its UID.
+			env.WaitForEvent(t, 10*time.Second, testenv.EventOf{Kind: "BlockRequest", Name: r.Name, UID: r.UID,
+				Type: corev1.EventTypeWarning, Reason: tc.reason, Note: tc.message})
 		})
+	}
+	// An exhausted pool says so on itself too, naming the node that got
+	// no block: the pool is what the operator grows.
+	tiny := &vcoilv2.AddressPool{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "tiny"}, tiny); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitForEvent(t, 10*time.Second, testenv.EventOf{Kind: "AddressPool", Name: "tiny", UID: tiny.UID,
+		Type: corev1.EventTypeWarning, Reason: vcoilv2.ReasonPoolExhausted, Note: `all 1 blocks of address pool "tiny" are allocated: node node-1 got no block`})
+	if evs, err := env.Events(context.Background(), testenv.EventOf{Kind: "AddressPool", Name: "lb"}); err != nil || len(evs) != 0 {
+		t.Fatalf("Events on the LoadBalancer pool a pod asked for: %d (%v), want none (the request has them)", len(evs), err)
 	}
 	var blocks vcoilv2.AddressBlockList
 	if err := env.Client.List(context.Background(), &blocks, client.MatchingLabels{vcoilv2.LabelPool: "lb"}); err != nil || len(blocks.Items) != 0 {

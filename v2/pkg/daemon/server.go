@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
@@ -73,6 +74,8 @@ type Server struct {
 	nodeName   string
 	metrics    *Metrics
 	log        logr.Logger
+	recorder   events.EventRecorder
+	pods       client.Reader
 	keys       *keyLock
 	now        func() time.Time
 }
@@ -92,6 +95,11 @@ type Config struct {
 	Policies PodPolicies
 	// Egress may be nil: no Egress client side.
 	Egress PodEgress
+	// Recorder, when set, records Warning Events on pods whose pool gives
+	// them no address (pool_events.go); Pods reads those pods (the
+	// manager's API reader: vcoild caches pods only for the policies).
+	Recorder events.EventRecorder
+	Pods     client.Reader
 }
 
 // NewServer returns the CNI service.
@@ -99,6 +107,7 @@ func NewServer(cfg Config) *Server {
 	return &Server{
 		ipam: cfg.IPAM, dp: cfg.Dataplane, store: cfg.Store, namespaces: cfg.Namespaces, policies: cfg.Policies, egress: cfg.Egress,
 		nodeName: cfg.NodeName, metrics: cfg.Metrics, log: cfg.Log,
+		recorder: cfg.Recorder, pods: cfg.Pods,
 		keys: newKeyLock(), now: time.Now,
 	}
 }
@@ -141,7 +150,9 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 		}
 		a, err := s.ipam.Allocate(ctx, pool)
 		if err != nil {
-			return nil, allocationError(pool, args.Args[argPodNamespace], err)
+			cerr := allocationError(pool, args.Args[argPodNamespace], err)
+			s.reportPoolError(ctx, args, err, cerr)
+			return nil, cerr
 		}
 		entry = checkpoint.Entry{
 			ContainerID: args.ContainerId, IfName: args.Ifname, Netns: args.Netns,

@@ -165,7 +165,8 @@ func startNode(t *testing.T, name, stateDir string, dp *fakeDataplane) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(Config{IPAM: im, Dataplane: dp, Store: store, Namespaces: mgr.GetClient(), NodeName: name, Metrics: metrics, Log: testr.New(t)})
+	srv := NewServer(Config{IPAM: im, Dataplane: dp, Store: store, Namespaces: mgr.GetClient(), NodeName: name, Metrics: metrics, Log: testr.New(t),
+		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader()})
 	if err := im.Load(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -91,6 +91,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 		IPAM: im, Dataplane: opts.Dataplane, Store: store, Namespaces: mgr.GetClient(),
 		NodeName: opts.NodeName, Metrics: metrics, Log: log.WithName("cni"),
 		Policies: opts.Policies, Egress: opts.Egress,
+		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(),
 	})
 	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{})}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}
