@@ -29,7 +29,7 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "the pod's wiring", h.vpp.take(), []string{
-		`tap_create_v3 tag="vcoil beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 4 uses 2",
 		"sw_interface_set_flags 4 flags=1",
 		"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 5]",

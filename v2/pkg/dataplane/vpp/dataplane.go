@@ -15,6 +15,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 )
 
@@ -409,6 +410,11 @@ func (d *driver) serve(ctx context.Context, conn connection) {
 			start := time.Now()
 			if err := d.resync(ctx); err != nil {
 				d.why = fmt.Errorf("sync with VPP (pid %d): %w", pid, err)
+				if errors.Is(err, format.ErrNewer) {
+					// Init returns it: vcoild holds instead of serving
+					// pods over a newer vcoild's VPP objects.
+					d.fatal = d.why
+				}
 				if ctx.Err() == nil {
 					d.syncFailed(pid, err)
 				}
@@ -419,6 +425,7 @@ func (d *driver) serve(ctx context.Context, conn connection) {
 				continue
 			}
 			needSync = false
+			d.fatal = nil
 			backoff.reset()
 			d.initial = false
 			d.setReady()

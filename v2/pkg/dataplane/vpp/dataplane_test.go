@@ -135,12 +135,12 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 			wantVPP: []string{
 				"sw_interface_dump all",
 				"create_loopback",
-				`sw_interface_tag_add_del add=true 1 "vcoil-loopback"`,
+				`sw_interface_tag_add_del add=true 1 "vcoil-loopback@2"`,
 				"ip_address_dump 1 ip6=false", "ip_address_dump 1 ip6=true",
 				"sw_interface_add_del_address add=true 1 169.254.1.1/32",
 				"sw_interface_ip6_enable_disable 1 enable=true",
 				"sw_interface_set_flags 1 flags=1",
-				`tap_create_v3 tag="vcoil-host" host_if="vcoilhost" ns="/run/netns/node"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+				`tap_create_v3 tag="vcoil-host@2" host_if="vcoilhost" ns="/run/netns/node"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 				"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
 				"sw_interface_add_del_address add=true 2 169.254.100.1/30",
 				"sw_interface_ip6_enable_disable 2 enable=true",
@@ -168,13 +168,13 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_add_del_address add=true 1 198.18.0.10/24",
 				"sw_interface_set_flags 1 flags=1",
 				"create_loopback",
-				`sw_interface_tag_add_del add=true 2 "vcoil-loopback"`,
+				`sw_interface_tag_add_del add=true 2 "vcoil-loopback@2"`,
 				"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
 				"sw_interface_add_del_address add=true 2 169.254.1.1/32",
 				"sw_interface_ip6_enable_disable 2 enable=true",
 				"sw_interface_set_flags 2 flags=1",
 				`af_packet_create_v3 host_if="vcoilvpp" mode=1 mac=00:00:00:00:00:00 random=true frames=10240/67584 tx_frames=240 flags=3`,
-				`sw_interface_tag_add_del add=true 3 "vcoil-host"`,
+				`sw_interface_tag_add_del add=true 3 "vcoil-host@2"`,
 				"ip_address_dump 3 ip6=false", "ip_address_dump 3 ip6=true",
 				"sw_interface_add_del_address add=true 3 169.254.100.1/30",
 				"sw_interface_ip6_enable_disable 3 enable=true",
@@ -201,12 +201,12 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 			wantVPP: []string{
 				"sw_interface_dump all",
 				"create_loopback",
-				`sw_interface_tag_add_del add=true 3 "vcoil-loopback"`,
+				`sw_interface_tag_add_del add=true 3 "vcoil-loopback@2"`,
 				"ip_address_dump 3 ip6=false", "ip_address_dump 3 ip6=true",
 				"sw_interface_add_del_address add=true 3 169.254.1.1/32",
 				"sw_interface_ip6_enable_disable 3 enable=true",
 				"sw_interface_set_flags 3 flags=1",
-				`sw_interface_tag_add_del add=true 2 "vcoil-host"`,
+				`sw_interface_tag_add_del add=true 2 "vcoil-host@2"`,
 				"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
 				"sw_interface_ip6_enable_disable 2 enable=true",
 				"sw_interface_ip6_set_link_local_address 2 fe80::1",
@@ -251,7 +251,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 			name: "a TAP pod gets a tun in its namespace, unnumbered, up, with host routes",
 			typ:  TAP, pod: podA,
 			wantVPP: []string{
-				`tap_create_v3 tag="vcoil c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+				`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 				"sw_interface_set_flags 3 flags=1",
 				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
@@ -265,7 +265,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 			name: "a TAP pod whose namespace path is too long for VPP gets its tun moved",
 			typ:  TAP, pod: dataplane.Pod{PodKey: podB.PodKey, Netns: longNetns, IPv4: podB.IPv4, MTU: 1400},
 			wantVPP: []string{
-				`tap_create_v3 tag="vcoil beef eth0" host_if="vctap` + linkName(tapPrefix, podB.PodKey)[5:] + `" ns="/run/netns/node"(true) mtu=1400(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+				`tap_create_v3 tag="vcoil@2 beef eth0" host_if="vctap` + linkName(tapPrefix, podB.PodKey)[5:] + `" ns="/run/netns/node"(true) mtu=1400(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 				"sw_interface_set_flags 3 flags=1",
 				"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
@@ -282,7 +282,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 			typ:  AFPacket, pod: podA,
 			wantVPP: []string{
 				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=2048/67584 tx_frames=240 flags=3`,
-				`sw_interface_tag_add_del add=true 3 "vcoil c0ffee eth0"`,
+				`sw_interface_tag_add_del add=true 3 "vcoil@2 c0ffee eth0"`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 				"sw_interface_set_flags 3 flags=1",
 				"ip_neighbor_add_del add=true 3 10.100.0.2 " + podMAC(podA.PodKey).String() + " flags=3",
@@ -442,7 +442,7 @@ func TestVPPErrorDuringSetupLeavesNothing(t *testing.T) {
 		},
 		{
 			name: "the tag of an af_packet interface fails", typ: AFPacket, failMsg: "sw_interface_tag_add_del",
-			wantTail: []string{`sw_interface_tag_add_del add=true 3 "vcoil c0ffee eth0"`, `af_packet_delete host_if="` + linkName(vethPrefix, podA.PodKey) + `"`},
+			wantTail: []string{`sw_interface_tag_add_del add=true 3 "vcoil@2 c0ffee eth0"`, `af_packet_delete host_if="` + linkName(vethPrefix, podA.PodKey) + `"`},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -496,7 +496,7 @@ func TestAKernelErrorDuringSetupLeavesNothingInVPP(t *testing.T) {
 		t.Fatalf("SetupPod error = %v", err)
 	}
 	wantLines(t, "VPP messages", h.vpp.take(), []string{
-		`tap_create_v3 tag="vcoil c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
 		"sw_interface_set_flags 3 flags=1",
 		"tap_delete_v2 3",
@@ -538,12 +538,12 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 	want := []string{
 		"sw_interface_dump all",
 		"create_loopback",
-		`sw_interface_tag_add_del add=true 1 "vcoil-loopback"`,
+		`sw_interface_tag_add_del add=true 1 "vcoil-loopback@2"`,
 		"ip_address_dump 1 ip6=false", "ip_address_dump 1 ip6=true",
 		"sw_interface_add_del_address add=true 1 169.254.1.1/32",
 		"sw_interface_ip6_enable_disable 1 enable=true",
 		"sw_interface_set_flags 1 flags=1",
-		`tap_create_v3 tag="vcoil-host" host_if="vcoilhost" ns="/run/netns/node"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		`tap_create_v3 tag="vcoil-host@2" host_if="vcoilhost" ns="/run/netns/node"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"ip_address_dump 2 ip6=false", "ip_address_dump 2 ip6=true",
 		"sw_interface_add_del_address add=true 2 169.254.100.1/30",
 		"sw_interface_ip6_enable_disable 2 enable=true",
@@ -553,7 +553,7 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		"ip_route_add_del add=true ::/0 via fe80::2 2",
 		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 		// Pods in key order: beef, then c0ffee.
-		`tap_create_v3 tag="vcoil beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
 		"sw_interface_set_flags 3 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
@@ -561,7 +561,7 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		"nat44_interface_add_del_feature add=true 3 flags=32",
 		"nat44_interface_add_del_feature add=true 3 flags=0",
 		"sw_interface_dump 3",
-		`tap_create_v3 tag="vcoil c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 4 uses 1",
 		"sw_interface_set_flags 4 flags=1",
 		"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 4",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // HostPorts. Traffic to the node's address arrives at VPP, which holds it
@@ -48,10 +49,11 @@ import (
 // served: IPv6 (NAT44-ED is IPv4 only), SCTP, a node without an uplink,
 // and a hostIP that is not an uplink address (VPP would make it local).
 
-// hostPortTagPrefix starts the tag of every hostPort mapping: "vcoil-hp
-// <containerID> <ifname>", "vcoil-hp64 <ID in base64url> <ifname>" or
-// "vcoil-hp# <hash>", the first that fits VPP's 63 bytes. The services
-// renderer owns the tags starting "vcoil-svc" and leaves these alone.
+// hostPortTagPrefix is the kind of the tag of every hostPort mapping:
+// "vcoil-hp@2 <containerID> <ifname>", "vcoil-hp64@2 <ID in base64url>
+// <ifname>" or "vcoil-hp#@2 <hash>", the first that fits VPP's 63 bytes
+// ("@2": format.VPPTag; format 1 tags lack it). The services renderer owns
+// the tags starting "vcoil-svc" and leaves these alone.
 const hostPortTagPrefix = "vcoil-hp"
 
 // hostPortFlags are the flags of every hostPort mapping.
@@ -59,15 +61,41 @@ const hostPortFlags = nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE
 
 // hostPortTag tags the mappings of a pod's hostPorts.
 func hostPortTag(key dataplane.PodKey) string {
-	if t := hostPortTagPrefix + " " + key.ContainerID + " " + key.IfName; len(t) <= maxTag {
+	if t := format.Tag(hostPortTagPrefix, key.ContainerID, key.IfName); len(t) <= maxTag {
 		return t
 	}
 	if b, err := hex.DecodeString(key.ContainerID); err == nil && strings.ToLower(key.ContainerID) == key.ContainerID {
-		if t := hostPortTagPrefix + "64 " + base64.RawURLEncoding.EncodeToString(b) + " " + key.IfName; len(t) <= maxTag {
+		if t := format.Tag(hostPortTagPrefix+"64", base64.RawURLEncoding.EncodeToString(b), key.IfName); len(t) <= maxTag {
 			return t
 		}
 	}
-	return hostPortTagPrefix + "# " + strings.TrimPrefix(hashedTag(key), tagPrefixHash+" ")
+	return format.Tag(hostPortTagPrefix+"#", keyHash(key))
+}
+
+// currentHostPortTag is the current spelling of a hostPort tag of this
+// format or the previous one, so that a mapping an earlier vcoild made
+// compares equal to the one wanted and is kept (VPP cannot re-tag a static
+// mapping, and making it again would cut its sessions); false for a tag
+// that is not a hostPort's.
+func currentHostPortTag(tag string) (string, bool) {
+	kind, v, rest, ok := format.ParseTag(tag)
+	if !ok || v > format.VPPTag {
+		return "", false
+	}
+	f := strings.Split(rest, " ")
+	switch {
+	case kind == hostPortTagPrefix && len(f) == 2:
+		return hostPortTag(dataplane.PodKey{ContainerID: f[0], IfName: f[1]}), true
+	case kind == hostPortTagPrefix+"64" && len(f) == 2:
+		b, err := base64.RawURLEncoding.DecodeString(f[0])
+		if err != nil {
+			return "", false
+		}
+		return hostPortTag(dataplane.PodKey{ContainerID: hex.EncodeToString(b), IfName: f[1]}), true
+	case kind == hostPortTagPrefix+"#" && len(f) == 1:
+		return format.Tag(kind, f[0]), true
+	}
+	return "", false
 }
 
 // hostPortMapping is one NAT44-ED static mapping of a hostPort, as VPP's
@@ -364,21 +392,36 @@ func (d *driver) delHostPort(m hostPortMapping) error {
 }
 
 // dumpHostPorts returns VPP's static mappings tagged as hostPorts.
+//
+// A mapping of a format 1 tag is returned with its current tag (it is kept
+// as it is in VPP); one of a newer format fails the dump (format.NewerError).
 func dumpHostPorts(ch channel) ([]hostPortMapping, error) {
 	var out []hostPortMapping
+	var newer []error
 	err := vppapi.Dump(ch, &nat44_ed.Nat44StaticMappingDump{},
 		func() *nat44_ed.Nat44StaticMappingDetails { return &nat44_ed.Nat44StaticMappingDetails{} },
 		func(m *nat44_ed.Nat44StaticMappingDetails) {
 			if !strings.HasPrefix(m.Tag, hostPortTagPrefix) {
 				return
 			}
-			out = append(out, hostPortMapping{
+			mapping := hostPortMapping{
 				external: netip.AddrFrom4(m.ExternalIPAddress), externalPort: m.ExternalPort, protocol: m.Protocol,
 				local: netip.AddrFrom4(m.LocalIPAddress), localPort: m.LocalPort, tag: m.Tag,
-			})
+			}
+			if err := format.CheckTag("VPP static mapping "+mapping.String(), m.Tag); err != nil {
+				newer = append(newer, err)
+				return
+			}
+			if t, ok := currentHostPortTag(m.Tag); ok {
+				mapping.tag = t
+			}
+			out = append(out, mapping)
 		})
 	if err != nil {
 		return nil, fmt.Errorf("list VPP's static mappings: %w", err)
+	}
+	if len(newer) > 0 {
+		return nil, errors.Join(newer...)
 	}
 	slices.SortFunc(out, compareHostPortMappings)
 	return out, nil

@@ -61,7 +61,7 @@ func natLines(msgs []string) []string {
 }
 
 const (
-	hpTagA = `"vcoil-hp c0ffee eth0"`
+	hpTagA = `"vcoil-hp@2 c0ffee eth0"`
 	// hpFlags: NAT_IS_SELF_TWICE_NAT (2) | NAT_IS_OUT2IN_ONLY (4).
 	hpFlags = "flags=6 ext_if=-1 vrf=0"
 )
@@ -296,16 +296,16 @@ func TestRestartedVcoildKeepsTheHostPortsItsCheckpointNames(t *testing.T) {
 		"ip_address_dump 1 ip6=false",
 		"nat44_static_mapping_dump",
 		`nat44_add_del_static_mapping_v2 add=false proto=6 198.18.0.11:2222 -> 10.100.0.7:22 flags=6 ext_if=-1 vrf=0 tag=""`,
-		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.11:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp beef eth0"`,
-		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.12:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp beef eth0"`,
+		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.11:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp@2 beef eth0"`,
+		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.12:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp@2 beef eth0"`,
 		hpAdd("proto=6 198.18.0.11:8081 -> 10.100.0.2:81"),
 		"nat44_interface_add_del_feature add=true 1 flags=0",
 	})
 	// In the fake's key order: protocol, external address and port.
 	want := []string{
-		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.11:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp beef eth0"`,
+		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.11:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp@2 beef eth0"`,
 		hpAdd("proto=17 198.18.0.12:5353 -> 10.100.0.2:53"),
-		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.12:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp beef eth0"`,
+		`nat44_add_del_static_mapping_v2 add=true proto=17 198.18.0.12:9090 -> 10.100.0.3:90 flags=6 ext_if=-1 vrf=0 tag="vcoil-hp@2 beef eth0"`,
 		`nat44_add_del_static_mapping_v2 add=true proto=6 198.18.0.11:30080 -> 10.100.0.7:22 flags=8 ext_if=-1 vrf=0 tag="vcoil-svc default/web"`,
 		hpAdd("proto=6 198.18.0.11:8080 -> 10.100.0.2:80"),
 		hpAdd("proto=6 198.18.0.11:8081 -> 10.100.0.2:81"),
@@ -320,9 +320,9 @@ func TestHostPortTagsFitVPP(t *testing.T) {
 		key  dataplane.PodKey
 		want string
 	}{
-		{dataplane.PodKey{ContainerID: "c0ffee", IfName: "eth0"}, "vcoil-hp c0ffee eth0"},
-		{dataplane.PodKey{ContainerID: long, IfName: "eth0"}, "vcoil-hp64 ASNFZ4mrze8BI0VniavN7wEjRWeJq83vASNFZ4mrze8 eth0"},
-		{dataplane.PodKey{ContainerID: long, IfName: "net1234567"}, "vcoil-hp# " + strings.TrimPrefix(hashedTag(dataplane.PodKey{ContainerID: long, IfName: "net1234567"}), "vcoil# ")},
+		{dataplane.PodKey{ContainerID: "c0ffee", IfName: "eth0"}, "vcoil-hp@2 c0ffee eth0"},
+		{dataplane.PodKey{ContainerID: long, IfName: "eth0"}, "vcoil-hp64@2 ASNFZ4mrze8BI0VniavN7wEjRWeJq83vASNFZ4mrze8 eth0"},
+		{dataplane.PodKey{ContainerID: long, IfName: "net1234567"}, "vcoil-hp#@2 " + strings.TrimPrefix(hashedTag(dataplane.PodKey{ContainerID: long, IfName: "net1234567"}), "vcoil#@2 ")},
 	} {
 		got := hostPortTag(tc.key)
 		if got != tc.want || len(got) > maxTag || !strings.HasPrefix(got, hostPortTagPrefix) || strings.HasPrefix(got, "vcoil-svc") {

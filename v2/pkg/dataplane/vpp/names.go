@@ -8,25 +8,28 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // VPP keeps at most 63 bytes of an interface tag (string[64] in
 // sw_interface_details), and a containerd container ID alone is 64 hex
 // digits. A tag therefore takes the first of these forms that fits:
 //
-//	vcoil <containerID> <ifname>           readable, for short IDs
-//	vcoil64 <base64url(ID bytes)> <ifname> a hex ID in 43 characters
-//	vcoil# <base64url(sha256(key))[:32]>   anything else; the key comes back
-//	                                       from vcoild's allocations or a veth alias
+//	vcoil@2 <containerID> <ifname>           readable, for short IDs
+//	vcoil64@2 <base64url(ID bytes)> <ifname> a hex ID in 43 characters
+//	vcoil#@2 <base64url(sha256(key))[:32]>   anything else; the key comes back
+//	                                         from vcoild's allocations or a veth alias
+//
+// "@2" is the tags' format version (format.VPPTag). Version 1 tags, written
+// before format versions, are the same without it ("vcoil c0ffee eth0",
+// "vcoil-loopback"): the first sync after an upgrade re-tags them
+// (upgradeTag), which changes nothing else, and a tag of a newer version
+// stops the sync before it changes anything (format.CheckTag).
 const (
 	tagPrefix       = "vcoil"
 	tagPrefixBase64 = "vcoil64"
 	tagPrefixHash   = "vcoil#"
 	maxTag          = 63
-
-	// Tags of the node's own interfaces.
-	loopbackTag     = "vcoil-loopback"
-	interconnectTag = "vcoil-host"
 
 	// vethPrefix starts the node end of an af_packet pod veth, tapPrefix
 	// the temporary name of a tun created in the node namespace before it
@@ -40,22 +43,31 @@ const (
 	maxAlias    = 255
 )
 
+// Tags of the node's own interfaces.
+var (
+	loopbackTag     = format.Tag("vcoil-loopback")
+	interconnectTag = format.Tag("vcoil-host")
+)
+
 // podTag is the VPP interface tag of a pod interface.
 func podTag(key dataplane.PodKey) string {
-	if t := tagPrefix + " " + key.ContainerID + " " + key.IfName; len(t) <= maxTag {
+	if t := format.Tag(tagPrefix, key.ContainerID, key.IfName); len(t) <= maxTag {
 		return t
 	}
 	if b, err := hex.DecodeString(key.ContainerID); err == nil && strings.ToLower(key.ContainerID) == key.ContainerID {
-		if t := tagPrefixBase64 + " " + base64.RawURLEncoding.EncodeToString(b) + " " + key.IfName; len(t) <= maxTag {
+		if t := format.Tag(tagPrefixBase64, base64.RawURLEncoding.EncodeToString(b), key.IfName); len(t) <= maxTag {
 			return t
 		}
 	}
 	return hashedTag(key)
 }
 
-func hashedTag(key dataplane.PodKey) string {
+func hashedTag(key dataplane.PodKey) string { return format.Tag(tagPrefixHash, keyHash(key)) }
+
+// keyHash is the hash of a key that hashed tags carry.
+func keyHash(key dataplane.PodKey) string {
 	sum := sha256.Sum256([]byte(key.ContainerID + "/" + key.IfName))
-	return tagPrefixHash + " " + base64.RawURLEncoding.EncodeToString(sum[:])[:32]
+	return base64.RawURLEncoding.EncodeToString(sum[:])[:32]
 }
 
 // parsedTag is what a tag says: a key, or only a hash of one.
@@ -65,25 +77,56 @@ type parsedTag struct {
 	tag    string
 }
 
-// parsePodTag reads a pod interface tag; false for a tag that is not a
-// pod's (the node's interfaces, someone else's).
+// parsePodTag reads a pod interface tag of this version or the previous
+// one; false for a tag that is not a pod's (the node's interfaces, someone
+// else's, a newer vcoil's).
 func parsePodTag(tag string) (parsedTag, bool) {
-	f := strings.Split(tag, " ")
+	kind, v, rest, ok := format.ParseTag(tag)
+	if !ok || v > format.VPPTag {
+		return parsedTag{}, false
+	}
+	f := strings.Split(rest, " ")
 	switch {
-	case len(f) == 3 && f[0] == tagPrefix:
-		key := dataplane.PodKey{ContainerID: f[1], IfName: f[2]}
+	case len(f) == 2 && kind == tagPrefix:
+		key := dataplane.PodKey{ContainerID: f[0], IfName: f[1]}
 		return parsedTag{key: key, tag: tag}, validateKey(key) == nil
-	case len(f) == 3 && f[0] == tagPrefixBase64:
-		b, err := base64.RawURLEncoding.DecodeString(f[1])
+	case len(f) == 2 && kind == tagPrefixBase64:
+		b, err := base64.RawURLEncoding.DecodeString(f[0])
 		if err != nil {
 			return parsedTag{}, false
 		}
-		key := dataplane.PodKey{ContainerID: hex.EncodeToString(b), IfName: f[2]}
+		key := dataplane.PodKey{ContainerID: hex.EncodeToString(b), IfName: f[1]}
 		return parsedTag{key: key, tag: tag}, validateKey(key) == nil
-	case len(f) == 2 && f[0] == tagPrefixHash && len(f[1]) == 32:
+	case len(f) == 1 && kind == tagPrefixHash && len(f[0]) == 32:
 		return parsedTag{hashed: true, tag: tag}, true
 	}
 	return parsedTag{}, false
+}
+
+// upgradeTag is the current version's spelling of a version 1 interface
+// tag of vcoil's, and false for any other tag (current, newer, foreign).
+// A pod's tag is made again from its key, since the longer marker may
+// need another form.
+func upgradeTag(tag string) (string, bool) {
+	kind, v, rest, ok := format.ParseTag(tag)
+	if !ok || v != 1 {
+		return "", false
+	}
+	switch kind {
+	case tagPrefix, tagPrefixBase64:
+		if t, ok := parsePodTag(tag); ok {
+			return podTag(t.key), true
+		}
+	case tagPrefixHash:
+		if _, ok := parsePodTag(tag); ok {
+			return format.Tag(tagPrefixHash, rest), true
+		}
+	case "vcoil-loopback", "vcoil-host", "vcoil-snat-split", "vcoil-snat-nat":
+		if rest == "" {
+			return format.Tag(kind), true
+		}
+	}
+	return "", false
 }
 
 // linkName is a kernel interface name made of prefix and 10 hex digits of a

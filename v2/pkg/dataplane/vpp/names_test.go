@@ -15,10 +15,10 @@ func TestPodTagsFitVPPAndGiveTheKeyBack(t *testing.T) {
 		wantPrefix string
 		wantHashed bool
 	}{
-		{"a short ID is written as it is", dataplane.PodKey{ContainerID: "c0ffee", IfName: "eth0"}, "vcoil c0ffee eth0", false},
-		{"a containerd ID is written in base64", dataplane.PodKey{ContainerID: containerd, IfName: "eth0"}, "vcoil64 ", false},
-		{"a long ID that is not hex is hashed", dataplane.PodKey{ContainerID: strings.Repeat("x", 70), IfName: "eth0"}, "vcoil# ", true},
-		{"a containerd ID with a long interface name is hashed", dataplane.PodKey{ContainerID: containerd, IfName: "net1234567890ab"}, "vcoil# ", true},
+		{"a short ID is written as it is", dataplane.PodKey{ContainerID: "c0ffee", IfName: "eth0"}, "vcoil@2 c0ffee eth0", false},
+		{"a containerd ID is written in base64", dataplane.PodKey{ContainerID: containerd, IfName: "eth0"}, "vcoil64@2 ", false},
+		{"a long ID that is not hex is hashed", dataplane.PodKey{ContainerID: strings.Repeat("x", 70), IfName: "eth0"}, "vcoil#@2 ", true},
+		{"a containerd ID with a long interface name is hashed", dataplane.PodKey{ContainerID: containerd, IfName: "net1234567890ab"}, "vcoil#@2 ", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tag := podTag(tc.key)
@@ -34,7 +34,8 @@ func TestPodTagsFitVPPAndGiveTheKeyBack(t *testing.T) {
 			}
 		})
 	}
-	for _, other := range []string{"", "vcoil-loopback", "vcoil-host", "vcoil a", "calico 1 eth0", "vcoil64 !! eth0"} {
+	for _, other := range []string{"", "vcoil-loopback", "vcoil-host@2", "vcoil a", "vcoil@2 a", "calico 1 eth0", "vcoil64 !! eth0",
+		"vcoil@3 c0ffee eth0", "vcoil@x c0ffee eth0"} {
 		if _, ok := parsePodTag(other); ok {
 			t.Errorf("parsePodTag(%q) took it for a pod's", other)
 		}

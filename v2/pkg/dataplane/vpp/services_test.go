@@ -195,7 +195,7 @@ func TestSetPodNATRolesSendsOnlyTheDifferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "a pod wired after SetPodNATRoles", h.vpp.take(), []string{
-		`tap_create_v3 tag="vcoil d00d eth0" host_if="eth0" ns="/run/netns/pod-c"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		`tap_create_v3 tag="vcoil@2 d00d eth0" host_if="eth0" ns="/run/netns/pod-c"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 5 uses 1",
 		"sw_interface_set_flags 5 flags=1",
 		"ip_route_add_del add=true 10.100.0.4/32 via 10.100.0.4 5",
@@ -409,12 +409,12 @@ func TestRestartReplaysRolesAndServiceNetworkButNotACLs(t *testing.T) {
 	}
 	waitSynced(t, h, 101)
 	got := h.vpp.take()
-	i := slices.Index(got, `tap_create_v3 tag="vcoil beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`)
+	i := slices.Index(got, `tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`)
 	if i < 0 {
 		t.Fatalf("pod B was not wired again:\n%s", strings.Join(got, "\n"))
 	}
 	wantLines(t, "the replay from pod B on", got[i:], []string{
-		`tap_create_v3 tag="vcoil beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
+		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
 		"sw_interface_set_flags 3 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",

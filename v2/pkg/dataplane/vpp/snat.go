@@ -15,6 +15,7 @@ import (
 	"go.fd.io/govpp/binapi/pipe"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // Source NAT of pods' IPv4 traffic leaving the node (Config.SNAT).
@@ -52,12 +53,12 @@ const (
 	SNATTable = 118
 	// SNATBypassTable routes what leaves the node without (or after) NAT.
 	SNATBypassTable = 119
-
-	snatSplitTag = "vcoil-snat-split"
-	snatNATTag   = "vcoil-snat-nat"
 )
 
 var (
+	snatSplitTag = format.Tag("vcoil-snat-split")
+	snatNATTag   = format.Tag("vcoil-snat-nat")
+
 	SNATSplitIPv4 = netip.MustParsePrefix("169.254.102.1/32")
 	SNATNATIPv4   = netip.MustParsePrefix("169.254.102.2/32")
 )

@@ -82,7 +82,7 @@ func TestRealVPPStateDump(t *testing.T) {
 	for _, i := range s.Interfaces {
 		byTag[i.Tag] = i
 	}
-	if lo := byTag["vcoil-loopback"]; !lo.Up || !slices.Contains(lo.Addresses, vpp.LoopbackIPv4) {
+	if lo := byTag["vcoil-loopback@2"]; !lo.Up || !slices.Contains(lo.Addresses, vpp.LoopbackIPv4) {
 		t.Errorf("vcoil's loopback is %+v, want up with %s", lo, vpp.LoopbackIPv4)
 	}
 	up := slices.IndexFunc(s.Interfaces, func(i nodestate.VPPInterface) bool { return i.Name == "host-vppup" })
@@ -98,7 +98,7 @@ func TestRealVPPStateDump(t *testing.T) {
 		t.Fatalf("PodInterfaces = %+v, want the pod's %s interface", ifs, typ)
 	}
 	i := slices.IndexFunc(s.Interfaces, func(i nodestate.VPPInterface) bool { return i.Index == pi.Index })
-	if i < 0 || s.Interfaces[i].Name != pi.Name || s.Interfaces[i].Tag != "vcoil vpp-state-a eth0" || !s.Interfaces[i].Up {
+	if i < 0 || s.Interfaces[i].Name != pi.Name || s.Interfaces[i].Tag != "vcoil@2 vpp-state-a eth0" || !s.Interfaces[i].Up {
 		t.Errorf("the pod's interface %+v is not in VPP's dump as tagged: %+v", pi, s.Interfaces)
 	}
 	if typ == vpp.AFPacket && "host-"+pi.HostName != pi.Name {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // resync replays the desired state (replay) and records the attempt for
@@ -41,6 +42,9 @@ func (d *driver) replay(ctx context.Context) error {
 	ifs, err := interfaceDump(ch, ^uint32(0))
 	if err != nil {
 		return fmt.Errorf("list VPP's interfaces: %w", err)
+	}
+	if err := d.adoptTags(ifs); err != nil {
+		return err
 	}
 	if err := d.ensureNode(ctx, ifs); err != nil {
 		return fmt.Errorf("node set-up: %w", err)
@@ -84,6 +88,33 @@ func (d *driver) replay(ctx context.Context) error {
 	}
 	if err := d.syncServiceNetwork(ctx); err != nil {
 		return fmt.Errorf("route the service network: %w", err)
+	}
+	return nil
+}
+
+// adoptTags checks the tags of VPP's interfaces ifs before anything is
+// changed: a tag of a newer format than this vcoild's stops the sync (a
+// format.NewerError naming the interface), so that a downgraded vcoild
+// does not take a newer vcoild's interfaces for strangers and delete them.
+// It then re-tags the interfaces an earlier vcoild tagged in format 1 with
+// their current tags, in ifs too: a tag is only a name, and re-tagging
+// disturbs no traffic. The caller holds d.mu.
+func (d *driver) adoptTags(ifs []vppInterface) error {
+	for _, i := range ifs {
+		if err := format.CheckTag(fmt.Sprintf("VPP interface %d (%s)", i.swIfIndex, i.name), i.tag); err != nil {
+			return err
+		}
+	}
+	for j, i := range ifs {
+		t, ok := upgradeTag(i.tag)
+		if !ok {
+			continue
+		}
+		if err := tag(d.ch, i.swIfIndex, t); err != nil {
+			return err
+		}
+		d.log.Info("re-tagged an interface of an earlier vcoild in the current format", "vppInterface", i.name, "oldTag", i.tag, "tag", t)
+		ifs[j].tag = t
 	}
 	return nil
 }
