@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
@@ -92,5 +94,17 @@ func TestNodeStateAfterAnAdd(t *testing.T) {
 	}
 	if st.Policies == nil || st.Policies.Renderer != "nftables" {
 		t.Errorf("policies section %+v, want the nftables renderer's", st.Policies)
+	}
+}
+
+// vcoild refuses to serve the node state anywhere but on loopback, naming
+// the flag, before it reads or changes anything.
+func TestStateAddrMustBeALoopbackAddress(t *testing.T) {
+	bin := gobuild.Program(t, vcoildPackage)
+	for _, addr := range []string{"0.0.0.0:9390", ":9390", "198.18.0.1:9390", "localhost:9390"} {
+		out, err := exec.Command(bin, "--node-name", "node-x", "--state-addr", addr).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), fmt.Sprintf("--state-addr %q: ", addr)) || !strings.Contains(string(out), "loopback") {
+			t.Errorf("vcoild --state-addr %s: %v\n%s", addr, err, out)
+		}
 	}
 }
