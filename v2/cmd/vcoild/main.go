@@ -15,6 +15,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,6 +42,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/egress"
 	egressagent "github.com/vcoil/vcoil/v2/pkg/egress/agent"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
+	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 	statenft "github.com/vcoil/vcoil/v2/pkg/nodestate/nftables"
 	"github.com/vcoil/vcoil/v2/pkg/policy/agent"
@@ -241,7 +243,7 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	dp, local, err := newDataplane(f)
+	dp, local, err := newDataplane(f, metrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -316,6 +318,7 @@ func run(ctx context.Context, f flags) error {
 	restarts := &vppRestarts{}
 	if vppDP != nil {
 		restarts.dp = vppDP
+		restarts.events = nodeevents.New(mgr.GetEventRecorder("vcoild"), f.nodeName)
 		restarts.services = make(chan vpp.Incarnation, 1)
 		serviceOpts.VPP = restartsOf{Dataplane: vppDP, ch: restarts.services}
 		if err := mgr.Add(restarts); err != nil {
@@ -517,11 +520,13 @@ func knownPods(dir string) (map[types.NamespacedName][]netip.Addr, error) {
 
 // vppRestarts reads the VPP dataplane's announcements of a new
 // incarnation and hands each to the service proxy (its own channel) and to
-// the policy agent, each of which must render again into the new VPP.
+// the policy agent, each of which must render again into the new VPP. It
+// records the dataplane's connection events as Events on the Node.
 type vppRestarts struct {
 	dp       vpp.Dataplane
 	services chan vpp.Incarnation
 	policies *agent.Agent
+	events   *nodeevents.Recorder
 }
 
 func (v *vppRestarts) Start(ctx context.Context) error {
@@ -530,6 +535,12 @@ func (v *vppRestarts) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case e := <-v.dp.ConnectionEvents():
+			if e.Warning {
+				v.events.Warning(e.Reason, "Resync", e.Note)
+			} else {
+				v.events.Normal(e.Reason, "Resync", e.Note)
+			}
 		case inc := <-v.dp.Resynced():
 			// Only the latest matters: replace one the proxy did not read.
 			select {
@@ -541,6 +552,8 @@ func (v *vppRestarts) Start(ctx context.Context) error {
 				log.Info("VPP synced a new incarnation; resyncing the network policies", "incarnation", inc)
 				if err := v.policies.Resync(ctx); err != nil {
 					log.Error(err, "cannot resync the network policies after a VPP restart; pods' ADDs and the next change retry")
+					v.events.Warning(vpp.ReasonResyncFailed, "Resync", fmt.Sprintf(
+						"network policies not resynced into VPP (incarnation %d): %v; the next policy change or pod ADD retries", inc, err))
 				}
 			}
 		}
@@ -557,8 +570,8 @@ type restartsOf struct {
 func (r restartsOf) Resynced() <-chan vpp.Incarnation { return r.ch }
 
 // newDataplane builds the chosen dataplane and the routes it needs for the
-// node's own blocks.
-func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
+// node's own blocks; the VPP dataplane registers its metrics with reg.
+func newDataplane(f flags, reg prometheus.Registerer) (dataplane.Dataplane, daemon.BlockExporter, error) {
 	switch f.dataplane {
 	case "linux":
 		dp, err := linux.New(linux.Config{NodeNetns: f.netns, PodTable: f.podTable, PodRulePriority: f.podRulePriority, MTU: f.mtu}, ctrl.Log.WithName("linux"))
@@ -575,6 +588,7 @@ func newDataplane(f flags) (dataplane.Dataplane, daemon.BlockExporter, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		cfg.Registry = reg
 		dp, err := vpp.New(cfg, ctrl.Log.WithName("vpp"))
 		if err != nil {
 			return nil, nil, fmt.Errorf("vpp dataplane: %w", err)

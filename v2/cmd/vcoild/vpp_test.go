@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -103,6 +105,35 @@ func TestVPPDataplanePodsTalkThroughVPPAndSurviveItsRestart(t *testing.T) {
 	if strings.Join(before, ",") != strings.Join(after, ",") {
 		t.Fatalf("addresses changed: %v -> %v", before, after)
 	}
+	// The operator sees the restart on the Node: the lost connection, the
+	// new incarnation with the pods to resync, the resync; and in the
+	// metrics.
+	for _, w := range []testenv.EventOf{
+		{Type: corev1.EventTypeWarning, Reason: vpp.ReasonConnectionLost, Note: "lost the API connection to VPP"},
+		{Type: corev1.EventTypeWarning, Reason: vpp.ReasonRestarted, Note: "VPP restarted (pid "},
+		{Type: corev1.EventTypeWarning, Reason: vpp.ReasonRestarted, Note: "); resyncing 2 pods"},
+		{Type: corev1.EventTypeNormal, Reason: vpp.ReasonResynced, Note: ": 2 pods, "},
+	} {
+		w.Kind, w.Name = "Node", n.name
+		env.WaitForEvent(t, 30*time.Second, w)
+	}
+	// Each new incarnation (one, unless a connection attempt raced VPP's
+	// start) is counted, and each complete sync observed.
+	poll.Eventually(t, 30*time.Second, func() error {
+		_, body := testenv.HTTPGet(n.metrics)
+		var connected, restarts, syncs float64
+		for _, l := range strings.Split(body, "\n") {
+			for name, v := range map[string]*float64{"vcoil_vpp_connected ": &connected, "vcoil_vpp_restarts_total ": &restarts, "vcoil_vpp_resync_duration_seconds_count ": &syncs} {
+				if rest, ok := strings.CutPrefix(l, name); ok {
+					fmt.Sscan(rest, v)
+				}
+			}
+		}
+		if connected != 1 || restarts < 1 || syncs != restarts+1 {
+			return fmt.Errorf("vcoil_vpp_connected %v, vcoil_vpp_restarts_total %v, vcoil_vpp_resync_duration_seconds_count %v: want 1, at least 1, one more than the restarts", connected, restarts, syncs)
+		}
+		return nil
+	})
 	for _, p := range []*pod{a, b} {
 		if err := n.check(p); err != nil {
 			t.Fatalf("CHECK %s after the restart: %v", p.name, err)
@@ -150,12 +181,28 @@ func TestVPPOverlayRunsVcoildOnTheVPPDataplane(t *testing.T) {
 // VPP, and names the flag of a bad value.
 func TestVPPFlagsBuildTheVPPDataplane(t *testing.T) {
 	f := flags{dataplane: "vpp", stateDir: t.TempDir(), vpp: vppFlags{apiSocket: "/nonexistent/api.sock", podInterface: "af_packet"}}
-	dp, local, err := newDataplane(f)
+	reg := prometheus.NewRegistry()
+	dp, local, err := newDataplane(f, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if dp.Name() != "vpp" || local == nil {
 		t.Fatalf("dataplane %q, block routes %v", dp.Name(), local)
+	}
+	// The connection's metrics are vcoild's: registered before any
+	// connection, not connected yet.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP vcoil_vpp_connected 1 while vcoild holds an API connection to VPP that answers its control ping, else 0.
+# TYPE vcoil_vpp_connected gauge
+vcoil_vpp_connected 0
+# HELP vcoil_vpp_restarts_total New VPP incarnations after the first since vcoild started: VPP restarted, or vcoild connected to it again.
+# TYPE vcoil_vpp_restarts_total counter
+vcoil_vpp_restarts_total 0
+`), "vcoil_vpp_connected", "vcoil_vpp_restarts_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "vcoil_vpp_resync_duration_seconds"); err != nil || n != 1 {
+		t.Fatalf("vcoil_vpp_resync_duration_seconds: %d series (%v), want 1", n, err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -171,7 +218,7 @@ func TestVPPFlagsBuildTheVPPDataplane(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := f
 			tc.set(&bad)
-			if _, _, err := newDataplane(bad); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, _, err := newDataplane(bad, prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("newDataplane = %v, want an error naming %s", err, tc.want)
 			}
 		})
@@ -198,7 +245,7 @@ func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
 	if cfg.NATSessions != 100000 {
 		t.Fatalf("NATSessions = %d, want --vpp-nat-sessions", cfg.NATSessions)
 	}
-	dp, _, err := newDataplane(f)
+	dp, _, err := newDataplane(f, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
