@@ -23,6 +23,9 @@ tool = $(1)=$$($(GO) -C hack/tools tool -n $(1))
 # Test output (go test -json of every run) for the summary at the end.
 TEST_OUT ?= _out/test
 PROGRAMS := vcoil vcoild vcoil-controller vcoil-egress
+# Programs users run on their own machines, not in vcoil's image: the
+# kubectl plugin (copied onto the PATH; docs/kubectl-vcoil.md).
+CLI_PROGRAMS := kubectl-vcoil
 
 K8S_MAJOR := $(word 1,$(subst ., ,$(K8S_VERSION)))
 K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
@@ -46,9 +49,9 @@ help: ## list the targets
 # ---- build ----
 
 .PHONY: build
-build: ## build every vcoil program into bin/
+build: ## build every vcoil program into bin/ (kubectl-vcoil too)
 	@mkdir -p $(BIN_DIR)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN_DIR)/ $(addprefix ./v2/cmd/,$(PROGRAMS))
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN_DIR)/ $(addprefix ./v2/cmd/,$(PROGRAMS) $(CLI_PROGRAMS))
 
 # ---- generated code ----
 

@@ -175,14 +175,16 @@ bench-services: lab-up ## vcoil's service renderer beside kube-proxy (nftables m
 # ---- the e2e suite against the lab ----
 
 # The suite runs whole inside the control plane's network namespace (its
-# exec calls dial the apiserver themselves), with the lab's settings.
+# exec calls dial the apiserver themselves), with the lab's settings and
+# the kubectl plugin make build wrote.
 E2E_FLAGS ?= -count=1 -timeout 30m -v
 
 .PHONY: lab-e2e
 lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab (report in _out/lab/e2e); the lab stays up
 	@mkdir -p $(LAB_OUT)/e2e
 	@mkdir -p $(TEST_OUT); $(call tool,gotestsum); \
-	VCOIL_E2E_REPORT_DIR=$(abspath $(LAB_OUT))/e2e $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- \
+	VCOIL_E2E_REPORT_DIR=$(abspath $(LAB_OUT))/e2e VCOIL_E2E_KUBECTL_VCOIL=$(abspath $(BIN_DIR))/kubectl-vcoil \
+	$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- \
 		"$$gotestsum" --format standard-verbose --hide-summary=skipped --jsonfile $(abspath $(TEST_OUT))/e2e-test.json -- \
 		$(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)
 
