@@ -369,6 +369,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		egressClients = a
+		parts = append(parts, nodestate.Named{Name: "egress", Source: a.StateSource()})
 		if err := mgr.AddReadyzCheck("egress", a.Ready); err != nil {
 			return err
 		}

@@ -95,6 +95,16 @@ func TestNodeStateAfterAnAdd(t *testing.T) {
 	if st.Policies == nil || st.Policies.Renderer != "nftables" {
 		t.Errorf("policies section %+v, want the nftables renderer's", st.Policies)
 	}
+	if st.Services == nil || st.Services.Renderer != "nftables" {
+		t.Errorf("services section %+v, want the nftables renderer's", st.Services)
+	}
+	if st.Egress == nil {
+		t.Error("no egress section, with --egress on")
+	}
+	if st.VPP != nil {
+		t.Errorf("a VPP section on the Linux dataplane: %+v", st.VPP)
+	}
+	t.Logf("errors in the state: %q", st.Errors)
 }
 
 // vcoild refuses to serve the node state anywhere but on loopback, naming
