@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -29,6 +30,11 @@ const ReasonServiceInvalid = "VcoilServiceInvalid"
 // ReasonNodeInvalid is the reason of the Warning Event on this node's Node
 // when part of it (the NAT loopback annotation) cannot be read.
 const ReasonNodeInvalid = "VcoilNodeInvalid"
+
+// ReasonServiceSyncFailed is the reason of the Warning Event on this
+// node's Node when a renderer fails: once per distinct error until every
+// renderer is in sync again (sync_events.go).
+const ReasonServiceSyncFailed = "ServiceSyncFailed"
 
 // Options configure a Processor.
 type Options struct {
@@ -62,6 +68,7 @@ type Processor struct {
 	opts           Options
 	log            logr.Logger
 	clock          func() time.Time
+	nodeEvents     *nodeevents.Recorder
 	kick           chan struct{}
 	synced         chan struct{}
 	syncedOnce     sync.Once
@@ -125,6 +132,7 @@ func New(opts Options) (*Processor, error) {
 		opts:       opts,
 		log:        opts.Log,
 		clock:      time.Now,
+		nodeEvents: nodeevents.New(opts.Recorder, opts.NodeName),
 		kick:       make(chan struct{}, 1),
 		synced:     make(chan struct{}),
 		services:   map[service.ID]*corev1.Service{},
@@ -351,6 +359,7 @@ func (p *Processor) step(ctx context.Context) time.Time {
 			r.retryAt = now.Add(min(backoff, p.opts.SyncPeriod))
 			p.renderFailures.Add(1)
 			p.log.Error(err, "Service renderer failed; it will be resynced", "retryIn", r.retryAt.Sub(now))
+			p.reportSyncFailure(err)
 			continue
 		}
 		r.needResync, r.failures, r.retryAt = false, 0, time.Time{}
@@ -372,6 +381,7 @@ func (p *Processor) step(ctx context.Context) time.Time {
 	p.mu.Unlock()
 	if inSync {
 		p.syncedOnce.Do(func() { close(p.synced) })
+		p.nodeEvents.Recovered(ReasonServiceSyncFailed)
 	}
 	return p.nextRound(pending)
 }
