@@ -2,6 +2,7 @@ package nat44
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -14,12 +15,17 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
 // aclTag marks the renderer's one ACL; at most one ACL with it is
-// vcoil's, the others are left alone.
-const aclTag = "vcoil-svc-source-ranges"
+// vcoil's, the others are left alone. An ACL an earlier vcoild tagged in
+// format 1 ("vcoil-svc-source-ranges") is adopted as it is; one of a
+// newer format stops the sync.
+var aclTag = format.Tag(aclTagKind)
+
+const aclTagKind = "vcoil-svc-source-ranges"
 
 // aclState is the renderer's ACL in the current incarnation.
 type aclState struct {
@@ -180,8 +186,14 @@ func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInte
 func (r *Renderer) findACL(ch api.Channel) error {
 	r.acl = aclState{}
 	var others []uint32
+	var newer []error
 	err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
-		if d.Tag != aclTag {
+		kind, _, _, ok := format.ParseTag(d.Tag)
+		if !ok || kind != aclTagKind {
+			return
+		}
+		if err := format.CheckTag(fmt.Sprintf("VPP ACL %d", d.ACLIndex), d.Tag); err != nil {
+			newer = append(newer, err)
 			return
 		}
 		if r.acl.exists {
@@ -193,6 +205,10 @@ func (r *Renderer) findACL(ch api.Channel) error {
 	if err != nil {
 		r.acl = aclState{}
 		return fmt.Errorf("NAT44 service renderer: dump ACLs: %w", err)
+	}
+	if len(newer) > 0 {
+		r.acl = aclState{}
+		return fmt.Errorf("NAT44 service renderer: %w", errors.Join(newer...))
 	}
 	if len(others) > 0 {
 		r.log.Info("More than one ACL with the source-ranges tag; using the first", "used", r.acl.index, "others", others)

@@ -312,7 +312,7 @@ func benchRaw(t *testing.T, bin string, n int, row *benchRow) {
 		m := &nat44_ed.Nat44AddDelLbStaticMapping{
 			IsAdd: true, Flags: nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE_NAT,
 			ExternalAddr: ip_types.IP4Address(benchClusterIP(i).As4()), ExternalPort: 80, Protocol: 6,
-			Tag: fmt.Sprintf("vcoil-svc bench/svc-%d", i), LocalNum: benchBackends,
+			Tag: fmt.Sprintf("vcoil-svc@2 bench/svc-%d", i), LocalNum: benchBackends,
 		}
 		for b := range benchBackends {
 			m.Locals = append(m.Locals, nat44_ed.Nat44LbAddrPort{Addr: ip_types.IP4Address(benchBackend(i, b).As4()), Port: 8080, Probability: 2})

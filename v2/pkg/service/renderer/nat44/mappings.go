@@ -1,6 +1,7 @@
 package nat44
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 func ip4(a netip.Addr) ip_types.IP4Address { return ip_types.IP4Address(a.As4()) }
@@ -23,9 +25,12 @@ func fromIP4(a ip_types.IP4Address) netip.Addr { return netip.AddrFrom4(a) }
 const noInterface = interface_types.InterfaceIndex(^uint32(0))
 
 // dumpMappings reads the static mappings VPP holds: vcoil's (by tag) keyed
-// by frontend, and the keys of the others, which the renderer leaves alone.
+// by frontend, with their tags in the current format, and the keys of the
+// others, which the renderer leaves alone. A tag of a newer format fails
+// the dump (format.NewerError) before the renderer changes anything.
 func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[mappingKey]string, err error) {
 	ours, foreign = map[mappingKey]*mapping{}, map[mappingKey]string{}
+	var newer []error
 	err = vppapi.Dump(ch, &nat44_ed.Nat44LbStaticMappingDump{}, func() *nat44_ed.Nat44LbStaticMappingDetails {
 		return &nat44_ed.Nat44LbStaticMappingDetails{}
 	}, func(d *nat44_ed.Nat44LbStaticMappingDetails) {
@@ -34,7 +39,11 @@ func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[map
 			foreign[k] = d.Tag
 			return
 		}
-		m := &mapping{Kind: kindLB, Flags: d.Flags, Tag: d.Tag, Affinity: tagAffinity(d.Tag)}
+		if err := format.CheckTag("VPP load-balancing static mapping "+k.String(), d.Tag); err != nil {
+			newer = append(newer, err)
+			return
+		}
+		m := &mapping{Kind: kindLB, Flags: d.Flags, Tag: currentTag(d.Tag), Affinity: tagAffinity(d.Tag)}
 		for _, l := range d.Locals {
 			m.Locals = append(m.Locals, local{Addr: fromIP4(l.Addr), Port: l.Port, Probability: l.Probability})
 		}
@@ -54,8 +63,12 @@ func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[map
 			foreign[k] = d.Tag
 			return
 		}
+		if err := format.CheckTag("VPP static mapping "+k.String(), d.Tag); err != nil {
+			newer = append(newer, err)
+			return
+		}
 		l := local{Addr: fromIP4(d.LocalIPAddress), Port: d.LocalPort}
-		m := &mapping{Kind: kindStatic, Flags: d.Flags, Tag: d.Tag, Locals: []local{l}}
+		m := &mapping{Kind: kindStatic, Flags: d.Flags, Tag: currentTag(d.Tag), Locals: []local{l}}
 		switch l.Addr {
 		case vpp.RejectSinkIPv4:
 			m.Kind = kindReject
@@ -66,6 +79,9 @@ func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[map
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(newer) > 0 {
+		return nil, nil, errors.Join(newer...)
 	}
 	return ours, foreign, nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.fd.io/govpp/binapi/nat_types"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -173,14 +174,19 @@ const (
 	flagsSink = nat_types.NAT_IS_OUT2IN_ONLY
 )
 
-// Tags. Every mapping vcoil makes has a tag starting with tagPrefix; the
+// Tags. Every mapping vcoil makes has a tag of kind tagPrefix; the
 // renderer never touches a mapping without one. The tag names the service
-// ("vcoil-svc ns/name"), or, when that exceeds the 63 bytes VPP keeps,
-// a hash of it ("vcoil-svc# <32 hex digits of its SHA-256>"). An LB
+// ("vcoil-svc@2 ns/name"), or, when that exceeds the 63 bytes VPP keeps,
+// a hash of it ("vcoil-svc#@2 <32 hex digits of its SHA-256>"). An LB
 // mapping's tag ends with " affinity=<seconds>" when it has ClientIP
 // affinity: VPP 25.10 does not return the affinity in its dump
 // (nat44_lb_static_mapping_details.affinity stays 0), and the renderer needs
 // it to diff after a restart.
+//
+// "@2" is the tags' format (format.VPPTag). Format 1 tags lack it; a
+// mapping an earlier vcoild tagged so is read with its current tag
+// (currentTag) and kept: VPP cannot re-tag a mapping, and making it again
+// would cut its sessions. A newer format's tag stops the sync.
 const (
 	tagPrefix      = "vcoil-svc"
 	tagMaxLen      = 63
@@ -192,16 +198,47 @@ func mappingTag(id service.ID, affinity uint32) string {
 	if affinity > 0 {
 		suffix = affinitySuffix + strconv.FormatUint(uint64(affinity), 10)
 	}
-	tag := tagPrefix + " " + id.String() + suffix
+	tag := format.Tag(tagPrefix, id.String()) + suffix
 	if len(tag) <= tagMaxLen {
 		return tag
 	}
 	sum := sha256.Sum256([]byte(id.String()))
-	return tagPrefix + "# " + hex.EncodeToString(sum[:16]) + suffix
+	return format.Tag(tagPrefix+"#", hex.EncodeToString(sum[:16])) + suffix
 }
 
-// isOurTag says whether a mapping with tag belongs to vcoil.
-func isOurTag(tag string) bool { return strings.HasPrefix(tag, tagPrefix) }
+// isOurTag says whether a mapping with tag belongs to vcoil's services (of
+// any format).
+func isOurTag(tag string) bool {
+	kind, _, _, ok := format.ParseTag(tag)
+	return ok && (kind == tagPrefix || kind == tagPrefix+"#")
+}
+
+// currentTag is the current format's spelling of one of the renderer's
+// tags of this format or the previous one, so that a mapping an earlier
+// vcoild made compares equal to the one wanted.
+func currentTag(tag string) string {
+	kind, v, rest, ok := format.ParseTag(tag)
+	if !ok || v != 1 {
+		return tag
+	}
+	affinity := tagAffinity(tag)
+	if i := strings.LastIndex(rest, affinitySuffix); i >= 0 {
+		rest = rest[:i]
+	}
+	switch kind {
+	case tagPrefix:
+		if ns, name, ok := strings.Cut(rest, "/"); ok {
+			return mappingTag(service.ID{Namespace: ns, Name: name}, affinity)
+		}
+	case tagPrefix + "#":
+		suffix := ""
+		if affinity > 0 {
+			suffix = affinitySuffix + strconv.FormatUint(uint64(affinity), 10)
+		}
+		return format.Tag(kind, rest) + suffix
+	}
+	return tag
+}
 
 // tagAffinity reads the affinity mappingTag put in tag (0 without).
 func tagAffinity(tag string) uint32 {

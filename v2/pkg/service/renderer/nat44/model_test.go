@@ -50,7 +50,7 @@ func TestRenderChoosesKindFlagsAndLocalsPerFrontend(t *testing.T) {
 	s.Ports = append(s.Ports, service.Port{Protocol: service.SCTP, Port: 90, Endpoints: s.Ports[0].Endpoints, Cluster: s.Ports[0].Cluster, HasEndpoints: true})
 	r := render(&testNode, s, 3)
 	lb := func(flags string) string {
-		return "lb " + flags + " [10.1.0.2:8080 p6, 10.2.0.3:8080 p2] vcoil-svc default/web"
+		return "lb " + flags + " [10.1.0.2:8080 p6, 10.2.0.3:8080 p2] vcoil-svc@2 default/web"
 	}
 	want := map[string]string{
 		"tcp/10.96.0.10:80":     lb("self"),
@@ -70,10 +70,10 @@ func TestRenderChoosesKindFlagsAndLocalsPerFrontend(t *testing.T) {
 	s.ExternalLocal = true
 	checkRendered(t, render(&testNode, s, 3), map[string]string{
 		"tcp/10.96.0.10:80":     lb("self"),
-		"tcp/203.0.113.50:80":   "static self [10.1.0.2:8080 p0] vcoil-svc default/web",
-		"tcp/198.51.100.7:80":   "static self [10.1.0.2:8080 p0] vcoil-svc default/web",
-		"tcp/198.18.0.11:30080": "static self [10.1.0.2:8080 p0] vcoil-svc default/web",
-		"tcp/198.18.1.11:30080": "static self [10.1.0.2:8080 p0] vcoil-svc default/web",
+		"tcp/203.0.113.50:80":   "static self [10.1.0.2:8080 p0] vcoil-svc@2 default/web",
+		"tcp/198.51.100.7:80":   "static self [10.1.0.2:8080 p0] vcoil-svc@2 default/web",
+		"tcp/198.18.0.11:30080": "static self [10.1.0.2:8080 p0] vcoil-svc@2 default/web",
+		"tcp/198.18.1.11:30080": "static self [10.1.0.2:8080 p0] vcoil-svc@2 default/web",
 	})
 }
 
@@ -82,22 +82,22 @@ func TestRenderSinks(t *testing.T) {
 	s := svc(webID)
 	s.Ports[0].NodePort = 30080
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80":     "reject sink [169.254.101.1:80 p0] vcoil-svc default/web",
-		"tcp/198.18.0.11:30080": "reject sink [169.254.101.1:30080 p0] vcoil-svc default/web",
-		"tcp/198.18.1.11:30080": "reject sink [169.254.101.1:30080 p0] vcoil-svc default/web",
+		"tcp/10.96.0.10:80":     "reject sink [169.254.101.1:80 p0] vcoil-svc@2 default/web",
+		"tcp/198.18.0.11:30080": "reject sink [169.254.101.1:30080 p0] vcoil-svc@2 default/web",
+		"tcp/198.18.1.11:30080": "reject sink [169.254.101.1:30080 p0] vcoil-svc@2 default/web",
 	})
 	// Endpoints elsewhere only, eTP=Local and iTP=Local: dropped.
 	s = svc(webID, ep("10.2.0.3", 8080, false))
 	s.ExternalLocal, s.InternalLocal = true, true
 	s.LoadBalancerIPs = []netip.Addr{addr("198.51.100.7")}
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80":   "drop sink [169.254.101.2:80 p0] vcoil-svc default/web",
-		"tcp/198.51.100.7:80": "drop sink [169.254.101.2:80 p0] vcoil-svc default/web",
+		"tcp/10.96.0.10:80":   "drop sink [169.254.101.2:80 p0] vcoil-svc@2 default/web",
+		"tcp/198.51.100.7:80": "drop sink [169.254.101.2:80 p0] vcoil-svc@2 default/web",
 	})
 	// IPv6 endpoints only: the IPv4 frontend refuses.
 	s = svc(webID, ep("fd00:1::2", 8080, true))
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80": "reject sink [169.254.101.1:80 p0] vcoil-svc default/web",
+		"tcp/10.96.0.10:80": "reject sink [169.254.101.1:80 p0] vcoil-svc@2 default/web",
 	})
 }
 
@@ -105,12 +105,12 @@ func TestRenderAffinityIsInTheTagOfLBMappingsOnly(t *testing.T) {
 	s := svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false))
 	s.AffinityTimeout = 10800 * time.Second
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80": "lb self [10.1.0.2:8080 p2, 10.1.0.3:8080 p2] affinity 10800 vcoil-svc default/web affinity=10800",
+		"tcp/10.96.0.10:80": "lb self [10.1.0.2:8080 p2, 10.1.0.3:8080 p2] affinity 10800 vcoil-svc@2 default/web affinity=10800",
 	})
 	s = svc(webID, ep("10.1.0.2", 8080, false))
 	s.AffinityTimeout = 10800 * time.Second
 	checkRendered(t, render(&testNode, s, 1), map[string]string{
-		"tcp/10.96.0.10:80": "static self [10.1.0.2:8080 p0] vcoil-svc default/web",
+		"tcp/10.96.0.10:80": "static self [10.1.0.2:8080 p0] vcoil-svc@2 default/web",
 	})
 }
 
@@ -121,10 +121,10 @@ func TestTags(t *testing.T) {
 		affinity uint32
 		want     string
 	}{
-		{webID, 0, "vcoil-svc default/web"},
-		{webID, 30, "vcoil-svc default/web affinity=30"},
-		{long, 0, "vcoil-svc# 88d6c27f4726e58e29be1c798f5b6dd5"},
-		{long, 86400, "vcoil-svc# 88d6c27f4726e58e29be1c798f5b6dd5 affinity=86400"},
+		{webID, 0, "vcoil-svc@2 default/web"},
+		{webID, 30, "vcoil-svc@2 default/web affinity=30"},
+		{long, 0, "vcoil-svc#@2 88d6c27f4726e58e29be1c798f5b6dd5"},
+		{long, 86400, "vcoil-svc#@2 88d6c27f4726e58e29be1c798f5b6dd5 affinity=86400"},
 	} {
 		got := mappingTag(tc.id, tc.affinity)
 		if got != tc.want || len(got) > 63 || !isOurTag(got) || tagAffinity(got) != tc.affinity {

@@ -154,10 +154,10 @@ func TestClusterIPWithTwoBackendsIsOneLBMapping(t *testing.T) {
 		&nat44_ed.Nat44LbStaticMappingDump{},
 		&nat44_ed.Nat44StaticMappingDump{},
 		&nat44_ed.Nat44AddDelLbStaticMapping{IsAdd: true, Flags: nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE_NAT,
-			ExternalAddr: ip("10.96.0.10"), ExternalPort: 80, Protocol: 6, Affinity: 0, Tag: "vcoil-svc default/web", LocalNum: 2,
+			ExternalAddr: ip("10.96.0.10"), ExternalPort: 80, Protocol: 6, Affinity: 0, Tag: "vcoil-svc@2 default/web", LocalNum: 2,
 			Locals: []nat44_ed.Nat44LbAddrPort{{Addr: ip("10.1.0.2"), Port: 8080, Probability: 4}, {Addr: ip("10.2.0.3"), Port: 8080, Probability: 2}}},
 		&nat44_ed.Nat44AddDelLbStaticMapping{IsAdd: true, Flags: nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE_NAT,
-			ExternalAddr: ip("10.96.0.10"), ExternalPort: 53, Protocol: 17, Affinity: 0, Tag: "vcoil-svc default/web", LocalNum: 2,
+			ExternalAddr: ip("10.96.0.10"), ExternalPort: 53, Protocol: 17, Affinity: 0, Tag: "vcoil-svc@2 default/web", LocalNum: 2,
 			Locals: []nat44_ed.Nat44LbAddrPort{{Addr: ip("10.1.0.2"), Port: 5353, Probability: 4}, {Addr: ip("10.2.0.3"), Port: 5353, Probability: 2}}},
 		&acl.ACLDump{ACLIndex: 0xffffffff},
 	})
@@ -179,9 +179,9 @@ func TestNodePortOnThisNodesIPv4Addresses(t *testing.T) {
 	h.resync(t, state(s))
 	locals := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 2), lbLocal("10.2.0.3", 8080, 2)}
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", locals...),
-		lbAdd("198.18.0.11", tcp, 30080, twice, 0, "vcoil-svc default/web", locals...),
-		lbAdd("198.18.1.11", tcp, 30080, twice, 0, "vcoil-svc default/web", locals...),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc@2 default/web", locals...),
+		lbAdd("198.18.0.11", tcp, 30080, twice, 0, "vcoil-svc@2 default/web", locals...),
+		lbAdd("198.18.1.11", tcp, 30080, twice, 0, "vcoil-svc@2 default/web", locals...),
 	}, fullSyncEnd()))
 	// The node's own clients of the node port are sent to the cluster IP.
 	calls := fullSyncCalls(1, "[10.1.0.2]")
@@ -195,7 +195,7 @@ func TestNodePortOnThisNodesIPv4Addresses(t *testing.T) {
 	expectRequests(t, h.vpp.take(), []api.Message{
 		&nat44_ed.Nat44ForwardingEnableDisable{Enable: true}, &nat44_ed.Nat44AddressDump{},
 		lbDel("198.18.1.11", tcp, 30080, twice),
-		lbAdd("198.18.2.11", tcp, 30080, twice, 0, "vcoil-svc default/web", locals...),
+		lbAdd("198.18.2.11", tcp, 30080, twice, 0, "vcoil-svc@2 default/web", locals...),
 	})
 	checkCalls(t, h.dp.take(), []string{
 		"SetNodeNATRole uplink frontend(out)+backend(in)",
@@ -230,16 +230,16 @@ func TestExternalFrontendsFollowTheExternalTrafficPolicy(t *testing.T) {
 	h.resync(t, state(cluster, local, none))
 	web := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 10), lbLocal("10.2.0.3", 8080, 2)}
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", web...),
-		lbAdd("10.96.0.20", tcp, 80, self, 0, "vcoil-svc default/local",
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc@2 default/web", web...),
+		lbAdd("10.96.0.20", tcp, 80, self, 0, "vcoil-svc@2 default/local",
 			lbLocal("10.1.0.4", 9090, 10), lbLocal("10.1.0.5", 9090, 10), lbLocal("10.2.0.6", 9090, 2)),
-		smAdd("10.96.0.30", tcp, 80, "10.2.0.7", 7070, self, "vcoil-svc default/elsewhere"),
-		lbAdd("198.51.100.7", tcp, 80, twice, 0, "vcoil-svc default/web", web...),
+		smAdd("10.96.0.30", tcp, 80, "10.2.0.7", 7070, self, "vcoil-svc@2 default/elsewhere"),
+		lbAdd("198.51.100.7", tcp, 80, twice, 0, "vcoil-svc@2 default/web", web...),
 		// eTP=Local: the local endpoints only, the client's address kept.
-		lbAdd("198.51.100.8", tcp, 80, self, 0, "vcoil-svc default/local", lbLocal("10.1.0.4", 9090, 10), lbLocal("10.1.0.5", 9090, 10)),
+		lbAdd("198.51.100.8", tcp, 80, self, 0, "vcoil-svc@2 default/local", lbLocal("10.1.0.4", 9090, 10), lbLocal("10.1.0.5", 9090, 10)),
 		// eTP=Local without a local endpoint: dropped.
-		smAdd("198.51.100.9", tcp, 80, "169.254.101.2", 80, sink, "vcoil-svc default/elsewhere"),
-		lbAdd("203.0.113.50", tcp, 80, twice, 0, "vcoil-svc default/web", web...),
+		smAdd("198.51.100.9", tcp, 80, "169.254.101.2", 80, sink, "vcoil-svc@2 default/elsewhere"),
+		lbAdd("203.0.113.50", tcp, 80, twice, 0, "vcoil-svc@2 default/web", web...),
 	}, fullSyncEnd()))
 	checkCalls(t, h.dp.take(), fullSyncCalls(1, "[10.1.0.2 10.1.0.4 10.1.0.5]"))
 }
@@ -250,9 +250,9 @@ func TestServiceWithoutEndpointsIsRefused(t *testing.T) {
 	s.Ports[0].NodePort = 30080
 	h.resync(t, state(s))
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		smAdd("10.96.0.10", tcp, 80, "169.254.101.1", 80, sink, "vcoil-svc default/web"),
-		smAdd("198.18.0.11", tcp, 30080, "169.254.101.1", 30080, sink, "vcoil-svc default/web"),
-		smAdd("198.18.1.11", tcp, 30080, "169.254.101.1", 30080, sink, "vcoil-svc default/web"),
+		smAdd("10.96.0.10", tcp, 80, "169.254.101.1", 80, sink, "vcoil-svc@2 default/web"),
+		smAdd("198.18.0.11", tcp, 30080, "169.254.101.1", 30080, sink, "vcoil-svc@2 default/web"),
+		smAdd("198.18.1.11", tcp, 30080, "169.254.101.1", 30080, sink, "vcoil-svc@2 default/web"),
 	}, fullSyncEnd()))
 	// The node's kernel refuses the node's own clients of the refused
 	// frontends (they are sorted by address, protocol, port).
@@ -265,7 +265,7 @@ func TestServiceWithoutEndpointsIsRefused(t *testing.T) {
 	h.update(t, &service.Changes{Upsert: []*service.Service{s2}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		smDel("10.96.0.10", tcp, 80, "169.254.101.1", 80, sink),
-		smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc default/web"),
+		smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc@2 default/web"),
 		smDel("198.18.0.11", tcp, 30080, "169.254.101.1", 30080, sink),
 		smDel("198.18.1.11", tcp, 30080, "169.254.101.1", 30080, sink),
 	})
@@ -318,7 +318,7 @@ func TestBackendChangesOfAnLBMappingKeepTheMapping(t *testing.T) {
 	h2.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, true))}})
 	expectRequests(t, h2.vpp.take(), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 8)),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc@2 default/web", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 8)),
 	})
 }
 
@@ -338,13 +338,13 @@ func TestCrossingBetweenOneAndTwoBackends(t *testing.T) {
 	h.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.3", 8080, false))}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		smAdd("10.96.0.10", tcp, 80, "10.1.0.3", 8080, self, "vcoil-svc default/web"),
+		smAdd("10.96.0.10", tcp, 80, "10.1.0.3", 8080, self, "vcoil-svc@2 default/web"),
 	})
 	// 1 -> 2: the other way round.
 	h.update(t, &service.Changes{Upsert: []*service.Service{two}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		smDel("10.96.0.10", tcp, 80, "10.1.0.3", 8080, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 2)),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc@2 default/web", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 2)),
 	})
 	// 1 -> another 1: deleted and added.
 	h.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.3", 8080, false))}})
@@ -352,7 +352,7 @@ func TestCrossingBetweenOneAndTwoBackends(t *testing.T) {
 	h.update(t, &service.Changes{Upsert: []*service.Service{svc(webID, ep("10.1.0.4", 8080, false))}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		smDel("10.96.0.10", tcp, 80, "10.1.0.3", 8080, self),
-		smAdd("10.96.0.10", tcp, 80, "10.1.0.4", 8080, self, "vcoil-svc default/web"),
+		smAdd("10.96.0.10", tcp, 80, "10.1.0.4", 8080, self, "vcoil-svc@2 default/web"),
 	})
 	// Deleted.
 	h.update(t, &service.Changes{Delete: []service.ID{webID}})
@@ -371,7 +371,7 @@ func TestAffinityMappingLosingABackendIsRecreated(t *testing.T) {
 	}
 	h.resync(t, state(sticky(ep("10.1.0.2", 8080, false), ep("10.1.0.3", 8080, false))))
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc default/web affinity=10800", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 2)),
+		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc@2 default/web affinity=10800", lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", 8080, 2)),
 	}, fullSyncEnd()))
 	h.dp.take()
 
@@ -383,7 +383,7 @@ func TestAffinityMappingLosingABackendIsRecreated(t *testing.T) {
 	h.update(t, &service.Changes{Upsert: []*service.Service{sticky(ep("10.1.0.3", 8080, false), ep("10.1.0.4", 8080, false))}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc default/web affinity=10800", lbLocal("10.1.0.3", 8080, 2), lbLocal("10.1.0.4", 8080, 2)),
+		lbAdd("10.96.0.10", tcp, 80, self, 10800, "vcoil-svc@2 default/web affinity=10800", lbLocal("10.1.0.3", 8080, 2), lbLocal("10.1.0.4", 8080, 2)),
 	})
 	// After a restart of vcoild, the dump (without affinity) and the tag
 	// say the same: nothing changes.
@@ -401,7 +401,7 @@ func TestAffinityMappingLosingABackendIsRecreated(t *testing.T) {
 	}
 	expectRequests(t, h.vpp.take(), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", lbLocal("10.1.0.3", 8080, 2), lbLocal("10.1.0.4", 8080, 2)),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc@2 default/web", lbLocal("10.1.0.3", 8080, 2), lbLocal("10.1.0.4", 8080, 2)),
 	})
 }
 
@@ -468,14 +468,14 @@ func TestLoadBalancerSourceRangesBecomeOneInputACL(t *testing.T) {
 	got := h.vpp.take()
 	expectRequests(t, got[len(got)-2:], []api.Message{
 		&acl.ACLDump{ACLIndex: 0xffffffff},
-		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 12, R: rules},
+		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges@2", Count: 12, R: rules},
 	})
 	checkCalls(t, h.dp.take()[4:], []string{"SetInterfaceACLs 1 uplink 2 [3]", "SetInterfaceACLs 1 host 2 [3]"})
 
 	// Other ranges: replaced in place; the interfaces' lists stay.
 	h.update(t, &service.Changes{Upsert: []*service.Service{ranged("203.0.113.0/25")}})
 	expectRequests(t, h.vpp.take(), []api.Message{
-		&acl.ACLAddReplace{ACLIndex: 3, Tag: "vcoil-svc-source-ranges", Count: 10, R: append([]acl_types.ACLRule{
+		&acl.ACLAddReplace{ACLIndex: 3, Tag: "vcoil-svc-source-ranges@2", Count: 10, R: append([]acl_types.ACLRule{
 			rule(reflective, "203.0.113.0/25", "198.51.100.7/32", tcp, 80),
 			rule(deny, "0.0.0.0/0", "198.51.100.7/32", tcp, 80),
 			rule(reflective, "203.0.113.0/25", "198.51.100.7/32", udp, 53),
@@ -518,7 +518,7 @@ func TestLongNamesAreHashedInTags(t *testing.T) {
 	id := service.ID{Namespace: strings.Repeat("n", 30), Name: strings.Repeat("x", 30)}
 	h.resync(t, state(svc(id, ep("10.1.0.2", 8080, false))))
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc# 88d6c27f4726e58e29be1c798f5b6dd5"),
+		smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc#@2 88d6c27f4726e58e29be1c798f5b6dd5"),
 	}, fullSyncEnd()))
 }
 
@@ -541,10 +541,10 @@ func TestNewIncarnationResyncsEverything(t *testing.T) {
 	h.update(t, &service.Changes{Upsert: []*service.Service{s2}})
 	locals := []nat44_ed.Nat44LbAddrPort{lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.4", 8080, 2)}
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc default/web", locals...),
-		lbAdd("198.51.100.7", tcp, 80, twice, 0, "vcoil-svc default/web", locals...),
+		lbAdd("10.96.0.10", tcp, 80, self, 0, "vcoil-svc@2 default/web", locals...),
+		lbAdd("198.51.100.7", tcp, 80, twice, 0, "vcoil-svc@2 default/web", locals...),
 		&acl.ACLDump{ACLIndex: 0xffffffff},
-		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 8, R: append([]acl_types.ACLRule{
+		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges@2", Count: 8, R: append([]acl_types.ACLRule{
 			rule(reflective, "203.0.113.0/24", "198.51.100.7/32", tcp, 80),
 			rule(deny, "0.0.0.0/0", "198.51.100.7/32", tcp, 80),
 		}, reflectiveTail()...)},
@@ -570,11 +570,11 @@ func TestResyncAdoptsWhatVPPHoldsAndLeavesForeignMappings(t *testing.T) {
 	l := func(a string, prob uint8) local { return local{Addr: addr(a), Port: 8080, Probability: prob} }
 	key := func(a string, port uint16) mappingKey { return mappingKey{addr(a), tcp, port} }
 	// Up to date.
-	put(key("10.96.0.10", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc default/web", Locals: []local{l("10.1.0.2", 2), l("10.1.0.3", 2)}})
+	put(key("10.96.0.10", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc@2 default/web", Locals: []local{l("10.1.0.2", 2), l("10.1.0.3", 2)}})
 	// Stale: its service is gone.
-	put(key("10.96.0.11", 80), &mapping{Kind: kindStatic, Flags: self, Tag: "vcoil-svc default/gone", Locals: []local{l("10.1.0.9", 0)}})
+	put(key("10.96.0.11", 80), &mapping{Kind: kindStatic, Flags: self, Tag: "vcoil-svc@2 default/gone", Locals: []local{l("10.1.0.9", 0)}})
 	// Another backend set.
-	put(key("10.96.0.12", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc default/db", Locals: []local{l("10.1.0.4", 2), l("10.1.0.5", 2)}})
+	put(key("10.96.0.12", 80), &mapping{Kind: kindLB, Flags: self, Tag: "vcoil-svc@2 default/db", Locals: []local{l("10.1.0.4", 2), l("10.1.0.5", 2)}})
 	// Not vcoil's: one on a frontend vcoil does not want, one on a
 	// frontend it wants.
 	put(key("10.96.0.50", 80), &mapping{Kind: kindStatic, Flags: self, Tag: "operator", Locals: []local{l("10.1.0.7", 0)}})
@@ -654,7 +654,7 @@ func TestFailedRequestNamesTheServiceAndResyncRepairs(t *testing.T) {
 	h.update(t, &service.Changes{Delete: []service.ID{webID}})
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(false), []api.Message{
 		lbDel("10.96.0.10", tcp, 80, self),
-		smAdd("10.96.0.77", tcp, 80, "10.1.0.5", 8080, self, "vcoil-svc b/one"),
+		smAdd("10.96.0.77", tcp, 80, "10.1.0.5", 8080, self, "vcoil-svc@2 b/one"),
 	}, fullSyncEnd()))
 }
 
@@ -700,7 +700,7 @@ func TestRequestsArePipelined(t *testing.T) {
 		s := svc(service.ID{Namespace: "p", Name: string(rune('a' + i))}, ep("10.1.0.2", 8080, false), ep("10.1.0.3", uint16(8080+i), false))
 		s.ClusterIPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 1, byte(i)})}
 		st.Services[s.ID] = s
-		want = append(want, lbAdd(s.ClusterIPs[0].String(), tcp, 80, self, 0, "vcoil-svc p/"+s.ID.Name,
+		want = append(want, lbAdd(s.ClusterIPs[0].String(), tcp, 80, self, 0, "vcoil-svc@2 p/"+s.ID.Name,
 			lbLocal("10.1.0.2", 8080, 2), lbLocal("10.1.0.3", uint16(8080+i), 2)))
 	}
 	h.resync(t, st)
@@ -721,10 +721,10 @@ func TestIPv6FrontendsAreLeftOut(t *testing.T) {
 	s.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}
 	h.resync(t, state(s))
 	expectRequests(t, h.vpp.take(), join(fullSyncStart(true), []api.Message{
-		smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc default/web"),
+		smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc@2 default/web"),
 		&acl.ACLDump{ACLIndex: 0xffffffff},
 		// The ACL exists (the service has ranges) but holds no IPv6 rule.
-		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges", Count: 6, R: reflectiveTail()},
+		&acl.ACLAddReplace{ACLIndex: 0xffffffff, Tag: "vcoil-svc-source-ranges@2", Count: 6, R: reflectiveTail()},
 	}))
 	checkCalls(t, h.dp.take()[:4], fullSyncCalls(1, "[10.1.0.2]")[:4])
 }
@@ -751,11 +751,11 @@ func TestFrontendClaimedTwiceIsServedByTheFirstService(t *testing.T) {
 	b := svc(service.ID{Namespace: "b", Name: "second"}, ep("10.1.0.3", 8080, false))
 	h.resync(t, state(b, a))
 	got := h.vpp.take()
-	expectRequests(t, got[5:6], []api.Message{smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc a/first")})
+	expectRequests(t, got[5:6], []api.Message{smAdd("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self, "vcoil-svc@2 a/first")})
 	h.update(t, &service.Changes{Delete: []service.ID{a.ID}})
 	expectRequests(t, h.vpp.take(), []api.Message{
 		smDel("10.96.0.10", tcp, 80, "10.1.0.2", 8080, self),
-		smAdd("10.96.0.10", tcp, 80, "10.1.0.3", 8080, self, "vcoil-svc b/second"),
+		smAdd("10.96.0.10", tcp, 80, "10.1.0.3", 8080, self, "vcoil-svc@2 b/second"),
 	})
 }
 
