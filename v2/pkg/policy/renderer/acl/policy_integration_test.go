@@ -73,7 +73,7 @@ func TestRealVPPPolicy(t *testing.T) {
 		e.render(egressB)
 		check(t)
 		tags := vcoilACLs(t, e)
-		if want := []string{"vcoil-pol global", "vcoil-pol local-1", "vcoil-pol local-2", "vcoil-pol reflect"}; !slices.Equal(tags, want) {
+		if want := []string{"vcoil-pol@2 global", "vcoil-pol@2 local-1", "vcoil-pol@2 local-2", "vcoil-pol@2 reflect"}; !slices.Equal(tags, want) {
 			t.Fatalf("VPP's policy ACLs: %v, want %v", tags, want)
 		}
 	})
@@ -134,7 +134,7 @@ func vcoilACLs(t *testing.T, e *itEnv) []string {
 	defer ch.Close()
 	var tags []string
 	err = vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
-		if strings.HasPrefix(d.Tag, tagPrefix) {
+		if strings.HasPrefix(d.Tag, tagKind+"@") {
 			tags = append(tags, d.Tag)
 		}
 	})

@@ -2,11 +2,11 @@ package acl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,21 +17,27 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
-// Tags of the renderer's ACLs. Every ACL whose tag starts with tagPrefix
-// is the renderer's: after a restart of vcoild it adopts those whose rules
-// a table needs and deletes the others.
+// Tags of the renderer's ACLs: "vcoil-pol@2 <table ID>" and
+// "vcoil-pol@2 reflect" ("@2": format.VPPTag). Every ACL whose tag is of
+// kind tagKind is the renderer's: after a restart of vcoild it adopts
+// those whose rules a table needs (by content, whatever their tag's
+// format: an ACL an earlier vcoild tagged in format 1, "vcoil-pol global",
+// is adopted as it is) and deletes the others. An ACL of a newer format
+// stops the sync before anything is created or deleted.
 const (
-	tagPrefix  = "vcoil-pol "
-	reflectTag = tagPrefix + "reflect"
+	tagKind = "vcoil-pol"
 	// maxTag is what ACLAddReplace's tag (string[64]) holds.
 	maxTag = 63
 )
 
-func tagOf(id renderer.TableID) string { return tagPrefix + string(id) }
+var reflectTag = format.Tag(tagKind, "reflect")
+
+func tagOf(id renderer.TableID) string { return format.Tag(tagKind, string(id)) }
 
 // aclState is one of the renderer's ACLs in VPP.
 type aclState struct {
@@ -480,15 +486,24 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 	}
 	found := map[string][]uint32{}
 	var foundCount int
+	var newer []error
 	err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
-		if strings.HasPrefix(d.Tag, tagPrefix) {
-			k := contentKey(d.R)
-			found[k] = append(found[k], d.ACLIndex)
-			foundCount++
+		if kind, _, _, ok := format.ParseTag(d.Tag); !ok || kind != tagKind {
+			return
 		}
+		if err := format.CheckTag(fmt.Sprintf("VPP ACL %d", d.ACLIndex), d.Tag); err != nil {
+			newer = append(newer, err)
+			return
+		}
+		k := contentKey(d.R)
+		found[k] = append(found[k], d.ACLIndex)
+		foundCount++
 	})
 	if err != nil {
 		return fmt.Errorf("VPP ACL policy renderer: dump ACLs: %w", err)
+	}
+	if len(newer) > 0 {
+		return fmt.Errorf("VPP ACL policy renderer: %w", errors.Join(newer...))
 	}
 	adopt := func(c *creation) bool {
 		k := contentKey(c.rules)

@@ -125,7 +125,7 @@ func open(id renderer.PodID, ip netip.Addr) renderer.PodRules {
 func TestRenderSendsTheseMessages(t *testing.T) {
 	f := newFakeVPP(t)
 	r := newRenderer(t, f)
-	reflective := `"vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`
+	reflective := `"vcoil-pol@2 reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`
 	steps := []struct {
 		name      string
 		txn       renderer.Txn
@@ -139,13 +139,13 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 			want: []string{
 				`cli_inband "set acl-plugin reclassify-sessions 1"`,
 				"acl_dump -1",
-				`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`acl_add_replace new "vcoil-pol@2 local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 				"acl_add_replace new " + reflective,
 				"set_acl_lists 10.1.0.2 in=[] out=[], 10.1.0.3 in=[1] out=[0], uplink in=[] out=[], host in=[] out=[]",
 			},
 			wantACLs: []string{
-				`0 "vcoil-pol local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`0 "vcoil-pol@2 local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol@2 reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 			},
 			wantLists: []string{"10.1.0.3 in=[1] out=[0]"},
 		},
@@ -154,14 +154,14 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 			txn: renderer.Txn{Pods: []renderer.PodRules{{Pod: podA, IPs: []netip.Addr{ipA},
 				Egress: []renderer.Rule{permit(renderer.ProtocolTCP, "", "198.51.100.0/24", 443), deny()}}}},
 			want: []string{
-				`acl_add_replace 0 "vcoil-pol local-1" count=3 [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`acl_add_replace new "vcoil-pol global" count=4 [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+				`acl_add_replace 0 "vcoil-pol@2 local-1" count=3 [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`acl_add_replace new "vcoil-pol@2 global" count=4 [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
 				"set_acl_lists uplink in=[1] out=[2], host in=[1] out=[2]",
 			},
 			wantACLs: []string{
-				`0 "vcoil-pol local-1" [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
-				`2 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+				`0 "vcoil-pol@2 local-1" [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol@2 reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol@2 global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
 			},
 			wantLists: []string{"10.1.0.3 in=[1] out=[0]", "host in=[1] out=[2]", "uplink in=[1] out=[2]"},
 		},
@@ -170,12 +170,12 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 			txn: renderer.Txn{Pods: []renderer.PodRules{{Pod: podA, IPs: []netip.Addr{ipA},
 				Egress: []renderer.Rule{permit(renderer.ProtocolTCP, "", "198.51.100.0/24", 8443), deny()}}}},
 			want: []string{
-				`acl_add_replace 2 "vcoil-pol global" count=4 [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+				`acl_add_replace 2 "vcoil-pol@2 global" count=4 [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
 			},
 			wantACLs: []string{
-				`0 "vcoil-pol local-1" [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
-				`2 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+				`0 "vcoil-pol@2 local-1" [deny 0 10.1.0.2/32 > 0.0.0.0/0; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol@2 reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol@2 global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
 			},
 			wantLists: []string{"10.1.0.3 in=[1] out=[0]", "host in=[1] out=[2]", "uplink in=[1] out=[2]"},
 		},
@@ -187,8 +187,8 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 				"acl_del 0",
 			},
 			wantACLs: []string{
-				`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
-				`2 "vcoil-pol global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol@2 reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol@2 global" [permit 6 10.1.0.2/32 > 198.51.100.0/24:8443; deny 0 10.1.0.2/32 > 0.0.0.0/0; permit 0 0.0.0.0/0 > 0.0.0.0/0; permit 0 ::/0 > ::/0]`,
 			},
 			wantLists: []string{"host in=[1] out=[2]", "uplink in=[1] out=[2]"},
 		},
@@ -209,13 +209,13 @@ func TestRenderSendsTheseMessages(t *testing.T) {
 			name: "b comes back with a's address, a leaves it: the address gets b's lists, once",
 			txn:  renderer.Txn{Pods: []renderer.PodRules{{Pod: podA, Removed: true}, {Pod: podB, IPs: []netip.Addr{ipA}, Ingress: []renderer.Rule{permit(renderer.ProtocolUDP, "10.9.0.0/16", "", 53), deny()}}}},
 			want: []string{
-				`acl_add_replace new "vcoil-pol local-2" count=3 [permit 17 10.9.0.0/16 > 0.0.0.0/0:53; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`acl_add_replace new "vcoil-pol@2 local-2" count=3 [permit 17 10.9.0.0/16 > 0.0.0.0/0:53; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 				"acl_add_replace new " + reflective,
 				"set_acl_lists 10.1.0.2 in=[2] out=[1]",
 			},
 			wantACLs: []string{
-				`1 "vcoil-pol local-2" [permit 17 10.9.0.0/16 > 0.0.0.0/0:53; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-				`2 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+				`1 "vcoil-pol@2 local-2" [permit 17 10.9.0.0/16 > 0.0.0.0/0:53; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+				`2 "vcoil-pol@2 reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 			},
 			wantLists: []string{"10.1.0.2 in=[2] out=[1]"},
 		},
@@ -248,8 +248,8 @@ func TestANewIncarnationRendersEverythingAgain(t *testing.T) {
 	wantLines(t, "Resync in the new incarnation", f.take(), []string{
 		`cli_inband "set acl-plugin reclassify-sessions 1"`,
 		"acl_dump -1",
-		`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-		`acl_add_replace new "vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+		`acl_add_replace new "vcoil-pol@2 local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+		`acl_add_replace new "vcoil-pol@2 reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 		"set_acl_lists 10.1.0.2 in=[] out=[], 10.1.0.3 in=[1] out=[0], uplink in=[] out=[], host in=[] out=[]",
 	})
 	f.restart()
@@ -264,8 +264,8 @@ func TestANewIncarnationRendersEverythingAgain(t *testing.T) {
 	wantLines(t, "a transaction in the next incarnation", f.take(), []string{
 		`cli_inband "set acl-plugin reclassify-sessions 1"`,
 		"acl_dump -1",
-		`acl_add_replace new "vcoil-pol local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-		`acl_add_replace new "vcoil-pol reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+		`acl_add_replace new "vcoil-pol@2 local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+		`acl_add_replace new "vcoil-pol@2 reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 		"set_acl_lists 10.1.0.2 in=[] out=[], 10.1.0.3 in=[1] out=[0], host in=[] out=[]",
 	})
 }
@@ -287,8 +287,8 @@ func TestResyncAdoptsTheACLsItFindsByTag(t *testing.T) {
 	defer ch.Close()
 	for _, a := range []*acl.ACLAddReplace{
 		{ACLIndex: ^uint32(0), Tag: "vcoil-svc-source-ranges", Count: 1, R: reflectEverything()[:1]},
-		{ACLIndex: ^uint32(0), Tag: "vcoil-pol local-7", Count: 1, R: []acl_types.ACLRule{reflectEverything()[1]}},
-		{ACLIndex: ^uint32(0), Tag: "vcoil-pol local-8", Count: 1, R: []acl_types.ACLRule{reflectEverything()[1]}},
+		{ACLIndex: ^uint32(0), Tag: "vcoil-pol@2 local-7", Count: 1, R: []acl_types.ACLRule{reflectEverything()[1]}},
+		{ACLIndex: ^uint32(0), Tag: "vcoil-pol@2 local-8", Count: 1, R: []acl_types.ACLRule{reflectEverything()[1]}},
 	} {
 		if err := vppapi.Call(ch, a, &acl.ACLAddReplaceReply{}); err != nil {
 			t.Fatal(err)
@@ -313,10 +313,10 @@ func TestResyncAdoptsTheACLsItFindsByTag(t *testing.T) {
 	})
 	acls, lists := f.state()
 	wantLines(t, "VPP's ACLs", acls, []string{
-		`0 "vcoil-pol local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
-		`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+		`0 "vcoil-pol@2 local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+		`1 "vcoil-pol@2 reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
 		`2 "vcoil-svc-source-ranges" [reflect 0 0.0.0.0/0 > 0.0.0.0/0]`,
-		`4 "vcoil-pol local-8" [reflect 0 ::/0 > ::/0]`,
+		`4 "vcoil-pol@2 local-8" [reflect 0 ::/0 > ::/0]`,
 	})
 	wantLines(t, "the lists", lists, []string{"10.1.0.3 in=[1] out=[0]", "10.1.0.99 in=[] out=[4]"})
 }
@@ -356,8 +356,8 @@ func TestARefusedListMakesTheNextTransactionSyncEverything(t *testing.T) {
 	// The failed transaction replaced b's table in place: the sync makes
 	// it again and deletes the one VPP holds.
 	wantLines(t, "VPP's ACLs after the sync", acls, []string{
-		`1 "vcoil-pol reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
-		`3 "vcoil-pol local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+		`1 "vcoil-pol@2 reflect" [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+		`3 "vcoil-pol@2 local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 	})
 	wantLines(t, "the lists after the sync", lists, []string{"10.1.0.3 in=[1] out=[3]"})
 }

@@ -158,7 +158,7 @@ func TestRealVPPSourceRangesHoldWithPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := inputACLTags(t, v, ifs.Uplink), []string{"vcoil-svc-source-ranges@2", "vcoil-pol reflect"}; !slices.Equal(got, want) {
+		if got, want := inputACLTags(t, v, ifs.Uplink), []string{"vcoil-svc-source-ranges@2", "vcoil-pol@2 reflect"}; !slices.Equal(got, want) {
 			t.Fatalf("the uplink's input ACLs: %v, want %v", got, want)
 		}
 	})
