@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -57,7 +58,11 @@ type Options struct {
 	// restarted vcoild must not drop the rules of pods whose status does
 	// not list their addresses yet.
 	Known func() (map[types.NamespacedName][]netip.Addr, error)
-	Log   logr.Logger
+	// Recorder records the Warning Events on the Node (a renderer's
+	// failure) and on NetworkPolicies (parts left out); nil: the
+	// manager's (events.go).
+	Recorder events.EventRecorder
+	Log      logr.Logger
 }
 
 // Agent is the policy stack of one node.
@@ -90,6 +95,9 @@ type podOverlay struct {
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, error) {
 	if opts.Renderer == nil {
 		return nil, errors.New("policy agent: no renderer")
+	}
+	if err := setupEvents(ctx, mgr, &opts); err != nil {
+		return nil, err
 	}
 	conf, err := configurator.New(configurator.Config{})
 	if err != nil {
