@@ -16,8 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+
+	"sigs.k8s.io/knftables"
 )
 
 // The current version of each artifact. A version is raised when a vcoild
@@ -187,4 +190,34 @@ func CheckTag(what, tag string) error {
 		return Check(fmt.Sprintf("%s, tag %q,", what, tag), v, VPPTag)
 	}
 	return nil
+}
+
+// CheckKnftTable refuses the table that nft manages (knftables, bound to
+// family and table) when its format set says a newer version than known
+// (a NewerError naming the table). A missing table, and a table without a
+// format set (format 1), pass. It runs nft: call it on a thread in the
+// table's network namespace, before the transaction that replaces the
+// table.
+func CheckKnftTable(ctx context.Context, nft knftables.Interface, family knftables.Family, table, kind string, known int) error {
+	sets, err := nft.List(ctx, "sets")
+	if knftables.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list the sets of nftables table %s %s: %w", family, table, err)
+	}
+	name := string(family) + " " + table
+	v, err := NFTVersion(name, kind, slices.Contains(sets, NFTSet), func() (string, error) {
+		return ReadNFTSetComment(ctx, string(family), table)
+	})
+	if err != nil {
+		return err
+	}
+	return Check("nftables table "+name, v, known)
+}
+
+// KnftSet is the format set of a table of kind in version v, for a
+// knftables transaction.
+func KnftSet(kind string, v int) *knftables.Set {
+	return &knftables.Set{Name: NFTSet, Type: "ipv4_addr", Comment: knftables.PtrTo(NFTComment(kind, v))}
 }

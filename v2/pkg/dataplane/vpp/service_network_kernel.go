@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/internal/ipnet"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -233,8 +234,15 @@ const (
 	nodePortMap   = "nodeports"
 )
 
+// serviceTableKind names ServiceTable in its format set's comment ("vcoil
+// vpp-services v2", format.KernelTable; format 1 had no format set).
+const serviceTableKind = "vpp-services"
+
 // syncServiceTable replaces the table ip ServiceTable in one transaction
-// (deleted and made again), or deletes it without sinks. knftables runs
+// (deleted and made again), or deletes it without sinks; a table of a
+// newer format is refused (format.NewerError) and left unchanged. The
+// table holds nothing but what is rendered from the ServiceNetwork, so a
+// format 1 table is replaced like any other. knftables runs
 // nft, which starts in the namespace of the thread that forks it: the
 // calls run on a thread inside the node's namespace.
 func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net ServiceNetwork) error {
@@ -249,12 +257,17 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 		if err != nil {
 			return fmt.Errorf("nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
 		}
+		// A newer vcoild's table is left as it is.
+		if err := format.CheckKnftTable(ctx, nft, knftables.IPv4Family, ServiceTable, serviceTableKind, format.KernelTable); err != nil {
+			return fmt.Errorf("in %s: %w", node.Path, err)
+		}
 		tx := nft.NewTransaction()
 		// Adding first makes the delete succeed when there is no table.
 		tx.Add(&knftables.Table{})
 		tx.Delete(&knftables.Table{})
 		if net.Sinks {
 			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: refusals of service frontends that VPP sends to the node")})
+			tx.Add(format.KnftSet(serviceTableKind, format.KernelTable))
 			chains, sets, maps, elements, rules := serviceRules(net)
 			for _, c := range chains {
 				tx.Add(c)
