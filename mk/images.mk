@@ -1,7 +1,7 @@
 # vcoil's image and manifests for a cluster of one's own (docs/install.md):
 #
 #   make images                      _out/images/vcoil.tar, tagged $(IMAGE)
-#   make manifests IMAGE=reg/vcoil:v1 [DATAPLANE=vpp]
+#   make manifests IMAGE=reg/vcoil:v1 [APISERVER=HOST:PORT] [DATAPLANE=vpp]
 #                                    _out/manifests/vcoil.yaml
 #
 # The image is written by the lab's mkimage as a docker-archive tarball
@@ -13,10 +13,14 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE ?= ghcr.io/vcoil/vcoil:$(VERSION)
 IMAGES_OUT := _out/images
-# DATAPLANE=vpp renders the overlay for VPP nodes (docs/vpp.md).
+# DATAPLANE=vpp renders the overlay for VPP nodes (docs/vpp.md); or name
+# any kustomization with KUSTOMIZATION.
 DATAPLANE ?= linux
+KUSTOMIZATION ?= v2/config/$(if $(filter vpp,$(DATAPLANE)),overlays/vpp,default)
+# APISERVER=HOST:PORT: where vcoild and vcoil-controller reach the
+# apiserver, needed without kube-proxy (docs/install.md).
+APISERVER ?=
 MANIFESTS_OUT := _out/manifests
-MANIFESTS_KUSTOMIZATION = v2/config/$(if $(filter vpp,$(DATAPLANE)),overlays/vpp,default)
 
 # $(call vcoil_image,TARBALL,TAG): every vcoil program at /, vcoild the
 # entrypoint; the CNI binaries install-cni copies onto the node; the
@@ -42,6 +46,7 @@ images: build mkimage lab-cni-plugins ## write vcoil's image, tagged IMAGE (defa
 	@echo "$(IMAGES_OUT)/vcoil.tar: $(IMAGE)"
 
 .PHONY: manifests
-manifests: ## render vcoil's manifests with IMAGE (DATAPLANE=vpp: the VPP overlay) into _out/manifests/vcoil.yaml, for kubectl apply --server-side -f
-	@$(GO) run ./v2/config/cmd/manifests --kustomization $(MANIFESTS_KUSTOMIZATION) --image $(IMAGE) --out $(MANIFESTS_OUT)/vcoil.yaml
-	@echo "$(MANIFESTS_OUT)/vcoil.yaml: $(MANIFESTS_KUSTOMIZATION) with image $(IMAGE)"
+manifests: ## render vcoil's manifests with IMAGE and APISERVER (HOST:PORT, without kube-proxy; DATAPLANE=vpp: the VPP overlay) into _out/manifests/vcoil.yaml
+	@$(GO) run ./v2/config/cmd/manifests --kustomization $(KUSTOMIZATION) --image $(IMAGE) \
+		$(if $(APISERVER),--apiserver $(APISERVER)) --out $(MANIFESTS_OUT)/vcoil.yaml
+	@echo "$(MANIFESTS_OUT)/vcoil.yaml: $(KUSTOMIZATION) with image $(IMAGE)$(if $(APISERVER), and the apiserver at $(APISERVER))"

@@ -2,36 +2,81 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
-// Image is the name of vcoil's image in the manifests; BuildWithImage
-// replaces it.
+// Image is the name of vcoil's image in the manifests; BuildWith replaces
+// it.
 const Image = "ghcr.io/vcoil/vcoil"
 
-// BuildWithImage renders the kustomization in dir with image (a reference
-// with a tag or a digest) in place of vcoil's image in every container, as
-// an overlay with an images entry would. vcoil-controller also gets
-// VCOIL_IMAGE=image, which makes it the image of the Egress router pods it
-// creates (unless the kustomization passes --egress-image).
-func BuildWithImage(dir, image string) ([]*unstructured.Unstructured, error) {
-	ref, err := imageRef(image)
+// Params are what an installation sets in vcoil's manifests (make
+// manifests; docs/install.md).
+type Params struct {
+	// Image is vcoil's image, a reference with a tag or a digest.
+	Image string
+	// APIServer, host:port, is where vcoild and vcoil-controller reach the
+	// apiserver instead of the kubernetes Service's ClusterIP: needed
+	// without kube-proxy, since nothing translates the ClusterIP before
+	// vcoild has rendered it. Empty: the ClusterIP the kubelet injects.
+	APIServer string
+}
+
+// BuildWith renders the kustomization in dir with p, as an overlay would:
+// p.Image in place of vcoil's image in every container, and as
+// vcoil-controller's VCOIL_IMAGE, which makes it the image of the Egress
+// router pods (unless the kustomization passes --egress-image);
+// p.APIServer as KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT of
+// vcoild and vcoil-controller (a variable set in the container wins over
+// the kubelet's).
+func BuildWith(dir string, p Params) ([]*unstructured.Unstructured, error) {
+	ref, err := imageRef(p.Image)
 	if err != nil {
 		return nil, err
 	}
+	controllerEnv := []envVar{{"VCOIL_IMAGE", p.Image}}
+	var daemonEnv []envVar
+	if p.APIServer != "" {
+		host, port, err := net.SplitHostPort(p.APIServer)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || n == 0 || host == "" {
+			return nil, fmt.Errorf("apiserver address %q is not HOST:PORT", p.APIServer)
+		}
+		daemonEnv = []envVar{{"KUBERNETES_SERVICE_HOST", host}, {"KUBERNETES_SERVICE_PORT", port}}
+		controllerEnv = append(controllerEnv, daemonEnv...)
+	}
+	patches := []map[string]any{}
+	for _, t := range []struct {
+		target map[string]string
+		env    []envVar
+	}{
+		{map[string]string{"kind": "Deployment", "name": "vcoil-controller"}, controllerEnv},
+		// Every DaemonSet of vcoil runs vcoild as its first container.
+		{map[string]string{"kind": "DaemonSet", "labelSelector": "app.kubernetes.io/name=vcoild"}, daemonEnv},
+	} {
+		if len(t.env) == 0 {
+			continue
+		}
+		var ops []map[string]any
+		for _, e := range t.env {
+			ops = append(ops, map[string]any{
+				"op": "add", "path": "/spec/template/spec/containers/0/env/-",
+				"value": map[string]string{"name": e.name, "value": e.value},
+			})
+		}
+		patch, err := yaml.Marshal(ops)
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{"target": t.target, "patch": string(patch)})
+	}
+
 	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	patch, err := yaml.Marshal([]map[string]any{{
-		"op": "add", "path": "/spec/template/spec/containers/0/env/-",
-		"value": map[string]string{"name": "VCOIL_IMAGE", "value": image},
-	}})
 	if err != nil {
 		return nil, err
 	}
@@ -52,10 +97,7 @@ func BuildWithImage(dir, image string) ([]*unstructured.Unstructured, error) {
 		"kind":       "Kustomization",
 		"resources":  []string{rel},
 		"images":     []map[string]string{ref},
-		"patches": []map[string]any{{
-			"target": map[string]string{"kind": "Deployment", "name": "vcoil-controller"},
-			"patch":  string(patch),
-		}},
+		"patches":    patches,
 	})
 	if err != nil {
 		return nil, err
@@ -65,10 +107,12 @@ func BuildWithImage(dir, image string) ([]*unstructured.Unstructured, error) {
 	}
 	objs, err := Build(tmp)
 	if err != nil {
-		return nil, fmt.Errorf("%s with image %s: %w", dir, image, err)
+		return nil, fmt.Errorf("%s with image %s: %w", dir, p.Image, err)
 	}
 	return objs, nil
 }
+
+type envVar struct{ name, value string }
 
 // imageRef splits a reference into kustomize's images entry for Image.
 func imageRef(image string) (map[string]string, error) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/vcoil/vcoil/v2/config"
@@ -49,7 +50,7 @@ func TestTheImageParameterReachesEveryVcoilContainer(t *testing.T) {
 		{"default", "registry.example:5000/vcoil@sha256:" + strings.Repeat("ab", 32), []string{"Deployment/vcoil-controller", "DaemonSet/vcoil-daemon"}},
 	} {
 		t.Run(tc.overlay+" "+tc.image, func(t *testing.T) {
-			objs, err := config.BuildWithImage(filepath.Join(root, "v2", "config", tc.overlay), tc.image)
+			objs, err := config.BuildWith(filepath.Join(root, "v2", "config", tc.overlay), config.Params{Image: tc.image})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,14 +81,12 @@ func TestTheImageParameterReachesEveryVcoilContainer(t *testing.T) {
 			if err := testenv.Find(objs, "Deployment", "vcoil-controller", dep); err != nil {
 				t.Fatal(err)
 			}
-			routers := ""
-			for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
-				if e.Name == "VCOIL_IMAGE" {
-					routers = e.Value
-				}
+			env := envOf(dep.Spec.Template.Spec.Containers[0])
+			if env["VCOIL_IMAGE"] != tc.image {
+				t.Errorf("vcoil-controller's VCOIL_IMAGE (the Egress routers' image) = %q, want %q", env["VCOIL_IMAGE"], tc.image)
 			}
-			if routers != tc.image {
-				t.Errorf("vcoil-controller's VCOIL_IMAGE (the Egress routers' image) = %q, want %q", routers, tc.image)
+			if env["KUBERNETES_SERVICE_HOST"] != "" {
+				t.Errorf("vcoil-controller has KUBERNETES_SERVICE_HOST %q without an apiserver parameter", env["KUBERNETES_SERVICE_HOST"])
 			}
 
 			y, err := config.YAML(objs)
@@ -104,14 +103,80 @@ func TestTheImageParameterReachesEveryVcoilContainer(t *testing.T) {
 	}
 }
 
-func TestAnImageWithoutTagOrDigestIsRefused(t *testing.T) {
+func envOf(c corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	return env
+}
+
+// Without kube-proxy vcoild and vcoil-controller reach the apiserver at
+// the address given, on every DaemonSet of vcoild (two in lab-vpp).
+func TestTheAPIServerParameterReachesVcoildAndVcoilController(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, image := range []string{"registry.example:5000/vcoil", "", "vcoil:", ":v1"} {
-		if _, err := config.BuildWithImage(filepath.Join(root, "v2", "config", "default"), image); err == nil {
-			t.Errorf("image %q accepted", image)
+	for _, tc := range []struct {
+		overlay, apiServer, host, port string
+		daemonSets                     []string
+	}{
+		{"default", "198.18.0.2:6443", "198.18.0.2", "6443", []string{"vcoil-daemon"}},
+		{"overlays/vpp", "api.cluster.example:443", "api.cluster.example", "443", []string{"vcoil-daemon"}},
+		{"overlays/lab-vpp", "[2001:db8::2]:6443", "2001:db8::2", "6443", []string{"vcoil-daemon", "vcoil-daemon-vpp"}},
+	} {
+		t.Run(tc.overlay, func(t *testing.T) {
+			objs, err := config.BuildWith(filepath.Join(root, "v2", "config", tc.overlay),
+				config.Params{Image: "registry.example/vcoil:v1", APIServer: tc.apiServer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cs []corev1.Container
+			for _, name := range tc.daemonSets {
+				ds := &appsv1.DaemonSet{}
+				if err := testenv.Find(objs, "DaemonSet", name, ds); err != nil {
+					t.Fatal(err)
+				}
+				cs = append(cs, ds.Spec.Template.Spec.Containers[0])
+			}
+			dep := &appsv1.Deployment{}
+			if err := testenv.Find(objs, "Deployment", "vcoil-controller", dep); err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, dep.Spec.Template.Spec.Containers[0])
+			for _, c := range cs {
+				// The last value of a repeated variable wins: the lab's
+				// overlay sets its own first.
+				var host, port string
+				for _, e := range c.Env {
+					switch e.Name {
+					case "KUBERNETES_SERVICE_HOST":
+						host = e.Value
+					case "KUBERNETES_SERVICE_PORT":
+						port = e.Value
+					}
+				}
+				if host != tc.host || port != tc.port {
+					t.Errorf("container %s reaches the apiserver at %s port %s, want %s port %s", c.Name, host, port, tc.host, tc.port)
+				}
+			}
+		})
+	}
+}
+
+func TestBadParametersAreRefused(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []config.Params{
+		{Image: "registry.example:5000/vcoil"}, {Image: ""}, {Image: "vcoil:"}, {Image: ":v1"},
+		{Image: "vcoil:v1", APIServer: "198.18.0.2"}, {Image: "vcoil:v1", APIServer: "198.18.0.2:http"},
+		{Image: "vcoil:v1", APIServer: ":6443"},
+	} {
+		if _, err := config.BuildWith(filepath.Join(root, "v2", "config", "default"), p); err == nil {
+			t.Errorf("%+v accepted", p)
 		}
 	}
 }

@@ -1,5 +1,6 @@
-// Command manifests renders a kustomization of v2/config with an image of
-// vcoil given as a parameter (make manifests; docs/install.md).
+// Command manifests renders a kustomization of v2/config with vcoil's image
+// and the apiserver's address given as parameters (make manifests;
+// docs/install.md).
 package main
 
 import (
@@ -14,19 +15,20 @@ import (
 func main() {
 	dir := flag.String("kustomization", "v2/config/default", "directory of the kustomization to render")
 	image := flag.String("image", "", "vcoil's image: NAME:TAG or NAME@DIGEST (required)")
+	apiServer := flag.String("apiserver", "", "HOST:PORT where vcoild and vcoil-controller reach the apiserver (needed without kube-proxy; default: the kubernetes Service)")
 	out := flag.String("out", "", "file to write (default: standard output)")
 	flag.Parse()
-	if err := run(*dir, *image, *out); err != nil {
+	if err := run(*dir, config.Params{Image: *image, APIServer: *apiServer}, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "manifests:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir, image, out string) error {
-	if image == "" {
+func run(dir string, p config.Params, out string) error {
+	if p.Image == "" {
 		return fmt.Errorf("--image is required")
 	}
-	objs, err := config.BuildWithImage(dir, image)
+	objs, err := config.BuildWith(dir, p)
 	if err != nil {
 		return err
 	}
