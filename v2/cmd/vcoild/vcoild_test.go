@@ -23,6 +23,7 @@ import (
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/daemon"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
@@ -395,6 +396,14 @@ func TestBadInputGivesClearErrorsAndLeavesNothing(t *testing.T) {
 	p := newPod(t, "bad")
 	p.namespace = ns.Name
 	wantCNIError(t, n.add(p), 102, `address pool "defualt"`)
+	// `kubectl describe pod` says so too: an Event on the Pod, by its UID.
+	bad := &corev1.Pod{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "bad"}, bad); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitForEvent(t, 20*time.Second, testenv.EventOf{Kind: "Pod", Namespace: ns.Name, Name: "bad", UID: bad.UID,
+		Type: corev1.EventTypeWarning, Reason: vcoilv2.ReasonPoolNotFound,
+		Note: `address pool "defualt" (the pool named by annotation vcoil.io/pool of namespace "` + ns.Name + `") does not exist`})
 
 	p = newPod(t, "gone")
 	p.ns.Remove()
