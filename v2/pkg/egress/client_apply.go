@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
 // ApplyClient makes the pod's netns (a path such as /var/run/netns/x or
@@ -61,6 +62,14 @@ func ApplyClient(ctx context.Context, netnsPath string, cfg ClientConfig) error 
 }
 
 func (k *kernel) applyClient(ctx context.Context, p clientPlan) error {
+	nft, err := k.nft()
+	if err != nil {
+		return err
+	}
+	// A newer vcoil's egress set this pod up: change nothing.
+	if err := k.checkNFTFormat(ctx, nft); err != nil {
+		return err
+	}
 	// Removals of what no longer belongs first (rules before the routes and
 	// links they lead to), then additions in an order in which each step
 	// finds what it needs: links, FoU ports, neighbours, routes, rules.
@@ -86,7 +95,7 @@ func (k *kernel) applyClient(ctx context.Context, p clientPlan) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return k.syncClientNFT(ctx, p.nft)
+	return k.syncClientNFT(ctx, nft, p.nft)
 }
 
 // syncClientLinks deletes the package's links that are not in want or
@@ -433,28 +442,33 @@ const clampComment = "vcoil egress: clamp TCP MSS to the tunnel's MTU"
 // an application that sets its own MSS, or a pod that forwards, would not.
 const clampRule = `oifname "` + allLinksPat + `" tcp flags syn / syn,rst tcp option maxseg size set rt mtu`
 
-func (k *kernel) syncClientNFT(ctx context.Context, want bool) error {
-	nft, err := k.nft()
-	if err != nil {
-		return err
-	}
+// syncClientNFT makes the pod's egress table (nft), whose format the
+// caller checked.
+func (k *kernel) syncClientNFT(ctx context.Context, nft knftables.Interface, want bool) error {
 	if !want {
 		return k.deleteNFTable(ctx, nft)
 	}
 	var rules []*knftables.Rule
-	err = k.do(func() error {
+	var sets []string
+	err := k.do(func() error {
 		var err error
-		rules, err = nft.ListRules(ctx, "postrouting")
+		if rules, err = nft.ListRules(ctx, "postrouting"); err != nil {
+			return err
+		}
+		sets, err = nft.List(ctx, "sets")
 		return err
 	})
-	if err == nil && len(rules) == 1 && rules[0].Comment != nil && *rules[0].Comment == clampComment {
+	if err == nil && len(rules) == 1 && rules[0].Comment != nil && *rules[0].Comment == clampComment && slices.Contains(sets, format.NFTSet) {
 		return nil
 	}
 	if err != nil && !knftables.IsNotFound(err) {
 		return fmt.Errorf("list nftables table %s in %s: %w", constants.EgressNFTable, k.Path, err)
 	}
+	// A format 1 table (the same rule, without the format set) gets the
+	// set in this transaction; the rule is replaced in the same one.
 	tx := nft.NewTransaction()
 	tx.Add(&knftables.Table{})
+	tx.Add(format.KnftSet(nftKind, format.KernelTable))
 	tx.Add(&knftables.Chain{Name: "postrouting", Type: knftables.PtrTo(knftables.FilterType),
 		Hook: knftables.PtrTo(knftables.PostroutingHook), Priority: knftables.PtrTo(knftables.ManglePriority)})
 	tx.Flush(&knftables.Chain{Name: "postrouting"})

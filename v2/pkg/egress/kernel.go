@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -103,7 +104,26 @@ func (k *kernel) runNFT(ctx context.Context, nft knftables.Interface, tx *knftab
 	return k.do(func() error { return nft.Run(ctx, tx) })
 }
 
-// deleteNFTable deletes the egress table if it exists.
+// nftKind names the egress table in its format set's comment ("vcoil
+// egress v2", format.KernelTable). Format 1 tables, written before format
+// versions, have no format set: a router starts from scratch and replaces
+// its table, a client adds the set to its table in place.
+const nftKind = "egress"
+
+// checkNFTFormat refuses an egress table of a newer format than this
+// vcoil's (format.NewerError): it is neither changed nor deleted.
+func (k *kernel) checkNFTFormat(ctx context.Context, nft knftables.Interface) error {
+	err := k.do(func() error {
+		return format.CheckKnftTable(ctx, nft, knftables.InetFamily, constants.EgressNFTable, nftKind, format.KernelTable)
+	})
+	if err != nil {
+		return fmt.Errorf("in %s: %w", k.Path, err)
+	}
+	return nil
+}
+
+// deleteNFTable deletes the egress table if it exists. Its callers have
+// checked its format (checkNFTFormat) before changing anything.
 func (k *kernel) deleteNFTable(ctx context.Context, nft knftables.Interface) error {
 	tx := nft.NewTransaction()
 	tx.Add(&knftables.Table{})

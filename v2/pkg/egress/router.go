@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -115,6 +116,10 @@ func (r *Router) setup(ctx context.Context) error {
 		if r.nft, err = k.nft(); err != nil {
 			return err
 		}
+	}
+	// A newer vcoil's router left this namespace: change nothing.
+	if err := k.checkNFTFormat(ctx, r.nft); err != nil {
+		return err
 	}
 	uplink, err := k.linkOf(r.podIPs[0])
 	if err != nil {
@@ -270,6 +275,7 @@ var (
 func (r *Router) writeNFT(ctx context.Context, dests []netip.Prefix) error {
 	tx := r.nft.NewTransaction()
 	tx.Add(&knftables.Table{})
+	tx.Add(format.KnftSet(nftKind, format.KernelTable))
 	tx.Add(&knftables.Set{Name: "dests4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Set{Name: "dests6", Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	chains := []struct {
