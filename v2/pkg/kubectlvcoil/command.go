@@ -31,9 +31,8 @@ const (
 	// pods of vcoil's manifests (v2/config/default).
 	DefaultDaemonNamespace = constants.ControllerNamespace
 	DefaultDaemonSelector  = "app.kubernetes.io/name=vcoild"
-	// DefaultStatePort is the port of vcoild's --state-addr default
-	// (127.0.0.1:9390).
-	DefaultStatePort = 9390
+	// DefaultStatePort is the port of vcoild's --state-addr default.
+	DefaultStatePort = constants.DaemonStatePort
 )
 
 type globalFlags struct {

@@ -80,7 +80,7 @@ func TestNodeTable(t *testing.T) {
 func TestNodeJSONIsTheServedState(t *testing.T) {
 	st := fixtureState()
 	out := render(t, OutputJSON, st, nil)
-	back, err := DecodeState(strings.NewReader(out))
+	back, err := nodestate.Decode(strings.NewReader(out))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package kubectlvcoil
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	streamhttp "k8s.io/streaming/pkg/httpstream"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
@@ -127,21 +127,7 @@ func (pf PortForward) read(ctx context.Context, pod *corev1.Pod) (*nodestate.Sta
 	if err != nil || len(ports) != 1 {
 		return nil, fmt.Errorf("port-forward to port %d: no local port (%v)", pf.Port, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", ports[0].Local, nodestate.Path), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s on port %d: %w", nodestate.Path, pf.Port, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("GET %s on port %d: %s: %s", nodestate.Path, pf.Port, resp.Status, body)
-	}
-	return DecodeState(resp.Body)
+	return nodestate.Get(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local))
 }
 
 // dialer is kubectl's: the SPDY stream over a websocket first, plain SPDY
@@ -156,20 +142,10 @@ func dialer(cfg *rest.Config, u *url.URL) (httpstream.Dialer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("websocket dialer: %w", err)
 	}
+	// client-go's websocket transport reports a refused upgrade with the
+	// streaming module's error type (apimachinery's is checked too, should
+	// it move back).
 	return portforward.NewFallbackDialer(ws, spdyDialer, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+		return streamhttp.IsUpgradeFailure(err) || httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	}), nil
-}
-
-// DecodeState reads a State and refuses one of another APIVersion rather
-// than misread it.
-func DecodeState(r io.Reader) (*nodestate.State, error) {
-	var st nodestate.State
-	if err := json.NewDecoder(io.LimitReader(r, 64<<20)).Decode(&st); err != nil {
-		return nil, fmt.Errorf("decode the node state: %w", err)
-	}
-	if st.APIVersion != nodestate.APIVersion {
-		return nil, fmt.Errorf("node state of apiVersion %q: this kubectl-vcoil reads %q only", st.APIVersion, nodestate.APIVersion)
-	}
-	return &st, nil
 }
