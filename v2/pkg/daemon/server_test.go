@@ -223,8 +223,12 @@ func TestAddIsIdempotentAndDelFreesTheAddress(t *testing.T) {
 	ensureNode(t, "node-a")
 	n := startNode(t, "node-a", t.TempDir(), newFakeDataplane())
 	r1 := n.add(t, "c0000001", "plain")
-	if len(r1.IPs) != 2 || r1.IPs[0].Address.String() != "10.60.0.1/32" || r1.IPs[1].Address.String() != "fd00:60::1/128" {
-		t.Fatalf("first pod's addresses = %v, want 10.60.0.1/32 and fd00:60::1/128 (the node subnet's first)", r1.IPs)
+	// The node subnet is the node's first block of the default pool: which
+	// one depends on the nodes the package's other tests made first.
+	sub := n.ipam.NodeSubnet()
+	want4, want6 := netip.PrefixFrom(sub.IPv4.Addr().Next(), 32), netip.PrefixFrom(sub.IPv6.Addr().Next(), 128)
+	if len(r1.IPs) != 2 || r1.IPs[0].Address.String() != want4.String() || r1.IPs[1].Address.String() != want6.String() {
+		t.Fatalf("first pod's addresses = %v, want %s and %s (the node subnet's first)", r1.IPs, want4, want6)
 	}
 	if r1.CNIVersion != "1.1.0" || len(r1.Interfaces) != 2 || r1.Interfaces[1].Sandbox != n.netns || *r1.IPs[0].Interface != 1 {
 		t.Fatalf("result = %+v", r1)
