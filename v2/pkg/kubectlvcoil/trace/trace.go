@@ -319,8 +319,20 @@ func Trace(f Flow, states map[string]*nodestate.State, loc Locator) (Result, err
 				p.Steps = append(p.Steps, Step{Check: CheckIngress, Node: src.Node, Result: StepUnknown, Why: "hairpin: the NAT loopback of node " + src.Node + " is unknown: its state could not be read"})
 			}
 		}
-		p.Steps = append(p.Steps, egressStep(f, src, t.addr, t.port, states))
-		p.Steps = append(p.Steps, ingressStep(f, p.Source, p.Dst, t.port, states))
+		if src.Kind == "pod" && p.Dst.Kind == "pod" && p.Dst.Pod == src.Pod {
+			// Local delivery, or a hairpin the policy renderers let
+			// through in both directions.
+			why := "a pod reaching itself is always allowed"
+			if t.service {
+				why = "a pod reaching itself through a Service is always allowed (it arrives from its node's NAT loopback)"
+			}
+			p.Steps = append(p.Steps,
+				Step{Check: CheckEgress, Node: src.Node, Pod: src.Pod, Result: StepPass, Why: why},
+				Step{Check: CheckIngress, Node: src.Node, Pod: src.Pod, Result: StepPass, Why: why})
+		} else {
+			p.Steps = append(p.Steps, egressStep(f, src, t.addr, t.port, states))
+			p.Steps = append(p.Steps, ingressStep(f, p.Source, p.Dst, t.port, states))
+		}
 		p.Verdict = pathVerdict(p.Steps)
 		r.Paths = append(r.Paths, p)
 	}
@@ -502,6 +514,10 @@ func egressStep(f Flow, src Party, dst netip.Addr, port uint16, states map[strin
 	rules, why, ok := podRules(states, src.Node, src.Pod)
 	if !ok {
 		s.Result, s.Why = why.result, why.text
+		return s
+	}
+	if len(rules.Egress) > 0 && slices.Contains(states[src.Node].Policies.AlwaysAllowed, dst) {
+		s.Result, s.Why = StepPass, fmt.Sprintf("%s is always allowed from pods of node %s (its own address or NAT loopback)", dst, src.Node)
 		return s
 	}
 	return decide(s, rules.Egress, packet{src: src.Addr, dst: dst, proto: f.Protocol, srcPort: f.SrcPort, dstPort: port}, "egress")

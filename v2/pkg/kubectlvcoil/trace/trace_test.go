@@ -82,6 +82,18 @@ func fixture() (map[string]*nodestate.State, Locator) {
 	return map[string]*nodestate.State{"node1": node1, "node2": node2}, loc
 }
 
+// addBackend adds a backend on node to the frontends of vip on every node.
+func addBackend(states map[string]*nodestate.State, vip string, b netip.Addr, node string) {
+	for n, st := range states {
+		for i := range st.Services.Frontends {
+			f := &st.Services.Frontends[i]
+			if f.Address == a(vip) {
+				f.Backends = append(f.Backends, nodestate.Backend{Address: b, Port: 8080, Node: node, Local: n == node})
+			}
+		}
+	}
+}
+
 func pod(ns, name string) Endpoint { return Endpoint{Namespace: ns, Name: name} }
 func ip(s string) Endpoint         { return Endpoint{Addr: a(s)} }
 
@@ -208,13 +220,29 @@ func TestTrace(t *testing.T) {
 			paths:   []decided{{dst: "10.0.1.5", source: "10.0.1.31", verdict: Allowed}},
 		},
 		{
-			name: "hairpin without the NAT loopback among the always allowed is judged by the pod's rules",
-			flow: Flow{Src: pod("shop", "server"), Dst: ip("10.96.0.10"), Port: 80, Backend: a("10.0.1.5")},
-			states: func(s map[string]*nodestate.State) {
-				s["node2"].Policies.AlwaysAllowed = nil
-			},
+			name:    "a pod reaching itself directly is allowed, though its ingress list denies the others",
+			flow:    Flow{Src: pod("shop", "server"), Dst: pod("shop", "server"), Port: 9090},
+			verdict: Allowed,
+			paths:   []decided{{dst: "10.0.1.5", source: "10.0.1.5", verdict: Allowed}},
+		},
+		{
+			name:    "an egress-isolated pod reaching itself through a Service is allowed",
+			flow:    Flow{Src: pod("shop", "blocked"), Dst: ip("10.96.0.10"), Port: 80, Backend: a("10.0.0.6")},
+			states:  func(s map[string]*nodestate.State) { addBackend(s, "10.96.0.10", a("10.0.0.6"), "node1") },
+			verdict: Allowed,
+			paths:   []decided{{dst: "10.0.0.6", source: "10.0.0.31", verdict: Allowed}},
+		},
+		{
+			name:    "an egress-isolated pod reaches its own node's address",
+			flow:    Flow{Src: pod("shop", "blocked"), Dst: ip("198.18.0.1"), Port: 10250},
+			verdict: Allowed,
+			paths:   []decided{{dst: "198.18.0.1", source: "10.0.0.6", verdict: Allowed}},
+		},
+		{
+			name:    "an egress-isolated pod is denied another node's address",
+			flow:    Flow{Src: pod("shop", "blocked"), Dst: ip("198.18.0.2"), Port: 10250},
 			verdict: Denied,
-			paths:   []decided{{dst: "10.0.1.5", source: "10.0.1.31", verdict: Denied, check: CheckIngress, node: "node2", pod: "shop/server", rule: 1}},
+			paths:   []decided{{dst: "198.18.0.2", source: "10.0.0.6", verdict: Denied, check: CheckEgress, node: "node1", pod: "shop/blocked", rule: 1}},
 		},
 		{
 			name:    "an external destination has no ingress check: a pod not isolated reaches it",
