@@ -41,7 +41,9 @@ const (
 	// hostPort tables, and the egress tables of routers and clients.
 	KernelTable = 2
 	// VPPTag is the version of the tags vcoil gives VPP objects
-	// (interfaces, NAT mappings, ACLs). Version 1 tags carry no version.
+	// (interfaces, NAT mappings, ACLs) and of the aliases of its pods'
+	// kernel veths, which share their syntax. Version 1 tags carry no
+	// version.
 	VPPTag = 2
 )
 

@@ -96,7 +96,7 @@ func TestSetupPodGivesThePodItsAddressesAndRoutesOnly(t *testing.T) {
 			if err := json.Unmarshal([]byte(l.node.IP("-j", "link", "show", host)), &link); err != nil || len(link) != 1 {
 				t.Fatalf("node veth: %v", err)
 			}
-			if want := "vcoil c1 eth0"; link[0].Ifalias != want || link[0].Address != ifs.HostMAC {
+			if want := "vcoil@2 c1 eth0"; link[0].Ifalias != want || link[0].Address != ifs.HostMAC {
 				t.Errorf("node veth has alias %q and MAC %s, want %q and %s", link[0].Ifalias, link[0].Address, want, ifs.HostMAC)
 			}
 			got = slices.DeleteFunc(addrs(t, l.node, "dev", host), func(a string) bool {

@@ -7,12 +7,16 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 )
 
-// aliasTag starts the alias (IFLA_IFALIAS) of every node-side veth:
-// "vcoil <containerID> <ifname>". The alias is how ListPods recognises
-// vcoil's veths and recovers their keys after vcoild restarts; the name alone
-// is a hash and cannot be reversed.
+// aliasTag is the kind of the alias (IFLA_IFALIAS) of every node-side
+// veth: "vcoil@2 <containerID> <ifname>" ("@2": format.VPPTag, the format
+// of vcoil's tags and aliases). The alias is how ListPods recognises
+// vcoil's veths and recovers their keys after vcoild restarts; the name
+// alone is a hash and cannot be reversed. Veths of format 1, aliased
+// "vcoil <containerID> <ifname>" before format versions, are read as they
+// are and keep their alias; one of a newer format stops ListPods.
 const aliasTag = "vcoil"
 
 // maxAlias is the kernel's limit on an alias (IFALIASZ - 1).
@@ -28,21 +32,35 @@ func HostIfName(key dataplane.PodKey) string {
 }
 
 func hostAlias(key dataplane.PodKey) string {
-	return aliasTag + " " + key.ContainerID + " " + key.IfName
+	return format.Tag(aliasTag, key.ContainerID, key.IfName)
 }
 
-// parseHostAlias returns the key recorded in a node-side veth's alias, and
-// false for an alias that is not vcoil's.
+// parseHostAlias returns the key recorded in a node-side veth's alias of
+// this format or the previous one, and false for an alias that is not
+// vcoil's (or is a newer vcoil's: newerAlias).
 func parseHostAlias(alias string) (dataplane.PodKey, bool) {
-	f := strings.Split(alias, " ")
-	if len(f) != 3 || f[0] != aliasTag {
+	kind, v, rest, ok := format.ParseTag(alias)
+	if !ok || kind != aliasTag || v > format.VPPTag {
 		return dataplane.PodKey{}, false
 	}
-	key := dataplane.PodKey{ContainerID: f[1], IfName: f[2]}
+	f := strings.Split(rest, " ")
+	if len(f) != 2 {
+		return dataplane.PodKey{}, false
+	}
+	key := dataplane.PodKey{ContainerID: f[0], IfName: f[1]}
 	if validateKey(key) != nil {
 		return dataplane.PodKey{}, false
 	}
 	return key, true
+}
+
+// newerAlias refuses the alias of a link that a newer vcoil made
+// (format.NewerError naming the link).
+func newerAlias(link, alias string) error {
+	if kind, _, _, ok := format.ParseTag(alias); !ok || kind != aliasTag {
+		return nil
+	}
+	return format.CheckTag("link "+link, alias)
 }
 
 // validateKey checks the key (dataplane.PodKey.Validate) and that it fits

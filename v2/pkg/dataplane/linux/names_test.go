@@ -37,6 +37,8 @@ func TestHostAliasRoundTrips(t *testing.T) {
 		{"another program's alias is not vcoil's", "uplink to rack 3", dataplane.PodKey{}, false},
 		{"an alias with a bad container ID is not vcoil's", "vcoil a/b eth0", dataplane.PodKey{}, false},
 		{"an alias with extra fields is not vcoil's", "vcoil abc eth0 more", dataplane.PodKey{}, false},
+		{"an alias of format 1 gives back its key", "vcoil abc eth0", dataplane.PodKey{ContainerID: "abc", IfName: "eth0"}, true},
+		{"a newer vcoil's alias is not read", "vcoil@3 abc eth0", dataplane.PodKey{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := parseHostAlias(tc.alias)

@@ -66,6 +66,13 @@ func (d *linuxDataplane) ListPods(ctx context.Context) ([]dataplane.Pod, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list pods: list links in %s: %w", node.Path, err)
 	}
+	// A newer vcoild's veth would look like no pod's: the daemon's
+	// recovery would not account for its address.
+	for _, l := range links {
+		if err := newerAlias(l.Attrs().Name, l.Attrs().Alias); err != nil {
+			return nil, fmt.Errorf("list pods in %s: %w", node.Path, err)
+		}
+	}
 	byIndex := map[int]*dataplane.Pod{}
 	for _, l := range links {
 		key, ok := parseHostAlias(l.Attrs().Alias)

@@ -36,8 +36,8 @@ const (
 	// moves to a pod whose namespace path VPP cannot take.
 	vethPrefix = "vcvpp"
 	tapPrefix  = "vctap"
-	// aliasPrefix starts the alias of an af_packet pod veth's node end:
-	// "vcoil-vpp <containerID> <ifname>". Unlike the tag it has room for
+	// aliasPrefix is the kind of the alias of an af_packet pod veth's node
+	// end: "vcoil-vpp@2 <containerID> <ifname>". Unlike the tag it has room for
 	// any key, so ListPods recovers hashed tags through it.
 	aliasPrefix = "vcoil-vpp"
 	maxAlias    = 255
@@ -137,16 +137,22 @@ func linkName(prefix string, key dataplane.PodKey) string {
 	return prefix + hex.EncodeToString(sum[:5])
 }
 
+// vethAlias is "vcoil-vpp@2 <containerID> <ifname>" (format.VPPTag);
+// parseVethAlias also reads format 1's "vcoil-vpp <containerID> <ifname>".
 func vethAlias(key dataplane.PodKey) string {
-	return aliasPrefix + " " + key.ContainerID + " " + key.IfName
+	return format.Tag(aliasPrefix, key.ContainerID, key.IfName)
 }
 
 func parseVethAlias(alias string) (dataplane.PodKey, bool) {
-	f := strings.Split(alias, " ")
-	if len(f) != 3 || f[0] != aliasPrefix {
+	kind, v, rest, ok := format.ParseTag(alias)
+	if !ok || kind != aliasPrefix || v > format.VPPTag {
 		return dataplane.PodKey{}, false
 	}
-	key := dataplane.PodKey{ContainerID: f[1], IfName: f[2]}
+	f := strings.Split(rest, " ")
+	if len(f) != 2 {
+		return dataplane.PodKey{}, false
+	}
+	key := dataplane.PodKey{ContainerID: f[0], IfName: f[1]}
 	return key, validateKey(key) == nil
 }
 

@@ -51,7 +51,15 @@ func TestLinkNamesAndMACsDependOnTheKeyOnly(t *testing.T) {
 	if mac[0]&0x01 != 0 || mac[0]&0x02 == 0 || mac.String() == podMAC(b).String() {
 		t.Fatalf("pod MAC %s: want a locally administered unicast address per key", mac)
 	}
-	if k, ok := parseVethAlias(vethAlias(a)); !ok || k != a {
-		t.Fatalf("alias round trip: %v %v", k, ok)
+	if k, ok := parseVethAlias(vethAlias(a)); !ok || k != a || vethAlias(a) != "vcoil-vpp@2 a eth0" {
+		t.Fatalf("alias round trip of %q: %v %v", vethAlias(a), k, ok)
+	}
+	// The alias of the fixture's format 1 veth, and a newer one.
+	if k, ok := parseVethAlias("vcoil-vpp pod-with-a-long-id-that-is-not-hex-and-needs-the-hashed-form-0001 eth0"); !ok ||
+		k != (dataplane.PodKey{ContainerID: "pod-with-a-long-id-that-is-not-hex-and-needs-the-hashed-form-0001", IfName: "eth0"}) {
+		t.Fatalf("format 1 alias: %v %v", k, ok)
+	}
+	if _, ok := parseVethAlias("vcoil-vpp@3 a eth0"); ok {
+		t.Fatal("a newer alias was read")
 	}
 }
