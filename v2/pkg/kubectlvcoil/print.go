@@ -260,7 +260,7 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 		row(w, b.Name, b.Pool, prefixes(b.Prefixes), strconv.Itoa(b.InUse), strconv.Itoa(b.Free), note)
 	}
 	fmt.Fprintln(w)
-	row(w, "POD", "IPS", "BLOCK", "INTERFACE", "CONTAINER", "")
+	row(w, "POD", "IPS", "BLOCK", "INTERFACE", "CONTAINER", "IFNAME")
 	for _, p := range st.Pods {
 		name := p.Namespace + "/" + p.Name
 		if p.Name == "" {
