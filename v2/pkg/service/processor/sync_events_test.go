@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
+	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
 // noteLog is an events.EventRecorder that keeps each Event as "Kind/name
@@ -77,6 +79,33 @@ func TestARendererFailureIsReportedOnTheNodeOncePerError(t *testing.T) {
 	p.step(ctx)
 	if got := events.take(); !slices.Equal(got, want) {
 		t.Fatalf("events of a failure after the recovery:\n got %q\nwant %q", got, want)
+	}
+}
+
+// notReadyRenderer fails as the NAT44 renderer does while VPP restarts.
+type notReadyRenderer struct{ calls int }
+
+func (r *notReadyRenderer) fail() error {
+	r.calls++
+	return fmt.Errorf("open an API channel: %w", dataplane.ErrNotReady)
+}
+func (r *notReadyRenderer) Resync(context.Context, *service.State) error   { return r.fail() }
+func (r *notReadyRenderer) Update(context.Context, *service.Changes) error { return r.fail() }
+
+// A dataplane that is not ready (VPP restarting) is not reported as the
+// services' failure: the dataplane's own Events say so.
+func TestADataplaneNotReadyIsNotAServiceSyncFailure(t *testing.T) {
+	r := &notReadyRenderer{}
+	p, clock, _ := newTestProcessor(t, r)
+	events := &noteLog{}
+	p.nodeEvents = nodeevents.New(events, "node-a")
+	for range 3 {
+		p.SetService(svcOf(named(fmt.Sprintf("s%d", r.calls))))
+		p.step(context.Background())
+		clock.Advance(time.Minute)
+	}
+	if got := events.take(); r.calls != 3 || len(got) != 0 {
+		t.Fatalf("%d failed calls gave events %q, want 3 and none", r.calls, got)
 	}
 }
 
