@@ -279,26 +279,10 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 		row(w, "Services:", st.Services.Renderer+", "+syncLine(now, st.Services.Sync))
 		row(w, "FRONTEND", "KIND", "SERVICE", "BACKENDS", "", "")
 		for _, f := range st.Services.Frontends {
-			var bs []string
-			for _, b := range f.Backends {
-				s := netip.AddrPortFrom(b.Address, b.Port).String()
-				if b.Local {
-					s += "(local)"
-				}
-				if b.Terminating {
-					s += "(terminating)"
-				}
-				bs = append(bs, s)
+			row(w, netip.AddrPortFrom(f.Address, f.Port).String()+"/"+f.Protocol, kind(f), f.Service, backendList(f.Backends, f.NoBackends))
+			if f.FromNode != nil {
+				row(w, "", "", "from the node:", backendList(f.FromNode.Backends, f.FromNode.NoBackends))
 			}
-			backends := strings.Join(bs, ",")
-			if len(bs) == 0 {
-				backends = "none: " + orDash(f.NoBackends)
-			}
-			kind := f.Kind
-			if f.Local {
-				kind += "(Local)"
-			}
-			row(w, netip.AddrPortFrom(f.Address, f.Port).String()+"/"+f.Protocol, kind, f.Service, backends, "", "")
 		}
 		for _, r := range st.Services.Rejected {
 			row(w, "Rejected:", r.Service+": "+r.Reason)
@@ -361,6 +345,35 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 			fmt.Fprintln(w, strings.ReplaceAll(l, "\t", "    "))
 		}
 	}
+}
+
+func backendList(backends []nodestate.Backend, none string) string {
+	var bs []string
+	for _, b := range backends {
+		s := netip.AddrPortFrom(b.Address, b.Port).String()
+		if b.Local {
+			s += "(local)"
+		}
+		if b.Terminating {
+			s += "(terminating)"
+		}
+		bs = append(bs, s)
+	}
+	if len(bs) == 0 {
+		return "none: " + orDash(none)
+	}
+	return strings.Join(bs, ",")
+}
+
+func kind(f nodestate.Frontend) string {
+	k := f.Kind
+	if f.Local {
+		k += " Local"
+	}
+	if f.Affinity > 0 {
+		k += fmt.Sprintf(" affinity=%gs", float64(f.Affinity))
+	}
+	return k
 }
 
 func policyRows(w io.Writer, pod, dir string, rs []nodestate.Rule) {

@@ -258,7 +258,7 @@ func Trace(f Flow, states map[string]*nodestate.State, loc Locator) (Result, err
 		step := &ServiceStep{Node: node, Frontend: *fe}
 		r.Service = step
 		r.Dst = Party{Kind: "service", Service: fe.Service, Addr: dst.Addr}
-		cands, candWhy := candidates(*fe, src, node)
+		cands, noBackends, candWhy := candidates(*fe, src, node)
 		step.Why = candWhy
 		if f.Backend.IsValid() {
 			var picked []nodestate.Backend
@@ -275,7 +275,7 @@ func Trace(f Flow, states map[string]*nodestate.State, loc Locator) (Result, err
 		step.Candidates = cands
 		if len(cands) == 0 {
 			r.Verdict = Dropped
-			if fe.NoBackends == "reject" {
+			if noBackends == "reject" {
 				r.Verdict = Rejected
 			}
 			r.Reason = fmt.Sprintf("node %s: %s", node, candWhy)
@@ -461,13 +461,21 @@ func frontendFor(f Flow, src Party, states map[string]*nodestate.State) (node st
 }
 
 // candidates are the backends the frontend spreads the flow over, as the
-// service renderers choose them: ready ones, else terminating ones; only
-// the node's own with a Local policy (for a ClusterIP always, for the other
-// kinds when the flow comes from outside the node).
-func candidates(fe nodestate.Frontend, src Party, node string) ([]nodestate.Backend, string) {
-	local := fe.Local && (fe.Kind == nodestate.FrontendClusterIP || src.Node != node)
+// service renderers choose them, and what the frontend does without any:
+// for the node's own traffic to an external frontend of a Local policy,
+// the frontend's FromNode when the renderer has one (the cluster's
+// endpoints, as kube-proxy does); else its backends, of which only the
+// node's own with a Local policy; ready ones, else terminating ones.
+func candidates(fe nodestate.Frontend, src Party, node string) ([]nodestate.Backend, string, string) {
+	backends, noBackends := fe.Backends, fe.NoBackends
+	local := fe.Local
+	fromNode := ""
+	if fe.FromNode != nil && src.Node == node {
+		backends, noBackends, local = fe.FromNode.Backends, fe.FromNode.NoBackends, false
+		fromNode = ", as for traffic from the node and its pods (the cluster's endpoints)"
+	}
 	var ready, terminating []nodestate.Backend
-	for _, b := range fe.Backends {
+	for _, b := range backends {
 		if local && !b.Local {
 			continue
 		}
@@ -480,13 +488,15 @@ func candidates(fe nodestate.Frontend, src Party, node string) ([]nodestate.Back
 	what := fmt.Sprintf("%s %s %s:%d/%s", fe.Kind, fe.Service, fe.Address, fe.Port, fe.Protocol)
 	switch {
 	case len(ready) > 0:
-		return ready, fmt.Sprintf("%s: %d backend(s)%s", what, len(ready), localNote(local))
+		return ready, "", fmt.Sprintf("%s: %d backend(s)%s%s", what, len(ready), localNote(local), fromNode)
 	case len(terminating) > 0:
-		return terminating, fmt.Sprintf("%s: no ready backend, %d terminating one(s)%s", what, len(terminating), localNote(local))
-	case local && len(fe.Backends) > 0:
-		return nil, fmt.Sprintf("%s: traffic policy Local and no endpoint on node %s (%d elsewhere): %s", what, node, len(fe.Backends), orDrop(fe.NoBackends))
+		return terminating, "", fmt.Sprintf("%s: no ready backend, %d terminating one(s)%s%s", what, len(terminating), localNote(local), fromNode)
+	case local && len(backends) > 0:
+		return nil, "drop", fmt.Sprintf("%s: traffic policy Local and no endpoint on node %s (%d elsewhere): drop", what, node, len(backends))
+	case local && noBackends != "reject":
+		return nil, "drop", fmt.Sprintf("%s: traffic policy Local and no endpoint on node %s: drop", what, node)
 	default:
-		return nil, fmt.Sprintf("%s: no endpoints: %s", what, orDrop(fe.NoBackends))
+		return nil, orDrop(noBackends), fmt.Sprintf("%s: no endpoints%s: %s", what, fromNode, orDrop(noBackends))
 	}
 }
 

@@ -94,6 +94,27 @@ func addBackend(states map[string]*nodestate.State, vip string, b netip.Addr, no
 	}
 }
 
+// lbLocal adds a LoadBalancer of externalTrafficPolicy Local with its only
+// endpoint on node2, as the nftables renderer shows it: the external
+// clients get the node's own endpoints, the node's own traffic (FromNode)
+// the cluster's.
+func lbLocal(states map[string]*nodestate.State) {
+	server := nodestate.Backend{Address: a("10.0.1.5"), Port: 8080, Node: "node2"}
+	for n, st := range states {
+		f := nodestate.Frontend{Service: "shop/lb", Kind: nodestate.FrontendLoadBalancer, Address: a("203.0.113.20"), Port: 80, Protocol: "TCP", Local: true,
+			FromNode: &nodestate.NodeTraffic{Backends: []nodestate.Backend{server}}}
+		if n == "node2" {
+			local := server
+			local.Local = true
+			f.Backends = []nodestate.Backend{local}
+			f.FromNode.Backends = []nodestate.Backend{local}
+		} else {
+			f.NoBackends = "drop"
+		}
+		st.Services.Frontends = append(st.Services.Frontends, f)
+	}
+}
+
 func pod(ns, name string) Endpoint { return Endpoint{Namespace: ns, Name: name} }
 func ip(s string) Endpoint         { return Endpoint{Addr: a(s)} }
 
@@ -194,6 +215,27 @@ func TestTrace(t *testing.T) {
 			flow:    Flow{Src: pod("shop", "server"), Dst: ip("10.96.0.12"), Port: 80},
 			verdict: Allowed,
 			paths:   []decided{{dst: "10.0.1.5", source: "10.0.1.31", verdict: Allowed}},
+		},
+		{
+			name:    "a pod reaches a LoadBalancer of traffic policy Local through the cluster's endpoints, as the node's own traffic",
+			flow:    Flow{Src: pod("shop", "client"), Dst: ip("203.0.113.20"), Port: 80},
+			states:  lbLocal,
+			verdict: Allowed,
+			paths:   []decided{{dst: "10.0.1.5", source: "10.0.0.5", verdict: Allowed}},
+		},
+		{
+			name:    "a client outside the cluster entering a node without a local endpoint of a LoadBalancer of traffic policy Local is dropped",
+			flow:    Flow{Src: ip("198.51.100.9"), Dst: ip("203.0.113.20"), Port: 80, EntryNode: "node1"},
+			states:  lbLocal,
+			verdict: Dropped,
+			reason:  "node node1: LoadBalancer shop/lb 203.0.113.20:80/TCP: traffic policy Local and no endpoint on node node1: drop",
+		},
+		{
+			name:    "a client outside the cluster entering the node of the local endpoint reaches it, and the server's rules deny it",
+			flow:    Flow{Src: ip("198.51.100.9"), Dst: ip("203.0.113.20"), Port: 80, EntryNode: "node2"},
+			states:  lbLocal,
+			verdict: Denied,
+			paths:   []decided{{dst: "10.0.1.5", source: "198.51.100.9", verdict: Denied, check: CheckIngress, node: "node2", pod: "shop/server", rule: 1}},
 		},
 		{
 			name:    "the address of the destination's node is always allowed, even into a pod whose rules deny it",
