@@ -194,6 +194,9 @@ type panel struct {
 	Datasource *datasource `json:"datasource"`
 	Targets    []target    `json:"targets"`
 	Panels     []panel     `json:"panels"` // a collapsed row's
+	GridPos    struct {
+		X, Y, W, H int
+	} `json:"gridPos"`
 }
 
 type datasource struct {
@@ -272,6 +275,7 @@ func TestDashboard(t *testing.T) {
 	}
 
 	ids := map[int]string{}
+	cells := map[[2]int]string{} // grid cell: the panel there
 	var walk func([]panel)
 	n := 0
 	walk = func(ps []panel) {
@@ -279,6 +283,20 @@ func TestDashboard(t *testing.T) {
 			n++
 			if p.Title == "" {
 				t.Errorf("panel %d has no title", p.ID)
+			}
+			g := p.GridPos
+			if g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+				t.Errorf("panel %q: grid position %+v outside Grafana's 24 columns", p.Title, g)
+			}
+		grid:
+			for x := g.X; x < g.X+g.W; x++ {
+				for y := g.Y; y < g.Y+g.H; y++ {
+					if other, taken := cells[[2]int{x, y}]; taken {
+						t.Errorf("panel %q overlaps panel %q", p.Title, other)
+						break grid
+					}
+					cells[[2]int{x, y}] = p.Title
+				}
 			}
 			if other, dup := ids[p.ID]; dup {
 				t.Errorf("panels %q and %q have the id %d", other, p.Title, p.ID)
