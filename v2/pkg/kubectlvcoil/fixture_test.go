@@ -107,6 +107,11 @@ func fixtureState() *nodestate.State {
 					{Action: "deny", Protocol: "any"},
 				}},
 			}},
+		Egress: &nodestate.Egress{Pods: []nodestate.EgressPod{
+			{Namespace: "shop", Name: "client", Egresses: []nodestate.EgressUse{{Egress: "shop/nat", Encapsulation: "fou", Router: addr("10.96.0.50"),
+				Routers: []netip.Addr{addr("10.96.0.50"), addr("fd00:10:96::50")}, Destinations: []netip.Prefix{prefix("0.0.0.0/0"), prefix("::/0")}}}},
+			{Namespace: "shop", Name: "web-1", Error: "egress shop/missing not found"},
+		}},
 		NFTables: []nodestate.NFTable{{Family: "inet", Name: "vcoil-policy", Text: "table inet vcoil-policy {\n\tchain forward {\n\t}\n}\n"}},
 		Errors:   []string{"egress: not running"},
 	}

@@ -183,7 +183,7 @@ func PodTable(w io.Writer, r PodReport) {
 		rules(w, "Egress:", r.Policies.Egress)
 	}
 	for _, e := range r.Egresses {
-		row(w, "Egress (tunnel):", fmt.Sprintf("%s via %s (%s) to %s", e.Egress, e.Router, orDash(e.Encapsulation), prefixes(e.Destinations)))
+		row(w, "Egress (tunnel):", fmt.Sprintf("%s via %s (%s) to %s", e.Egress, routers(e), orDash(e.Encapsulation), prefixes(e.Destinations)))
 	}
 	for _, s := range r.Warnings {
 		row(w, "Warning:", s)
@@ -309,7 +309,7 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 		row(w, "EGRESS CLIENT", "EGRESS", "ROUTER", "DESTINATIONS", "", "")
 		for _, p := range st.Egress.Pods {
 			for _, e := range p.Egresses {
-				row(w, p.Namespace+"/"+p.Name, e.Egress, e.Router.String(), prefixes(e.Destinations), "", "")
+				row(w, p.Namespace+"/"+p.Name, e.Egress, routers(e), prefixes(e.Destinations))
 			}
 			if p.Error != "" {
 				row(w, p.Namespace+"/"+p.Name, "error", p.Error, "", "", "")
@@ -345,6 +345,17 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 			fmt.Fprintln(w, strings.ReplaceAll(l, "\t", "    "))
 		}
 	}
+}
+
+// routers are the ClusterIPs an Egress's tunnels go to.
+func routers(e nodestate.EgressUse) string {
+	if len(e.Routers) > 0 {
+		return addrs(e.Routers)
+	}
+	if e.Router.IsValid() {
+		return e.Router.String()
+	}
+	return "-"
 }
 
 func backendList(backends []nodestate.Backend, none string) string {
