@@ -26,7 +26,8 @@ MANIFESTS_OUT := _out/manifests
 # entrypoint; the CNI binaries install-cni copies onto the node; the
 # machine's nft with every library ldd lists for it (vcoild's renderers run
 # nft). Needs make build, mkimage, the CNI plugins and nft.
-vcoil_image = $(MKIMAGE) --out $(1) --tag $(2) --entrypoint /vcoild \
+vcoil_image = { [ -x $(NFT_BIN) ] || { echo "vcoil's image carries this machine's nft, and $(NFT_BIN) is missing: install Debian's nftables (make deps, as root)" >&2; exit 1; }; } && \
+	$(MKIMAGE) --out $(1) --tag $(2) --entrypoint /vcoild \
 	$(foreach p,$(PROGRAMS),--file /$(p)=$(BIN_DIR)/$(p)) \
 	--file /opt/vcoil/cni/bin/vcoil=$(BIN_DIR)/vcoil \
 	--file /opt/vcoil/cni/bin/portmap=$(CNI_PLUGINS_DIR)/portmap \
@@ -40,7 +41,6 @@ mkimage:
 
 .PHONY: images
 images: build mkimage lab-cni-plugins ## write vcoil's image, tagged IMAGE (default ghcr.io/vcoil/vcoil:VERSION), as a docker-archive tarball: _out/images/vcoil.tar (ctr images import loads it)
-	@[ -x $(NFT_BIN) ] || { echo "make images puts this machine's nft into the image, and $(NFT_BIN) is missing: install Debian's nftables (make deps, as root)" >&2; exit 1; }
 	@mkdir -p $(IMAGES_OUT)
 	@$(call vcoil_image,$(IMAGES_OUT)/vcoil.tar,$(IMAGE))
 	@echo "$(IMAGES_OUT)/vcoil.tar: $(IMAGE)"
