@@ -203,8 +203,11 @@ func TestKubectlVcoil(t *testing.T) {
 		for _, a := range r.NATLoopback {
 			loopbacks = append(loopbacks, a.String())
 		}
-		if got, want := strings.Join(loopbacks, ","), n.Annotations[vcoilv2.AnnotationNATLoopback]; got != want {
-			return fmt.Errorf("pod %s: NAT loopback %s, node %s's annotation says %s", w.a1.Name, got, r.Node, want)
+		annotated := strings.Split(n.Annotations[vcoilv2.AnnotationNATLoopback], ",")
+		slices.Sort(loopbacks)
+		slices.Sort(annotated)
+		if !slices.Equal(loopbacks, annotated) {
+			return fmt.Errorf("pod %s: NAT loopback %v, node %s's annotation says %v", w.a1.Name, loopbacks, r.Node, annotated)
 		}
 		if r.Interface == nil || r.Interface.Name == "" || r.Interface.Index == 0 {
 			return fmt.Errorf("pod %s: no dataplane interface: %+v (warnings %v)", w.a1.Name, r.Interface, r.Warnings)
@@ -213,31 +216,41 @@ func TestKubectlVcoil(t *testing.T) {
 	})
 
 	record(t, groupKubectlVcoil, "node: the node's pods and blocks as the cluster has them", byVcoil, func(t *testing.T) error {
-		c := ctx(t, time.Minute)
-		var st nodestate.State
-		if _, err := pl.json(c, &st, "node", w.nodeA.Name); err != nil {
-			return err
-		}
-		if st.Node != w.nodeA.Name || st.APIVersion != nodestate.APIVersion {
-			return fmt.Errorf("node %s: the state of %q (%s)", w.nodeA.Name, st.Node, st.APIVersion)
-		}
-		for _, p := range []*corev1.Pod{w.a1, w.a2} {
-			if !slices.ContainsFunc(st.Pods, func(sp nodestate.Pod) bool {
-				return sp.Namespace == p.Namespace && sp.Name == p.Name && slices.Contains(sp.IPs, podIP(p))
-			}) {
-				return fmt.Errorf("node %s: pod %s (%s) is not among its pods", w.nodeA.Name, p.Name, podIP(p))
+		c := ctx(t, 2*time.Minute)
+		// Blocks of pools that earlier tests removed may still be going.
+		return poll.Until(c, time.Minute, pollInterval, func(c context.Context) error {
+			var st nodestate.State
+			if _, err := pl.json(c, &st, "node", w.nodeA.Name); err != nil {
+				return err
 			}
-		}
-		blocks, err := blocksOf(c, k, w.nodeA.Name, "")
-		if err != nil {
-			return err
-		}
-		for _, b := range blocks {
-			if !slices.ContainsFunc(st.Blocks, func(sb nodestate.Block) bool { return sb.Name == b.Name }) {
-				return fmt.Errorf("node %s: block %s of the cluster is not in its state %+v", w.nodeA.Name, b.Name, st.Blocks)
+			if st.Node != w.nodeA.Name || st.APIVersion != nodestate.APIVersion {
+				return fmt.Errorf("node %s: the state of %q (%s)", w.nodeA.Name, st.Node, st.APIVersion)
 			}
-		}
-		return nil
+			for _, p := range []*corev1.Pod{w.a1, w.a2} {
+				if !slices.ContainsFunc(st.Pods, func(sp nodestate.Pod) bool {
+					return sp.Namespace == p.Namespace && sp.Name == p.Name && slices.Contains(sp.IPs, podIP(p))
+				}) {
+					return fmt.Errorf("node %s: pod %s (%s) is not among its pods", w.nodeA.Name, p.Name, podIP(p))
+				}
+			}
+			blocks, err := blocksOf(c, k, w.nodeA.Name, "")
+			if err != nil {
+				return err
+			}
+			var want, got []string
+			for _, b := range blocks {
+				want = append(want, b.Name)
+			}
+			for _, b := range st.Blocks {
+				got = append(got, b.Name)
+			}
+			slices.Sort(want)
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("node %s: blocks %v in its state, %v in the cluster", w.nodeA.Name, got, want)
+			}
+			return nil
+		})
 	})
 
 	traceRows(t, k, w, pl)
