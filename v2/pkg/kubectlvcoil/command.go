@@ -146,10 +146,10 @@ PROTO is tcp (default), udp or sctp.
 1. A Service's address is translated at the source's node: its frontend's
    backends (Local traffic policies honoured; none: rejected or dropped)
    are traced each, or only --backend.
-2. The source pod's egress rules on its node, then the destination pod's
-   ingress rules on its node, first match wins; the destination's node
-   addresses and NAT loopback always pass; a pod reaching itself through a
-   Service arrives from its node's NAT loopback.
+2. The source pod's egress rules on its node, against the backend, then
+   the destination pod's ingress rules on its node, first match wins; a
+   pod's own node (its addresses, its NAT loopback) always passes, and so
+   does a pod reaching itself, directly or through a Service.
 3. Exit code 0 when allowed, 1 when denied, rejected, dropped or allowed
    to some backends only, 2 when a node's state was missing.`,
 		Args: cobra.ExactArgs(2),
