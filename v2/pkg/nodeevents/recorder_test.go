@@ -1,6 +1,7 @@
 package nodeevents
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,8 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/vcoil/vcoil/v2/internal/controllertest"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
@@ -45,6 +48,27 @@ func TestEventsRegardTheNodeAsTheKubeletsDo(t *testing.T) {
 		t.Fatalf("event = action %q, controller %q, namespace %q; want Resync, vcoild, default", w.Action, w.ReportingController, w.Namespace)
 	}
 	env.WaitForEvent(t, 10*time.Second, testenv.EventOf{Kind: "Node", Name: "node-events-a", Type: corev1.EventTypeNormal, Reason: "VPPResynced", Note: "in 12ms"})
+
+	// kubectl describe node's second query (the kubelet's convention):
+	// core/v1 Events of every namespace by kind, name and the name as UID.
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, kind, uid := "node-events-a", "Node", "node-events-a"
+	events := cs.CoreV1().Events("")
+	list, err := events.List(context.Background(), metav1.ListOptions{FieldSelector: events.GetFieldSelector(&name, nil, &kind, &uid).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range list.Items {
+		reasons = append(reasons, e.Reason)
+	}
+	slices.Sort(reasons)
+	if !slices.Equal(reasons, []string{"VPPRestarted", "VPPResynced"}) {
+		t.Fatalf("kubectl describe node would show %q, want VPPRestarted and VPPResynced", reasons)
+	}
 }
 
 // calls is an events.EventRecorder that keeps what it is asked to record.
