@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vcoil/vcoil/v2/pkg/kubectlvcoil"
+	"github.com/vcoil/vcoil/v2/pkg/nodestate"
+)
+
+// kubelet stands in for a node's kubelet: it serves a pod's port-forward
+// over SPDY, as the kubelet does, and connects every forwarded stream to
+// target, whatever port it names.
+type kubelet struct {
+	target string
+
+	mu    sync.Mutex
+	paths []string
+	ports []string
+}
+
+func (k *kubelet) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	k.mu.Lock()
+	k.paths = append(k.paths, req.URL.Path)
+	k.mu.Unlock()
+	if _, err := httpstream.Handshake(req, w, []string{"portforward.k8s.io"}); err != nil {
+		return
+	}
+	streams := make(chan httpstream.Stream, 4)
+	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, req, func(s httpstream.Stream, _ <-chan struct{}) error {
+		streams <- s
+		return nil
+	})
+	if conn == nil {
+		return
+	}
+	defer conn.Close()
+	for {
+		select {
+		case s := <-streams:
+			if s.Headers().Get("streamType") != "data" {
+				continue
+			}
+			k.mu.Lock()
+			k.ports = append(k.ports, s.Headers().Get("port"))
+			k.mu.Unlock()
+			go func() {
+				defer s.Close()
+				backend, err := net.Dial("tcp", k.target)
+				if err != nil {
+					return
+				}
+				defer backend.Close()
+				go func() { _, _ = io.Copy(backend, s) }()
+				_, _ = io.Copy(s, backend)
+			}()
+		case <-conn.CloseChan():
+			return
+		}
+	}
+}
+
+// The whole read as a user runs it: a viewer's credentials, the real
+// apiserver authorizing the port-forward and carrying it (the websocket
+// the plugin opens first, translated by the apiserver to SPDY towards the
+// kubelet) to the node of the vcoild pod, whose stand-in kubelet connects
+// it to a state server.
+func TestNodeStateThroughTheApiserversPortForward(t *testing.T) {
+	ctx := t.Context()
+	st := &nodestate.State{APIVersion: nodestate.APIVersion, Node: "pf-node1", Dataplane: "linux",
+		Blocks: []nodestate.Block{{Name: "pf-0", Pool: "pf", InUse: 2, Free: 30}}}
+	state := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != nodestate.Path {
+			http.NotFound(w, req)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(st)
+	}))
+	defer state.Close()
+	kl := &kubelet{target: strings.TrimPrefix(state.URL, "http://")}
+	kubeletServer := httptest.NewTLSServer(kl)
+	defer kubeletServer.Close()
+	u, err := url.Parse(kubeletServer.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+
+	n := env.CreateNode(t, "pf-node1", "127.0.0.1")
+	n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
+	if err := env.Client.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "vcoil-daemon-pf", Labels: map[string]string{"app.kubernetes.io/name": "vcoild"}},
+		Spec: corev1.PodSpec{NodeName: "pf-node1", HostNetwork: true, Containers: []corev1.Container{{Name: "vcoild", Image: "vcoil"}}}}
+	create(t, p)
+	p.Status.Phase = corev1.PodRunning
+	if err := env.Client.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	kubeconfig := viewer(t)
+	data, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, _ := labels.Parse(kubectlvcoil.DefaultDaemonSelector)
+	reader := kubectlvcoil.PortForward{Config: cfg, Pods: kubectlvcoil.DaemonPods{Client: c, Namespace: "kube-system", Selector: sel}, Port: kubectlvcoil.DefaultStatePort}
+	got, err := reader.NodeState(ctx, "pf-node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Node != "pf-node1" || len(got.Blocks) != 1 || got.Blocks[0].InUse != 2 {
+		t.Errorf("state through the apiserver: %+v", got)
+	}
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	if len(kl.paths) == 0 || kl.paths[0] != "/portForward/kube-system/vcoil-daemon-pf" || len(kl.ports) != 1 || kl.ports[0] != "9390" {
+		t.Errorf("the kubelet saw requests %v forwarding ports %v, want one port-forward of the vcoild pod to 9390", kl.paths, kl.ports)
+	}
+
+	// Without the Role in vcoil's namespace, the apiserver refuses.
+	nobody, err := env.UserKubeConfig("pf-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ncfg, err := clientcmd.RESTConfigFromKubeConfig(nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader.Config = ncfg
+	// The pod lookup is the admin's, so that the refusal is the
+	// port-forward's.
+	reader.Pods.Client = env.Client
+	if _, err := reader.NodeState(ctx, "pf-node1"); err == nil || !strings.Contains(err.Error(), "vcoil-daemon-pf") {
+		t.Errorf("a user without pods/portforward read the state: %v", err)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+}
