@@ -169,6 +169,13 @@ func newNodeWith(t *testing.T, f *fabric, index int, opts nodeOptions) *node {
 
 // start runs vcoild and waits until it is ready.
 func (n *node) start() {
+	n.t.Helper()
+	n.launch()
+	n.waitReady()
+}
+
+// launch runs vcoild.
+func (n *node) launch() {
 	t := n.t
 	t.Helper()
 	kc, err := env.UserKubeConfig("system:serviceaccount:kube-system:vcoil-daemon", "system:serviceaccounts")
@@ -210,6 +217,13 @@ func (n *node) start() {
 			t.Logf("log of vcoild on %s:\n%s", n.name, n.log.String())
 		}
 	})
+}
+
+// waitReady waits until vcoild is ready.
+func (n *node) waitReady() {
+	t := n.t
+	t.Helper()
+	exited := n.exited
 	poll.Eventually(t, 30*time.Second, func() error {
 		select {
 		case <-exited:

@@ -41,6 +41,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/egress"
 	egressagent "github.com/vcoil/vcoil/v2/pkg/egress/agent"
+	"github.com/vcoil/vcoil/v2/pkg/format"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
@@ -468,11 +469,7 @@ func setupEgress(ctx context.Context, mgr ctrl.Manager, f flags) (*egressagent.A
 		Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vcoild"),
 		ClusterCIDRs: cidrs, Log: ctrl.Log.WithName("egress"),
 		Known: func() (map[types.NamespacedName]egressagent.Pod, error) {
-			store, err := checkpoint.Open(daemon.CheckpointDir(f.stateDir))
-			if err != nil {
-				return nil, err
-			}
-			entries, err := store.Load()
+			entries, err := checkpointEntries(daemon.CheckpointDir(f.stateDir))
 			if err != nil {
 				return nil, err
 			}
@@ -494,13 +491,25 @@ func setupEgress(ctx context.Context, mgr ctrl.Manager, f flags) (*egressagent.A
 	})
 }
 
-// knownPods reads the pods' addresses from vcoild's checkpoint.
-func knownPods(dir string) (map[types.NamespacedName][]netip.Addr, error) {
+// checkpointEntries reads the checkpoint for the agents' first view of
+// the node's pods. Files of a newer format are left to the daemon, which
+// holds and reports them (docs/operations.md, "Formats and upgrades"): an
+// agent failing here would make vcoild exit before it could say why.
+func checkpointEntries(dir string) ([]checkpoint.Entry, error) {
 	store, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	entries, err := store.Load()
+	if err != nil && !errors.Is(err, format.ErrNewer) {
+		return nil, err
+	}
+	return entries, nil
+}
+
+// knownPods reads the pods' addresses from vcoild's checkpoint.
+func knownPods(dir string) (map[types.NamespacedName][]netip.Addr, error) {
+	entries, err := checkpointEntries(dir)
 	if err != nil {
 		return nil, err
 	}
