@@ -67,9 +67,10 @@ func (k *kubelet) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				if err != nil {
 					return
 				}
-				defer backend.Close()
-				go func() { _, _ = io.Copy(backend, s) }()
+				// Either end closing closes both, as the kubelet does.
+				go func() { _, _ = io.Copy(backend, s); backend.Close() }()
 				_, _ = io.Copy(s, backend)
+				backend.Close()
 			}()
 		case <-conn.CloseChan():
 			return
@@ -138,10 +139,24 @@ func TestNodeStateThroughTheApiserversPortForward(t *testing.T) {
 	if got.Node != "pf-node1" || len(got.Blocks) != 1 || got.Blocks[0].InUse != 2 {
 		t.Errorf("state through the apiserver: %+v", got)
 	}
+	if _, err := reader.NodeState(ctx, "pf-node1"); err != nil {
+		t.Fatalf("second read: %v", err)
+	}
 	kl.mu.Lock()
-	defer kl.mu.Unlock()
-	if len(kl.paths) == 0 || kl.paths[0] != "/portForward/kube-system/vcoil-daemon-pf" || len(kl.ports) != 1 || kl.ports[0] != "9390" {
-		t.Errorf("the kubelet saw requests %v forwarding ports %v, want one port-forward of the vcoild pod to 9390", kl.paths, kl.ports)
+	if len(kl.paths) != 2 || kl.paths[0] != "/portForward/kube-system/vcoil-daemon-pf" || strings.Join(kl.ports, ",") != "9390,9390" {
+		t.Errorf("the kubelet saw requests %v forwarding ports %v, want two port-forwards of the vcoild pod to 9390", kl.paths, kl.ports)
+	}
+	kl.mu.Unlock()
+
+	// The binary, as the user runs it.
+	create(t, addressBlock("pf-0", "pf", "pf-node1", "10.73.0.0/27", 0))
+	out, stderr, code := plugin(t, "--kubeconfig", kubeconfig, "blocks", "--node", "pf-node1")
+	if want := "pf-node1  pf-0   pf    10.73.0.0/27  -            2       30"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("blocks --node pf-node1 exited %d, want a line %q:\n%s%s", code, want, out, stderr)
+	}
+	out, stderr, code = plugin(t, "--kubeconfig", kubeconfig, "node", "pf-node1", "-o", "yaml")
+	if code != 0 || !strings.Contains(out, "apiVersion: nodestate.vcoil.io/v1") || !strings.Contains(out, "node: pf-node1") {
+		t.Errorf("node pf-node1 -o yaml exited %d:\n%s%s", code, out, stderr)
 	}
 
 	// Without the Role in vcoil's namespace, the apiserver refuses.

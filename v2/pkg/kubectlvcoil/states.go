@@ -127,7 +127,10 @@ func (pf PortForward) read(ctx context.Context, pod *corev1.Pod) (*nodestate.Sta
 	if err != nil || len(ports) != 1 {
 		return nil, fmt.Errorf("port-forward to port %d: no local port (%v)", pf.Port, err)
 	}
-	return nodestate.Get(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local))
+	// One request, no proxy, no connection kept: the forwarded stream, and
+	// vcoild's end of it, close as soon as the state is read.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	return nodestate.Get(ctx, c, fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local))
 }
 
 // dialer is kubectl's: the SPDY stream over a websocket first, plain SPDY

@@ -68,9 +68,10 @@ func (f *fakePortForward) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				if err != nil {
 					return
 				}
-				defer backend.Close()
-				go func() { _, _ = io.Copy(backend, s) }()
+				// Either end closing closes both, as the kubelet does.
+				go func() { _, _ = io.Copy(backend, s); backend.Close() }()
 				_, _ = io.Copy(s, backend)
+				backend.Close()
 			}()
 		case <-conn.CloseChan():
 			return
