@@ -14,6 +14,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/daemon"
 )
 
 // A downgrade: vcoild restarts on a node whose checkpoint holds a file
@@ -66,6 +67,9 @@ func TestVcoildHoldsAndSaysWhyOnACheckpointOfANewerFormat(t *testing.T) {
 			t.Errorf("the log lacks %q", want)
 		}
 	}
+	// And on the Node, where `kubectl describe node` shows it.
+	env.WaitForEvent(t, 20*time.Second, testenv.EventOf{Kind: "Node", Name: n.name, Type: "Warning",
+		Reason: daemon.ReasonNewerStateFormat, Note: path})
 	select {
 	case <-n.exited:
 		t.Fatal("vcoild exited instead of holding")

@@ -20,6 +20,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
 
@@ -58,6 +59,9 @@ type Daemon struct {
 	reader   client.Reader
 	opts     Options
 	log      logr.Logger
+	// events records on the Node why vcoild holds (nil in tests that
+	// build a Daemon by hand).
+	events *nodeevents.Recorder
 	// refused holds the error by which start refused state of a newer
 	// format (format.ErrNewer); readiness reports it.
 	refused atomic.Pointer[error]
@@ -93,7 +97,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 		Policies: opts.Policies, Egress: opts.Egress,
 		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(),
 	})
-	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{})}
+	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{}),
+		events: nodeevents.New(mgr.GetEventRecorder("vcoild"), opts.NodeName)}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}
 	if err := mgr.Add(d.Listener); err != nil {
 		return nil, err
@@ -153,6 +158,10 @@ func (d *Daemon) start(ctx context.Context) error {
 	return nil
 }
 
+// ReasonNewerStateFormat is the Warning Event on the Node of a vcoild that
+// holds because the node's state is of a newer format than its own.
+const ReasonNewerStateFormat = "NewerStateFormat"
+
 // refuse holds vcoild when the node's state is of a newer format than it
 // knows (a downgrade): it changes nothing and never serves CNI requests,
 // says why in its log and in its readiness ("formats" check) until it is
@@ -160,6 +169,9 @@ func (d *Daemon) start(ctx context.Context) error {
 // away. The error ends the listener at shutdown.
 func (d *Daemon) refuse(ctx context.Context, err error) error {
 	d.refused.Store(&err)
+	// The reason is on the Node too: controller-runtime's /readyz withholds
+	// it, and the log scrolls away.
+	d.events.Warning(ReasonNewerStateFormat, "Start", err.Error()+"; this vcoild changes nothing and serves no pods")
 	d.log.Error(err, "the node's state was written by a newer vcoild; this vcoild changes nothing and serves no pods until a vcoild of that version or newer runs")
 	<-ctx.Done()
 	return err
