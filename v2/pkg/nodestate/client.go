@@ -1,6 +1,7 @@
 package nodestate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +24,10 @@ func Decode(r io.Reader) (*State, error) {
 	return &st, nil
 }
 
+// maxState bounds the State a client reads (a node of a few hundred pods
+// and thousands of Services serves a few MiB).
+const maxState = 256 << 20
+
 // Get reads the State that vcoild serves at baseURL (as
 // "http://127.0.0.1:9390", or the local end of a port-forward).
 func Get(ctx context.Context, c *http.Client, baseURL string) (*State, error) {
@@ -41,7 +46,17 @@ func Get(ctx context.Context, c *http.Client, baseURL string) (*State, error) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("get the node state from %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
-	st, err := Decode(resp.Body)
+	// The body is read to its end before it is closed: a socket closed
+	// with unread bytes (the encoder's final newline) is reset, and a
+	// port-forward between then logs the reset as an error.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxState))
+	if err != nil {
+		return nil, fmt.Errorf("get the node state from %s: %w", url, err)
+	}
+	if len(body) == maxState {
+		return nil, fmt.Errorf("get the node state from %s: larger than %d MiB", url, maxState>>20)
+	}
+	st, err := Decode(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", url, err)
 	}
