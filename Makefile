@@ -49,9 +49,11 @@ help: ## list the targets
 # ---- build ----
 
 .PHONY: build
+# -buildvcs=auto: the programs carry the commit they were built from (vcoild
+# serves it in its node state), also where GOFLAGS turns stamping off.
 build: ## build every vcoil program into bin/ (kubectl-vcoil too)
 	@mkdir -p $(BIN_DIR)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN_DIR)/ $(addprefix ./v2/cmd/,$(PROGRAMS) $(CLI_PROGRAMS))
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o $(BIN_DIR)/ $(addprefix ./v2/cmd/,$(PROGRAMS) $(CLI_PROGRAMS))
 
 # ---- generated code ----
 

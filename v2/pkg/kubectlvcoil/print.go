@@ -224,7 +224,9 @@ func ago(now, t time.Time) string {
 func syncLine(now time.Time, s nodestate.Sync) string {
 	line := "last " + ago(now, s.Last)
 	if s.Duration > 0 {
-		line += fmt.Sprintf(", took %.3fs", float64(s.Duration))
+		// Incremental syncs take microseconds: a duration rounded to
+		// milliseconds would read as zero.
+		line += ", took " + time.Duration(float64(s.Duration)*float64(time.Second)).Round(time.Microsecond).String()
 	}
 	if s.Errors > 0 {
 		line += fmt.Sprintf(", %d failed attempts", s.Errors)
@@ -304,7 +306,11 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 			policyRows(w, name, "egress", p.Egress)
 		}
 	}
-	if st.Egress != nil {
+	if st.Egress != nil && len(st.Egress.Pods) == 0 {
+		fmt.Fprintln(w)
+		row(w, "Egress clients:", "none")
+	}
+	if st.Egress != nil && len(st.Egress.Pods) > 0 {
 		fmt.Fprintln(w)
 		row(w, "EGRESS CLIENT", "EGRESS", "ROUTER", "DESTINATIONS", "", "")
 		for _, p := range st.Egress.Pods {
