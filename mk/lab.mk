@@ -147,6 +147,12 @@ lab-status: ## tell whether the lab is up and healthy, and how to reach it
 lab-kubectl: ## kubectl against the lab: make lab-kubectl ARGS="get pods -A"
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) kubectl $(ARGS)
 
+.PHONY: lab-vcoil
+lab-vcoil: ## kubectl vcoil (bin/kubectl-vcoil) against the lab: make lab-vcoil ARGS="pod vcoil-demo/NAME"
+	@test -x $(BIN_DIR)/kubectl-vcoil || $(MAKE) --no-print-directory build >/dev/null
+	@# Exit code 1 is trace's "not allowed": an answer, not a failure of make.
+	@rc=0; $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- $(abspath $(BIN_DIR))/kubectl-vcoil $(ARGS) || rc=$$?; [ $$rc -le 1 ]
+
 .PHONY: lab-exec
 lab-exec: ## run CMD in the control plane's network namespace with KUBECONFIG set: make lab-exec CMD="go test ./v2/e2e/..."
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec $(if $(NETNS),--netns $(NETNS)) -- $(CMD)

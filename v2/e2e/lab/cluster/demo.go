@@ -302,6 +302,9 @@ Look around (the lab stays up until make demo-down):
   make lab-kubectl ARGS="-n %[1]s get pods,svc -o wide"
   make lab-kubectl ARGS="-n %[1]s exec deploy/echo -- /agent connect http %[2]s:%[3]d"
   make lab-kubectl ARGS="-n kube-system logs ds/vcoil-daemon"
+  make lab-vcoil ARGS="pools"                         (kubectl vcoil: docs/kubectl-vcoil.md)
+  make lab-vcoil ARGS="node node1"
+  make lab-vcoil ARGS="trace %[1]s/POD svc/%[1]s/echo:8080"
   %[4]s get pods -A -o wide
   ip netns exec %[5]s %[6]s --kubeconfig %[7]s get pods -A
   ip -n %[8]s route       (the fabric's routes to the pod blocks)
