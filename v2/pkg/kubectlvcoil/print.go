@@ -262,7 +262,11 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 		row(w, b.Name, b.Pool, prefixes(b.Prefixes), strconv.Itoa(b.InUse), strconv.Itoa(b.Free), note)
 	}
 	fmt.Fprintln(w)
-	row(w, "POD", "IPS", "BLOCK", "INTERFACE", "CONTAINER", "IFNAME")
+	if len(st.Pods) == 0 {
+		row(w, "Pods:", "none")
+	} else {
+		row(w, "POD", "IPS", "BLOCK", "INTERFACE", "CONTAINER", "IFNAME")
+	}
 	for _, p := range st.Pods {
 		name := p.Namespace + "/" + p.Name
 		if p.Name == "" {
@@ -296,7 +300,11 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 	} else {
 		row(w, "Policies:", st.Policies.Renderer+", "+syncLine(now, st.Policies.Sync))
 		row(w, "Always allowed:", addrs(st.Policies.AlwaysAllowed))
-		row(w, "POD", "DIRECTION", "RULE", "", "", "")
+		if len(st.Policies.Pods) == 0 {
+			row(w, "Pods:", "none")
+		} else {
+			row(w, "POD", "DIRECTION", "RULE", "", "", "")
+		}
 		for _, p := range st.Policies.Pods {
 			name := p.Namespace + "/" + p.Name
 			if len(p.Ingress) == 0 && len(p.Egress) == 0 {
@@ -329,11 +337,22 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 		for _, i := range v.Interfaces {
 			row(w, i.Name, strconv.Itoa(int(i.Index)), strconv.FormatBool(i.Up), prefixes(i.Addresses), orDash(i.NAT), fmt.Sprintf("%v/%v", i.InputACLs, i.OutputACLs))
 		}
+		// Each object kind is a table of its own: a blank line ends the
+		// tabwriter's column block, so long ACL rules and NAT mappings do
+		// not widen the interfaces' columns.
+		if len(v.ACLs) > 0 {
+			fmt.Fprintln(w)
+			row(w, "ACL", "TAG / RULES", "", "", "", "")
+		}
 		for _, a := range v.ACLs {
 			row(w, fmt.Sprintf("ACL %d", a.Index), a.Tag, fmt.Sprintf("%d rules", len(a.Rules)), "", "", "")
 			for _, r := range a.Rules {
 				row(w, "", r, "", "", "", "")
 			}
+		}
+		if len(v.NATMappings) > 0 {
+			fmt.Fprintln(w)
+			row(w, "NAT MAPPING", "TAG", "LOCALS", "FLAGS", "", "")
 		}
 		for _, m := range v.NATMappings {
 			var ls []string
