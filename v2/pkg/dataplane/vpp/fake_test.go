@@ -44,6 +44,9 @@ type fakeVPP struct {
 	neigh   map[string]bool
 	nat     bool
 	natFeat map[uint32]map[nat_types.NatConfigFlags]bool
+	// natBroken are the interfaces whose NAT feature arc VPP 25.10 would
+	// have left inconsistent (see Nat44InterfaceAddDelFeature).
+	natBroken map[uint32]bool
 	sent    []api.Message
 	// failWhen, when it returns non-zero for a request, makes VPP answer
 	// that retval (once per match).
@@ -91,6 +94,7 @@ func (f *fakeVPP) reset() {
 	f.neigh = map[string]bool{}
 	f.nat = false
 	f.natFeat = map[uint32]map[nat_types.NatConfigFlags]bool{}
+	f.natBroken = map[uint32]bool{}
 	f.aclLists = map[uint32][]uint32{}
 	f.snat = newFakeSNAT()
 	f.static = map[string]*fakeStaticMapping{}
@@ -408,7 +412,15 @@ func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
 			f.natFeat[sw][m.Flags] = true
 		} else {
 			if !f.natFeat[sw][m.Flags] {
-				return &nat44_ed.Nat44InterfaceAddDelFeatureReply{}, int32(api.NO_SUCH_ENTRY)
+				if len(f.natFeat[sw]) == 0 {
+					return &nat44_ed.Nat44InterfaceAddDelFeatureReply{}, int32(api.NO_SUCH_ENTRY)
+				}
+				// VPP 25.10 removes an interface's one feature when asked
+				// to remove the other: it answers success, forgets the
+				// interface and leaves the feature's node in its arc.
+				f.natBroken[sw] = true
+				delete(f.natFeat, sw)
+				return &nat44_ed.Nat44InterfaceAddDelFeatureReply{}, 0
 			}
 			delete(f.natFeat[sw], m.Flags)
 		}
@@ -514,6 +526,24 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 		for _, p := range ps {
 			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{f.routes[p]}}})
 		}
+	case *nat44_ed.Nat44InterfaceDump:
+		var sws []uint32
+		for sw, fs := range f.natFeat {
+			if len(fs) > 0 {
+				sws = append(sws, sw)
+			}
+		}
+		slices.Sort(sws)
+		for _, sw := range sws {
+			var flags nat_types.NatConfigFlags
+			if f.natFeat[sw][nat_types.NAT_IS_INSIDE] {
+				flags |= nat_types.NAT_IS_INSIDE
+			}
+			if f.natFeat[sw][0] {
+				flags |= nat_types.NAT_IS_OUTSIDE
+			}
+			out = append(out, &nat44_ed.Nat44InterfaceDetails{SwIfIndex: index(sw), Flags: flags})
+		}
 	case *tapv2.SwInterfaceTapV2Dump:
 		for _, i := range f.sortedIfs() {
 			if i.tap != nil {
@@ -536,6 +566,8 @@ func msgString(msg api.Message) string {
 		return s
 	}
 	switch m := msg.(type) {
+	case *nat44_ed.Nat44InterfaceDump:
+		return "nat44_interface_dump"
 	case *interfaces.SwInterfaceDump:
 		if m.SwIfIndex == ^interface_types.InterfaceIndex(0) {
 			return "sw_interface_dump all"

@@ -64,6 +64,7 @@ func messages() []api.Message {
 
 		&nat44_ed.Nat44EdPluginEnableDisable{}, &nat44_ed.Nat44EdPluginEnableDisableReply{},
 		&nat44_ed.Nat44InterfaceAddDelFeature{}, &nat44_ed.Nat44InterfaceAddDelFeatureReply{},
+		&nat44_ed.Nat44InterfaceDump{}, &nat44_ed.Nat44InterfaceDetails{},
 
 		&acl.ACLInterfaceSetACLList{}, &acl.ACLInterfaceSetACLListReply{},
 		&acl.ACLInterfaceAddDel{}, &acl.ACLInterfaceAddDelReply{},

@@ -7,7 +7,11 @@ import (
 	"net/netip"
 	"slices"
 
+	"go.fd.io/govpp/binapi/nat44_ed"
+	"go.fd.io/govpp/binapi/nat_types"
+
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // SetPodNATRoles records the pods' roles as desired state and gives the
@@ -27,18 +31,33 @@ func (d *driver) SetPodNATRoles(ctx context.Context, backends []netip.Addr) erro
 		}
 	}
 	var errs []error
+	var held map[uint32]NATRole
 	for _, st := range sortedPods(d.pods) {
 		role := d.podRole(st.pod)
 		if !st.wired {
 			st.role = role
 			continue
 		}
-		add, remove := role&^st.role, st.role&^role
 		if st.roleUnknown {
-			// Whatever an earlier vcoild left: every feature of role is
-			// added (VPP's "already so" is success), every other removed.
-			add, remove = role, (NATFrontend|NATBackend)&^role
+			// Whatever an earlier vcoild left is read from VPP, not
+			// assumed: VPP 25.10 answers the removal of a feature an
+			// interface lacks with success, and forgets the interface's
+			// other feature while its node stays in the interface's
+			// feature arc. A frontend whose absent backend feature was
+			// removed so, and which later became a backend, dropped
+			// every connection it opened to a destination that VPP does
+			// not translate (a pod or NodePort of another node, a host
+			// outside).
+			if held == nil {
+				var err error
+				if held, err = d.heldNATRoles(); err != nil {
+					errs = append(errs, fmt.Errorf("set the NAT roles of the pods found in VPP: %w", err))
+					break
+				}
+			}
+			st.role = held[st.swIfIndex]
 		}
+		add, remove := role&^st.role, st.role&^role
 		if err := d.applyRole(st.swIfIndex, add, remove); err != nil {
 			errs = append(errs, fmt.Errorf("set NAT role %s of pod %s: %w", role, describe(st.pod.PodKey), err))
 			continue
@@ -46,6 +65,28 @@ func (d *driver) SetPodNATRoles(ctx context.Context, backends []netip.Addr) erro
 		st.role, st.roleUnknown = role, false
 	}
 	return errors.Join(errs...)
+}
+
+// heldNATRoles are the NAT44 features VPP holds, by interface. The caller
+// holds d.mu.
+func (d *driver) heldNATRoles() (map[uint32]NATRole, error) {
+	held := map[uint32]NATRole{}
+	err := vppapi.Dump(d.ch, &nat44_ed.Nat44InterfaceDump{},
+		func() *nat44_ed.Nat44InterfaceDetails { return &nat44_ed.Nat44InterfaceDetails{} },
+		func(m *nat44_ed.Nat44InterfaceDetails) {
+			var r NATRole
+			if m.Flags&nat_types.NAT_IS_INSIDE != 0 {
+				r |= NATBackend
+			}
+			if m.Flags&nat_types.NAT_IS_OUTSIDE != 0 {
+				r |= NATFrontend
+			}
+			held[uint32(m.SwIfIndex)] = r
+		})
+	if err != nil {
+		return nil, fmt.Errorf("dump the NAT44 interfaces: %w", err)
+	}
+	return held, nil
 }
 
 // podRole is the role SetPodNATRoles asks for pod: every pod is a

@@ -226,9 +226,9 @@ func TestSetPodNATRolesOnFeaturesVPPAlreadyHas(t *testing.T) {
 		t.Fatalf("SetPodNATRoles on a feature VPP has: %v", err)
 	}
 	wantLines(t, "VPP messages", h.vpp.take(), []string{
+		"nat44_interface_dump",
 		"nat44_ed_plugin_enable_disable enable=true sessions=0",
 		"nat44_interface_add_del_feature add=false 3 flags=32",
-		"nat44_interface_add_del_feature add=true 3 flags=0",
 	})
 	h.vpp.mu.Lock()
 	feats := fmt.Sprint(h.vpp.natFeat[3])
@@ -241,6 +241,46 @@ func TestSetPodNATRolesOnFeaturesVPPAlreadyHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "VPP messages of a repeat", h.vpp.take(), nil)
+}
+
+// A restarted vcoild finds a pod that an earlier vcoild made a frontend
+// only. It reads the pod's features from VPP rather than removing the
+// backend feature the pod lacks: VPP 25.10 answers that removal with
+// success, forgets the interface's frontend feature and leaves it in the
+// interface's feature arc, and the pod, once a backend, could no longer
+// open connections that VPP does not translate.
+func TestSetPodNATRolesNeverRemovesAFeatureVPPLacks(t *testing.T) {
+	cfg := testConfig()
+	cfg.Allocations = allocations{{PodKey: podB.PodKey, Netns: podB.Netns, IPv4: podB.IPv4}}
+	h := start(t, cfg, func(h *harness) {
+		f := h.vpp
+		f.add(&fakeIf{name: "loop1", tag: loopbackTag, addrs: []netip.Prefix{LoopbackIPv4}, up: true})
+		f.add(&fakeIf{name: "tap2", tag: interconnectTag, addrs: []netip.Prefix{InterconnectVPPIPv4}, up: true})
+		b := f.add(&fakeIf{name: "tap3", tag: podTag(podB.PodKey), up: true, mtu: 1500})
+		f.routes[hostPrefix(podB.IPv4)] = viaPath(b.sw, podB.IPv4)
+		f.nat = true
+		f.natFeat[b.sw] = map[nat_types.NatConfigFlags]bool{0: true}
+	})
+	h.vpp.take()
+	if err := h.d.SetPodNATRoles(ctx(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "VPP messages for a frontend that stays one", h.vpp.take(), []string{"nat44_interface_dump"})
+	if err := h.d.SetPodNATRoles(ctx(t), []netip.Addr{podB.IPv4}); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "VPP messages when it becomes a backend", h.vpp.take(), []string{
+		"nat44_ed_plugin_enable_disable enable=true sessions=0",
+		"nat44_interface_add_del_feature add=true 3 flags=32",
+	})
+	h.vpp.mu.Lock()
+	defer h.vpp.mu.Unlock()
+	if feats := fmt.Sprint(h.vpp.natFeat[3]); feats != "map[NAT_IS_NONE:true NAT_IS_INSIDE:true]" {
+		t.Errorf("pod B's NAT features in VPP: %s, want inside and outside", feats)
+	}
+	if len(h.vpp.natBroken) > 0 {
+		t.Errorf("interfaces whose NAT feature arc VPP would leave inconsistent: %v", h.vpp.natBroken)
+	}
 }
 
 func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
