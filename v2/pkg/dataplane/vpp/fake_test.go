@@ -47,7 +47,7 @@ type fakeVPP struct {
 	// natBroken are the interfaces whose NAT feature arc VPP 25.10 would
 	// have left inconsistent (see Nat44InterfaceAddDelFeature).
 	natBroken map[uint32]bool
-	sent    []api.Message
+	sent      []api.Message
 	// failWhen, when it returns non-zero for a request, makes VPP answer
 	// that retval (once per match).
 	failWhen func(api.Message) int32
