@@ -2,81 +2,24 @@ package main
 
 import (
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vcoil/vcoil/v2/internal/fakekubelet"
 	"github.com/vcoil/vcoil/v2/pkg/kubectlvcoil"
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 )
-
-// kubelet stands in for a node's kubelet: it serves a pod's port-forward
-// over SPDY, as the kubelet does, and connects every forwarded stream to
-// target, whatever port it names.
-type kubelet struct {
-	target string
-
-	mu    sync.Mutex
-	paths []string
-	ports []string
-}
-
-func (k *kubelet) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	k.mu.Lock()
-	k.paths = append(k.paths, req.URL.Path)
-	k.mu.Unlock()
-	if _, err := httpstream.Handshake(req, w, []string{"portforward.k8s.io"}); err != nil {
-		return
-	}
-	streams := make(chan httpstream.Stream, 4)
-	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, req, func(s httpstream.Stream, _ <-chan struct{}) error {
-		streams <- s
-		return nil
-	})
-	if conn == nil {
-		return
-	}
-	defer conn.Close()
-	for {
-		select {
-		case s := <-streams:
-			if s.Headers().Get("streamType") != "data" {
-				continue
-			}
-			k.mu.Lock()
-			k.ports = append(k.ports, s.Headers().Get("port"))
-			k.mu.Unlock()
-			go func() {
-				defer s.Close()
-				backend, err := net.Dial("tcp", k.target)
-				if err != nil {
-					return
-				}
-				// Either end closing closes both, as the kubelet does.
-				go func() { _, _ = io.Copy(backend, s); backend.Close() }()
-				_, _ = io.Copy(s, backend)
-				backend.Close()
-			}()
-		case <-conn.CloseChan():
-			return
-		}
-	}
-}
 
 // The whole read as a user runs it: a viewer's credentials, the real
 // apiserver authorizing the port-forward and carrying it (the websocket
@@ -95,7 +38,7 @@ func TestNodeStateThroughTheApiserversPortForward(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(st)
 	}))
 	defer state.Close()
-	kl := &kubelet{target: strings.TrimPrefix(state.URL, "http://")}
+	kl := &fakekubelet.PortForward{Target: strings.TrimPrefix(state.URL, "http://")}
 	kubeletServer := httptest.NewTLSServer(kl)
 	defer kubeletServer.Close()
 	u, err := url.Parse(kubeletServer.URL)
@@ -142,11 +85,9 @@ func TestNodeStateThroughTheApiserversPortForward(t *testing.T) {
 	if _, err := reader.NodeState(ctx, "pf-node1"); err != nil {
 		t.Fatalf("second read: %v", err)
 	}
-	kl.mu.Lock()
-	if len(kl.paths) != 2 || kl.paths[0] != "/portForward/kube-system/vcoil-daemon-pf" || strings.Join(kl.ports, ",") != "9390,9390" {
-		t.Errorf("the kubelet saw requests %v forwarding ports %v, want two port-forwards of the vcoild pod to 9390", kl.paths, kl.ports)
+	if _, paths, ports := kl.Seen(); len(paths) != 2 || paths[0] != "/portForward/kube-system/vcoil-daemon-pf" || strings.Join(ports, ",") != "9390,9390" {
+		t.Errorf("the kubelet saw requests %v forwarding ports %v, want two port-forwards of the vcoild pod to 9390", paths, ports)
 	}
-	kl.mu.Unlock()
 
 	// The binary, as the user runs it.
 	create(t, addressBlock("pf-0", "pf", "pf-node1", "10.73.0.0/27", 0))
