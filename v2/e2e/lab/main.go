@@ -62,7 +62,7 @@ func main() {
 // they run, after the flags have filled it.
 func rootCommand(cfg *cluster.Config) *cobra.Command {
 	var nodes int
-	var dataplane string
+	var dataplane, family string
 	root := &cobra.Command{
 		Use:           "lab",
 		Short:         "vcoil's local cluster of network namespaces",
@@ -80,7 +80,14 @@ func rootCommand(cfg *cluster.Config) *cobra.Command {
 				cfg.VPPBin = recordedBin
 			}
 			t, err := topology.New(nodes, dps...)
-			cfg.Topology = t
+			if err != nil {
+				return err
+			}
+			// Likewise the IP family: --ip-family, else the running lab's.
+			if family == "" {
+				family = cfg.RecordedIPFamily()
+			}
+			cfg.Topology, err = t.WithIPFamily(family)
 			return err
 		},
 	}
@@ -89,6 +96,7 @@ func rootCommand(cfg *cluster.Config) *cobra.Command {
 	pf.StringVar(&cfg.LogDir, "log-dir", "_out/lab/logs", "directory of the components' logs (kept by down)")
 	pf.IntVar(&nodes, "nodes", 2, "number of worker nodes")
 	pf.StringVar(&dataplane, "dataplane", "", "the nodes' dataplanes, given in turn: linux, vpp, or linux,vpp (default: the running lab's, else linux)")
+	pf.StringVar(&family, "ip-family", "", "the lab's IP family: ipv4 or dual (default: the running lab's, else ipv4)")
 	pf.StringVar(&cfg.VPPBin, "vpp-bin", "", "the VPP 25.10 binary of the VPP nodes (default: the running lab's)")
 	pf.StringVar(&cfg.KubernetesDir, "kubernetes-dir", "", "directory of kube-apiserver, kubelet, kubectl, ... (make kubernetes)")
 	pf.StringVar(&cfg.Etcd, "etcd", "", "etcd binary")

@@ -69,6 +69,7 @@ func (c Config) createdDirsFile() string        { return c.path("created-dirs") 
 func (c Config) upMarker() string               { return c.path("up") }
 func (c Config) proxyFile() string              { return c.path("service-proxy") }
 func (c Config) dataplanesFile() string         { return c.path("dataplanes") }
+func (c Config) ipFamilyFile() string           { return c.path("ip-family") }
 func (c Config) AdminKubeconfig() string        { return c.path("admin.kubeconfig") }
 func (c Config) EnvFile() string                { return c.path("lab.env") }
 func (c Config) kubectl() string                { return filepath.Join(c.KubernetesDir, "kubectl") }

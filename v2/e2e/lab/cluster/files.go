@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -28,6 +27,7 @@ func (c Config) controlPlane() render.ControlPlane {
 		ServiceAccountKey: c.pki("sa.key"), ServiceAccountPub: c.pki("sa.pub"),
 		ControllerManagerKubeconfig: c.path("controller-manager.kubeconfig"),
 		SchedulerKubeconfig:         c.path("scheduler.kubeconfig"),
+		ServiceCIDRs:                c.Topology.ServiceCIDRs(),
 	}
 }
 
@@ -61,7 +61,7 @@ func (c Config) writeFiles() error {
 		files[path] = b
 		return err
 	}
-	if _, err := issue("apiserver", pki.Request{CommonName: "kube-apiserver", Server: true, IPs: render.APIServerIPs(), DNSNames: render.APIServerDNSNames()}); err != nil {
+	if _, err := issue("apiserver", pki.Request{CommonName: "kube-apiserver", Server: true, IPs: render.APIServerIPs(c.Topology), DNSNames: render.APIServerDNSNames()}); err != nil {
 		return err
 	}
 	if _, err := issue("apiserver-kubelet-client", pki.Request{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}, Client: true}); err != nil {
@@ -84,7 +84,7 @@ func (c Config) writeFiles() error {
 	}
 	files[c.path("resolv.conf")] = []byte(render.ResolvConf())
 	for _, n := range c.Topology.NodeList() {
-		serving, err := issue(n.Name+"-kubelet-serving", pki.Request{CommonName: n.Name, Server: true, DNSNames: []string{n.Name}, IPs: []netip.Addr{n.IP}})
+		serving, err := issue(n.Name+"-kubelet-serving", pki.Request{CommonName: n.Name, Server: true, DNSNames: []string{n.Name}, IPs: n.IPs()})
 		if err != nil {
 			return err
 		}
@@ -99,6 +99,7 @@ func (c Config) writeFiles() error {
 			NodeName: n.Name, CAFile: c.pki("ca.crt"),
 			TLSCertFile: c.pki(n.Name + "-kubelet-serving.crt"), TLSKeyFile: c.pki(n.Name + "-kubelet-serving.key"),
 			ResolvConf: c.path("resolv.conf"), CgroupRoot: cgroupRoot(n),
+			DNS: c.Topology.DNSServiceIPs(),
 		}))
 		files[c.nodeFile(n, "kube-proxy.yaml")] = []byte(render.KubeProxyConfig(n, c.nodeFile(n, "kube-proxy.kubeconfig")))
 		files[c.nodeFile(n, "containerd.toml")] = []byte(render.ContainerdConfig())

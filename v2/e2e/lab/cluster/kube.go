@@ -162,19 +162,27 @@ func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
 }
 
 // createDefaultPools makes the default AddressPool of the pods and the
-// default LoadBalancer pool once vcoil-controller's webhook answers.
-func createDefaultPools(ctx context.Context, cl client.Client) error {
+// default LoadBalancer pool once vcoil-controller's webhook answers; in a
+// dual-stack lab both have a subnet of each family, so that every pod gets
+// an address of each and LoadBalancer Services one per ClusterIP family.
+func createDefaultPools(ctx context.Context, cl client.Client, topo topology.Topology) error {
+	pods := vcoilv2.SubnetSet{IPv4: ptr.To(topology.PodPool.String())}
+	lb := vcoilv2.SubnetSet{IPv4: ptr.To(topology.LBPool.String())}
+	if topo.Dual() {
+		pods.IPv6 = ptr.To(topology.PodPool6.String())
+		lb.IPv6 = ptr.To(topology.LBPool6.String())
+	}
 	pools := []*vcoilv2.AddressPool{{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec: vcoilv2.AddressPoolSpec{
 			BlockSizeBits: topology.BlockSizeBits,
-			Subnets:       []vcoilv2.SubnetSet{{IPv4: ptr.To(topology.PodPool.String())}},
+			Subnets:       []vcoilv2.SubnetSet{pods},
 		},
 	}, {
 		ObjectMeta: metav1.ObjectMeta{Name: vcoilv2.DefaultLBPool},
 		Spec: vcoilv2.AddressPoolSpec{
 			Usage:   vcoilv2.UsageLoadBalancer,
-			Subnets: []vcoilv2.SubnetSet{{IPv4: ptr.To(topology.LBPool.String())}},
+			Subnets: []vcoilv2.SubnetSet{lb},
 		},
 	}}
 	for _, pool := range pools {

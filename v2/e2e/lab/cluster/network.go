@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/vcoil/vcoil/v2/e2e/lab/render"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
@@ -15,6 +16,10 @@ import (
 // created in the machine's root namespace. The fabric hashes multipath
 // routes (the LoadBalancer addresses that several nodes announce) on the
 // ports too, so that the connections of one client spread over the nodes.
+// A dual-stack lab adds the IPv6 networks 2001:db8:18::/64 and
+// 2001:db8:113::/64 on the same links; the addresses skip duplicate address
+// detection (nodad), which would hold every address back for a second or
+// two, and nothing else on these links could claim them.
 func (c Config) buildNetwork() error {
 	topo := c.Topology
 	for _, ns := range topo.Netns() {
@@ -43,6 +48,14 @@ func (c Config) buildNetwork() error {
 		// -e: a kernel without IPv6 has no such key.
 		inNetns(fabric, "sysctl", "-q", "-e", "-w", "net.ipv6.fib_multipath_hash_policy=1"),
 	}
+	dual := topo.Dual()
+	bits6 := topology.FabricNet6.Bits()
+	if dual {
+		cmds = append(cmds,
+			ip(fabric, "addr", "add", fmt.Sprintf("%s/%d", topology.FabricIP6, bits6), "dev", "br0", "nodad"),
+			inNetns(fabric, "sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"),
+		)
+	}
 	// link puts ns's eth0 on the bridge; attach gives it address addr,
 	// routed via the fabric.
 	link := func(ns, port string) {
@@ -50,15 +63,25 @@ func (c Config) buildNetwork() error {
 			ip(fabric, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns),
 			ip(fabric, "link", "set", port, "master", "br0", "up"))
 	}
-	attach := func(ns, port string, addr string) {
+	attach := func(ns, port string, addr, addr6 netip.Addr) {
 		link(ns, port)
 		cmds = append(cmds,
 			ip(ns, "addr", "add", fmt.Sprintf("%s/%d", addr, bits), "dev", "eth0"),
 			ip(ns, "link", "set", "eth0", "up"),
 			ip(ns, "route", "add", "default", "via", topology.FabricIP.String()),
 		)
+		if addr6.IsValid() {
+			cmds = append(cmds,
+				ip(ns, "addr", "add", fmt.Sprintf("%s/%d", addr6, bits6), "dev", "eth0", "nodad"),
+				ip(ns, "-6", "route", "add", "default", "via", topology.FabricIP6.String()),
+			)
+		}
 	}
-	attach(topology.ControlPlaneNetns, "p-cp", topology.ControlPlaneIP.String())
+	cp6 := netip.Addr{}
+	if dual {
+		cp6 = topology.ControlPlaneIP6
+	}
+	attach(topology.ControlPlaneNetns, "p-cp", topology.ControlPlaneIP, cp6)
 	for _, n := range topo.NodeList() {
 		if n.Dataplane == topology.DataplaneVPP {
 			// VPP will hold the node's address on eth0; the kernel
@@ -68,9 +91,12 @@ func (c Config) buildNetwork() error {
 				cmds = append(cmds, inNetns(n.Netns, cmd...))
 			}
 		} else {
-			attach(n.Netns, n.Port, n.IP.String())
+			attach(n.Netns, n.Port, n.IP, n.IP6)
 		}
 		cmds = append(cmds, inNetns(n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
+		if dual {
+			cmds = append(cmds, inNetns(n.Netns, "sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"))
+		}
 	}
 	ext, extBits := topology.ExternalNetns, topology.ExternalNet.Bits()
 	cmds = append(cmds,
@@ -81,5 +107,13 @@ func (c Config) buildNetwork() error {
 		ip(ext, "link", "set", "eth0", "up"),
 		ip(ext, "route", "add", "default", "via", topology.ExternalGW.String()),
 	)
+	if dual {
+		ext6Bits := topology.ExternalNet6.Bits()
+		cmds = append(cmds,
+			ip(fabric, "addr", "add", fmt.Sprintf("%s/%d", topology.ExternalGW6, ext6Bits), "dev", "ext0", "nodad"),
+			ip(ext, "addr", "add", fmt.Sprintf("%s/%d", topology.ExternalIP6, ext6Bits), "dev", "eth0", "nodad"),
+			ip(ext, "-6", "route", "add", "default", "via", topology.ExternalGW6.String()),
+		)
+	}
 	return runAll(cmds...)
 }

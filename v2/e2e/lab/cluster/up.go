@@ -48,6 +48,9 @@ func (c Config) Up(ctx context.Context) error {
 	if err := c.recordDataplanes(); err != nil {
 		return err
 	}
+	if err := c.recordIPFamily(); err != nil {
+		return err
+	}
 	done()
 	done = c.step("network namespaces: fabric 198.18.0.0/24 with control plane, %d nodes, external host %s", c.Topology.Nodes, topology.ExternalIP)
 	if err := c.buildNetwork(); err != nil {
@@ -240,7 +243,7 @@ func (c Config) startNodes(ctx context.Context, cl client.Client, runtimes <-cha
 func (c Config) startRouterAndAgent() error {
 	args := []string{c.Self, "router", "--kubeconfig", c.path("router.kubeconfig")}
 	for _, n := range c.Topology.NodeList() {
-		args = append(args, "--peer", netnsPath(n.Netns)+"="+n.IP.String())
+		args = append(args, "--peer", netnsPath(n.Netns)+"="+render.JoinAddrs(n.IPs()))
 	}
 	if err := c.start(daemon{name: "router", netns: topology.FabricNetns, args: args}); err != nil {
 		return err
@@ -260,7 +263,7 @@ func (c Config) deployVcoil(ctx context.Context, cl client.Client) error {
 	if err := waitDeployment(ctx, cl, "kube-system", "vcoil-controller", 3*time.Minute); err != nil {
 		return c.failed(err, "node1-kubelet")
 	}
-	if err := createDefaultPools(ctx, cl); err != nil {
+	if err := createDefaultPools(ctx, cl, c.Topology); err != nil {
 		return err
 	}
 	for ds, nodes := range c.daemonSets() {
@@ -276,7 +279,7 @@ func (c Config) deployVcoil(ctx context.Context, cl client.Client) error {
 
 // deployCoreDNS applies CoreDNS and waits until it is available.
 func (c Config) deployCoreDNS(ctx context.Context, cl client.Client) error {
-	dns, err := decodeYAML(render.CoreDNSManifests(c.CoreDNSReplicas))
+	dns, err := decodeYAML(render.CoreDNSManifests(c.CoreDNSReplicas, c.Topology.DNSServiceIPs()))
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,21 @@ func (c Config) RecordedDataplanes() (dataplanes []string, vppBin string) {
 	return dataplanes, vppBin
 }
 
+// recordIPFamily writes the lab's IP family, for the commands that run
+// later without lab-up's flags.
+func (c Config) recordIPFamily() error {
+	return os.WriteFile(c.ipFamilyFile(), []byte(c.Topology.IPFamily+"\n"), 0o644)
+}
+
+// RecordedIPFamily returns what recordIPFamily wrote ("" without a lab).
+func (c Config) RecordedIPFamily() string {
+	b, err := os.ReadFile(c.ipFamilyFile())
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // vppDaemonName names a node's VPP supervisor (its pid file and log).
 func vppDaemonName(n topology.Node) string { return n.Name + "-vpp" }
 

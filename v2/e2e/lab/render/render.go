@@ -92,6 +92,9 @@ type Kubelet struct {
 	ResolvConf string
 	// CgroupRoot is the node's own cgroup subtree ("/vcoil-lab-node1").
 	CgroupRoot string
+	// DNS are the cluster DNS's ClusterIPs, one per family, IPv4 first:
+	// pods get them all as nameservers.
+	DNS []netip.Addr
 }
 
 // KubeletConfig is the node's KubeletConfiguration. Settings for running
@@ -114,7 +117,9 @@ evictionHard: {}
 resolvConf: {{.ResolvConf}}
 clusterDomain: {{.Domain}}
 clusterDNS:
-- {{.DNS}}
+{{- range .DNS}}
+- {{.}}
+{{- end}}
 authentication:
   anonymous:
     enabled: false
@@ -131,9 +136,9 @@ healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 serializeImagePulls: false
 registerNode: true
-`, map[string]string{
+`, map[string]any{
 		"CgroupRoot": k.CgroupRoot, "Socket": ContainerdSocket, "ResolvConf": k.ResolvConf,
-		"Domain": topology.ClusterDomain, "DNS": topology.DNSServiceIP.String(),
+		"Domain": topology.ClusterDomain, "DNS": k.DNS,
 		"CAFile": k.CAFile, "TLSCertFile": k.TLSCertFile, "TLSKeyFile": k.TLSKeyFile,
 	})
 }
@@ -144,7 +149,9 @@ func KubeletArgs(node topology.Node, configFile, kubeconfig string) []string {
 		"--config=" + configFile,
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + node.Name,
-		"--node-ip=" + node.IP.String(),
+		// Both families' addresses in a dual-stack lab: the node's
+		// InternalIPs, and its pods' HostIPs.
+		"--node-ip=" + JoinAddrs(node.IPs()),
 		// The DaemonSets of vcoil's lab overlays choose their nodes by it.
 		"--node-labels=" + LabelDataplane + "=" + node.Dataplane,
 		"--v=1",
@@ -182,6 +189,9 @@ type ControlPlane struct {
 	ServiceAccountKey, ServiceAccountPub string
 	ControllerManagerKubeconfig          string
 	SchedulerKubeconfig                  string
+	// ServiceCIDRs are the Service ranges, IPv4 first (both families in a
+	// dual-stack lab).
+	ServiceCIDRs []netip.Prefix
 }
 
 // EtcdArgs runs etcd on the control plane's loopback only.
@@ -205,7 +215,7 @@ func APIServerArgs(cp ControlPlane) []string {
 		"--bind-address=0.0.0.0",
 		fmt.Sprintf("--secure-port=%d", topology.APIServerPort),
 		"--etcd-servers=http://127.0.0.1:2379",
-		"--service-cluster-ip-range=" + topology.ServiceCIDR.String(),
+		"--service-cluster-ip-range=" + joinPrefixes(cp.ServiceCIDRs),
 		"--client-ca-file=" + cp.CAFile,
 		"--tls-cert-file=" + cp.APIServerCert, "--tls-private-key-file=" + cp.APIServerKey,
 		"--kubelet-client-certificate=" + cp.KubeletClientCert, "--kubelet-client-key=" + cp.KubeletClientKey,
@@ -237,7 +247,7 @@ func ControllerManagerArgs(cp ControlPlane) []string {
 		"--root-ca-file=" + cp.CAFile,
 		"--cluster-signing-cert-file=" + cp.CAFile, "--cluster-signing-key-file=" + cp.CAKeyFile,
 		"--allocate-node-cidrs=false",
-		"--service-cluster-ip-range=" + topology.ServiceCIDR.String(),
+		"--service-cluster-ip-range=" + joinPrefixes(cp.ServiceCIDRs),
 		"--v=1",
 	}
 }
@@ -272,9 +282,12 @@ func ResolvConf() string {
 
 // CoreDNSManifests is the cluster DNS: CoreDNS as a Deployment with its
 // RBAC and the kube-dns Service at the DNS ClusterIP.
-func CoreDNSManifests(replicas int) string {
+// In a dual-stack lab the Service has a ClusterIP of each family
+// (RequireDualStack), and CoreDNS answers AAAA queries from the IPv6
+// ClusterIPs and pod addresses it watches.
+func CoreDNSManifests(replicas int, ips []netip.Addr) string {
 	return execute(coreDNSManifests, map[string]any{
-		"Image": CoreDNSImage, "IP": topology.DNSServiceIP.String(), "Domain": topology.ClusterDomain,
+		"Image": CoreDNSImage, "IPs": ips, "Domain": topology.ClusterDomain,
 		"Replicas": replicas,
 	})
 }
@@ -388,7 +401,14 @@ metadata:
   labels:
     k8s-app: kube-dns
 spec:
-  clusterIP: {{.IP}}
+  clusterIP: {{index .IPs 0}}
+{{- if gt (len .IPs) 1}}
+  ipFamilyPolicy: RequireDualStack
+  clusterIPs:
+{{- range .IPs}}
+  - {{.}}
+{{- end}}
+{{- end}}
   selector:
     k8s-app: kube-dns
   ports:
@@ -414,10 +434,14 @@ func EnvFile(topo topology.Topology, stateDir, kubeconfig, kubectl, kubernetesDi
 	w("VCOIL_LAB_AGENT_UDP_PORT", fmt.Sprint(topology.AgentUDPPort))
 	w("VCOIL_LAB_AGENT_HTTP_PORT", fmt.Sprint(topology.AgentHTTPPort))
 	w("VCOIL_LAB_AGENT_IMAGE", AgentImage)
-	var names, ips []string
+	w("VCOIL_LAB_IP_FAMILY", topo.IPFamily)
+	var names, ips, ips6 []string
 	for _, n := range topo.NodeList() {
 		names = append(names, n.Name)
 		ips = append(ips, n.IP.String())
+		if n.IP6.IsValid() {
+			ips6 = append(ips6, n.IP6.String())
+		}
 	}
 	w("VCOIL_LAB_NODES", strings.Join(names, ","))
 	var vpp []string
@@ -433,19 +457,50 @@ func EnvFile(topo topology.Topology, stateDir, kubeconfig, kubectl, kubernetesDi
 	w("VCOIL_LAB_POD_POOL", topology.PodPool.String())
 	w("VCOIL_LAB_LB_POOL", topology.LBPool.String())
 	w("VCOIL_LAB_DNS_IP", topology.DNSServiceIP.String())
+	if topo.Dual() {
+		w("VCOIL_LAB_NODE_IPS6", strings.Join(ips6, ","))
+		w("VCOIL_LAB_EXTERNAL_IP6", topology.ExternalIP6.String())
+		w("VCOIL_LAB_SERVICE_CIDR6", topology.ServiceCIDR6.String())
+		w("VCOIL_LAB_POD_POOL6", topology.PodPool6.String())
+		w("VCOIL_LAB_LB_POOL6", topology.LBPool6.String())
+		w("VCOIL_LAB_DNS_IP6", topology.DNSServiceIP6.String())
+	}
 	// The settings of the e2e suite (v2/e2e/suite).
 	w("VCOIL_E2E_KUBECONFIG", kubeconfig)
 	w("VCOIL_E2E_AGENT_IMAGE", AgentImage)
 	w("VCOIL_E2E_PULL_POLICY", "Never")
 	w("VCOIL_E2E_EXTERNAL", fmt.Sprintf("%s:%d", topology.ExternalIP, topology.AgentTCPPort))
+	if topo.Dual() {
+		// The suite runs its matrix once per family it finds in the
+		// cluster; these are its IPv6 external host and spare range.
+		w("VCOIL_E2E_EXTERNAL6", netip.AddrPortFrom(topology.ExternalIP6, topology.AgentTCPPort).String())
+		w("VCOIL_E2E_SPARE_CIDR6", topology.E2ESpare6.String())
+	}
 	w("VCOIL_E2E_KUBECTL", kubectl)
 	w("VCOIL_E2E_EXTERNAL_AGENT", fmt.Sprintf("nsenter --net=/run/netns/%s -- %s", topology.ExternalNetns, agent))
 	return b.String()
 }
 
 // APIServerIPs are the addresses the apiserver's certificate must name.
-func APIServerIPs() []netip.Addr {
-	return []netip.Addr{topology.ControlPlaneIP, topology.APIServiceIP, netip.MustParseAddr("127.0.0.1")}
+func APIServerIPs(topo topology.Topology) []netip.Addr {
+	return append(topo.ControlPlaneIPs(), topology.APIServiceIP, netip.MustParseAddr("127.0.0.1"))
+}
+
+// JoinAddrs writes addresses comma-separated, as --node-ip and --peer take them.
+func JoinAddrs(addrs []netip.Addr) string {
+	s := make([]string, len(addrs))
+	for i, a := range addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // APIServerDNSNames are the names the apiserver's certificate must name.

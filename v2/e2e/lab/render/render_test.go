@@ -1,6 +1,9 @@
 package render
 
 import (
+	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +27,7 @@ func TestKubeletConfigCarriesTheSettingsTheMachinesNeed(t *testing.T) {
 	cfg := unmarshal(t, KubeletConfig(Kubelet{
 		NodeName: "node1", CAFile: "/lab/pki/ca.crt", TLSCertFile: "/lab/k.crt", TLSKeyFile: "/lab/k.key",
 		ResolvConf: "/lab/resolv.conf", CgroupRoot: "/vcoil-lab-node1",
+		DNS: []netip.Addr{topology.DNSServiceIP},
 	}))
 	for key, want := range map[string]any{
 		"kind": "KubeletConfiguration", "failCgroupV1": false, "cgroupDriver": "cgroupfs",
@@ -75,7 +79,7 @@ func TestContainerdConfigRestrictsOOMScoreAndUsesTheNodesCNIPaths(t *testing.T) 
 }
 
 func TestAPIServerReachesWebhooksThroughEndpoints(t *testing.T) {
-	args := strings.Join(APIServerArgs(ControlPlane{CAFile: "/ca"}), " ")
+	args := strings.Join(APIServerArgs(ControlPlane{CAFile: "/ca", ServiceCIDRs: []netip.Prefix{topology.ServiceCIDR}}), " ")
 	for _, want := range []string{
 		"--enable-aggregator-routing=true", "--advertise-address=198.18.0.2", "--service-cluster-ip-range=" + topology.ServiceCIDR.String(),
 		"--authorization-mode=Node,RBAC", "--kubelet-certificate-authority=/ca",
@@ -101,8 +105,9 @@ func TestKubeconfigLoads(t *testing.T) {
 	}
 }
 
-func TestCoreDNSManifestsDecode(t *testing.T) {
-	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(CoreDNSManifests(2)), 4096)
+func coreDNSKinds(t *testing.T, ips ...netip.Addr) map[string]map[string]any {
+	t.Helper()
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(CoreDNSManifests(2, ips)), 4096)
 	kinds := map[string]map[string]any{}
 	for {
 		obj := map[string]any{}
@@ -111,6 +116,11 @@ func TestCoreDNSManifestsDecode(t *testing.T) {
 		}
 		kinds[obj["kind"].(string)] = obj
 	}
+	return kinds
+}
+
+func TestCoreDNSManifestsDecode(t *testing.T) {
+	kinds := coreDNSKinds(t, topology.DNSServiceIP)
 	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service"} {
 		if kinds[k] == nil {
 			t.Errorf("no %s", k)
@@ -121,6 +131,46 @@ func TestCoreDNSManifestsDecode(t *testing.T) {
 	}
 	if !strings.Contains(kinds["ConfigMap"]["data"].(map[string]any)["Corefile"].(string), "kubernetes cluster.local") {
 		t.Error("Corefile does not serve cluster.local")
+	}
+	if spec := kinds["Service"]["spec"].(map[string]any); spec["ipFamilyPolicy"] != nil || spec["clusterIPs"] != nil {
+		t.Errorf("single-stack kube-dns has families set: %v", spec)
+	}
+}
+
+// In a dual-stack lab every part that names an address of the cluster
+// names both families, IPv4 first.
+func TestDualStackLabNamesBothFamilies(t *testing.T) {
+	topo, err := topology.Topology{Nodes: 2}.WithIPFamily(topology.IPFamilyDual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := coreDNSKinds(t, topo.DNSServiceIPs()...)["Service"]["spec"].(map[string]any)
+	if spec["clusterIP"] != "198.18.16.10" || spec["ipFamilyPolicy"] != "RequireDualStack" ||
+		fmt.Sprint(spec["clusterIPs"]) != "[198.18.16.10 2001:db8:18:16::a]" {
+		t.Errorf("kube-dns %v", spec)
+	}
+	cfg := unmarshal(t, KubeletConfig(Kubelet{DNS: topo.DNSServiceIPs()}))
+	if fmt.Sprint(cfg["clusterDNS"]) != "[198.18.16.10 2001:db8:18:16::a]" {
+		t.Errorf("clusterDNS %v", cfg["clusterDNS"])
+	}
+	if args := strings.Join(KubeletArgs(topo.NodeList()[1], "c", "k"), " "); !strings.Contains(args, "--node-ip=198.18.0.12,2001:db8:18::12 ") {
+		t.Errorf("kubelet %s", args)
+	}
+	cp := ControlPlane{ServiceCIDRs: topo.ServiceCIDRs()}
+	for name, args := range map[string][]string{"apiserver": APIServerArgs(cp), "controller-manager": ControllerManagerArgs(cp)} {
+		if !slices.Contains(args, "--service-cluster-ip-range=198.18.16.0/20,2001:db8:18:16::/112") {
+			t.Errorf("%s %v", name, args)
+		}
+	}
+	env := EnvFile(topo, "/lab", "/k", "/kubectl", "/k8s", "/agent")
+	for _, want := range []string{"VCOIL_LAB_IP_FAMILY=dual\n", "VCOIL_LAB_NODE_IPS6=2001:db8:18::11,2001:db8:18::12\n",
+		"VCOIL_E2E_EXTERNAL6=[2001:db8:113::10]:8080\n", "VCOIL_E2E_SPARE_CIDR6=2001:db8:18:64::/120\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("lab.env lacks %q:\n%s", want, env)
+		}
+	}
+	if ips := APIServerIPs(topo); !slices.Contains(ips, topology.ControlPlaneIP6) {
+		t.Errorf("apiserver certificate names %v", ips)
 	}
 }
 

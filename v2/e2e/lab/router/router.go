@@ -40,31 +40,48 @@ type Route struct {
 	Via netip.Addr
 }
 
-// DesiredRoutes maps every IPv4 block with a known node to that node's
-// InternalIP. Blocks of unknown nodes get no route.
+// DesiredRoutes maps every block subnet with a known node to that node's
+// InternalIP of the subnet's family (a dual-stack block gets one route per
+// family). Blocks of unknown nodes, and subnets whose family the node has
+// no InternalIP of, get no route.
 func DesiredRoutes(blocks []vcoilv2.AddressBlock, nodes []corev1.Node) map[netip.Prefix]netip.Addr {
-	nodeIP := map[string]netip.Addr{}
+	type family struct {
+		node string
+		v6   bool
+	}
+	nodeIP := map[family]netip.Addr{}
 	for _, n := range nodes {
 		for _, a := range n.Status.Addresses {
 			if a.Type != corev1.NodeInternalIP {
 				continue
 			}
-			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-				nodeIP[n.Name] = ip
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil {
+				continue
+			}
+			// The first InternalIP of each family, as vcoild's direct
+			// routes take it.
+			if k := (family{n.Name, ip.Is6()}); !nodeIP[k].IsValid() {
+				nodeIP[k] = ip
 			}
 		}
 	}
 	out := map[netip.Prefix]netip.Addr{}
 	for _, b := range blocks {
-		if b.IPv4 == nil || b.DeletionTimestamp != nil {
+		if b.DeletionTimestamp != nil {
 			continue
 		}
-		dst, err := netip.ParsePrefix(*b.IPv4)
-		if err != nil {
-			continue
-		}
-		if via, ok := nodeIP[b.Labels[vcoilv2.LabelNode]]; ok {
-			out[dst.Masked()] = via
+		for _, subnet := range []*string{b.IPv4, b.IPv6} {
+			if subnet == nil {
+				continue
+			}
+			dst, err := netip.ParsePrefix(*subnet)
+			if err != nil {
+				continue
+			}
+			if via, ok := nodeIP[family{b.Labels[vcoilv2.LabelNode], dst.Addr().Is6()}]; ok {
+				out[dst.Masked()] = via
+			}
 		}
 	}
 	return out
@@ -163,7 +180,7 @@ func sync(ctx context.Context, c client.Reader, log logr.Logger) error {
 		return err
 	}
 	want := DesiredRoutes(blocks.Items, nodes.Items)
-	have, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: Protocol}, netlink.RT_FILTER_PROTOCOL)
+	have, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: Protocol}, netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		return err
 	}
@@ -181,7 +198,7 @@ func sync(ctx context.Context, c client.Reader, log logr.Logger) error {
 	}
 	for dst, via := range want {
 		r := &netlink.Route{
-			Dst:      &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)},
+			Dst:      &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())},
 			Gw:       via.AsSlice(),
 			Protocol: Protocol,
 		}

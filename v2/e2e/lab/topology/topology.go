@@ -12,6 +12,17 @@
 //	198.18.64.0/24  left free: the e2e suite's own small pools
 //	198.19.0.0/16   the default AddressPool (blocks of 32 addresses)
 //	203.0.113.0/24  the external network: .1 the fabric, .10 the external host
+//
+// A dual-stack lab (IPFamilyDual) adds IPv6 from the documentation range
+// 2001:db8::/32, mirroring the IPv4 plan (the machine's own IPv6 network is
+// elsewhere, and nothing of the lab is routed out of it):
+//
+//	2001:db8:18::/64       the fabric: ::1, ::2 the control plane, ::11... the nodes
+//	2001:db8:18:16::/112   Service ClusterIPs (::a cluster DNS)
+//	2001:db8:18:32::/120   the default LoadBalancer AddressPool's IPv6 subnet
+//	2001:db8:18:64::/120   left free: the e2e suite's own small pools
+//	2001:db8:19::/112      the default AddressPool's IPv6 subnet (16 host bits, as 198.19.0.0/16)
+//	2001:db8:113::/64      the external network: ::1 the fabric, ::10 the external host
 package topology
 
 import (
@@ -48,6 +59,37 @@ var (
 	LBPool = netip.MustParsePrefix("198.18.32.0/24")
 )
 
+// The IPv6 addresses and ranges of a dual-stack lab.
+var (
+	FabricNet6      = netip.MustParsePrefix("2001:db8:18::/64")
+	FabricIP6       = netip.MustParseAddr("2001:db8:18::1")
+	ControlPlaneIP6 = netip.MustParseAddr("2001:db8:18::2")
+
+	ExternalNet6 = netip.MustParsePrefix("2001:db8:113::/64")
+	ExternalGW6  = netip.MustParseAddr("2001:db8:113::1")
+	ExternalIP6  = netip.MustParseAddr("2001:db8:113::10")
+
+	ServiceCIDR6  = netip.MustParsePrefix("2001:db8:18:16::/112")
+	DNSServiceIP6 = netip.MustParseAddr("2001:db8:18:16::a")
+
+	// PodPool6 has as many host bits as PodPool: the Nth IPv4 block pairs
+	// with the Nth IPv6 block.
+	PodPool6 = netip.MustParsePrefix("2001:db8:19::/112")
+	LBPool6  = netip.MustParsePrefix("2001:db8:18:32::/120")
+	// E2ESpare6 is left free for the e2e suite's own small pools, as
+	// 198.18.64.0/24.
+	E2ESpare6 = netip.MustParsePrefix("2001:db8:18:64::/120")
+)
+
+// The IP families a lab can have.
+const (
+	// IPFamilyIPv4: everything IPv4 only (the default).
+	IPFamilyIPv4 = "ipv4"
+	// IPFamilyDual: nodes, pods, Services, the external host and the
+	// cluster DNS in both families, IPv4 first.
+	IPFamilyDual = "dual"
+)
+
 const (
 	// BlockSizeBits of the default AddressPool: blocks of 32 addresses.
 	BlockSizeBits = 5
@@ -72,6 +114,8 @@ const (
 // Topology is one lab: how many worker nodes it has and their dataplanes.
 type Topology struct {
 	Nodes int
+	// IPFamily is IPFamilyIPv4 (also when empty) or IPFamilyDual.
+	IPFamily string
 	// Dataplanes are given to the nodes in turn: [vpp] makes every node a
 	// VPP node, [linux vpp] alternates, node1 on Linux. Empty: all Linux.
 	Dataplanes []string
@@ -88,6 +132,46 @@ func New(nodes int, dataplanes ...string) (Topology, error) {
 		}
 	}
 	return Topology{Nodes: nodes, Dataplanes: dataplanes}, nil
+}
+
+// WithIPFamily returns t with the IP family set: ipv4 (or empty) or dual.
+func (t Topology) WithIPFamily(family string) (Topology, error) {
+	switch family {
+	case "", IPFamilyIPv4:
+		t.IPFamily = IPFamilyIPv4
+	case IPFamilyDual:
+		t.IPFamily = IPFamilyDual
+	default:
+		return t, fmt.Errorf("IP family %q: want %s or %s (a single-stack IPv6 lab is not built)", family, IPFamilyIPv4, IPFamilyDual)
+	}
+	return t, nil
+}
+
+// Dual tells whether the lab is dual-stack.
+func (t Topology) Dual() bool { return t.IPFamily == IPFamilyDual }
+
+// ServiceCIDRs are the Service ranges, IPv4 first.
+func (t Topology) ServiceCIDRs() []netip.Prefix {
+	if t.Dual() {
+		return []netip.Prefix{ServiceCIDR, ServiceCIDR6}
+	}
+	return []netip.Prefix{ServiceCIDR}
+}
+
+// DNSServiceIPs are the cluster DNS's ClusterIPs, IPv4 first.
+func (t Topology) DNSServiceIPs() []netip.Addr {
+	if t.Dual() {
+		return []netip.Addr{DNSServiceIP, DNSServiceIP6}
+	}
+	return []netip.Addr{DNSServiceIP}
+}
+
+// ControlPlaneIPs are the control plane's fabric addresses, IPv4 first.
+func (t Topology) ControlPlaneIPs() []netip.Addr {
+	if t.Dual() {
+		return []netip.Addr{ControlPlaneIP, ControlPlaneIP6}
+	}
+	return []netip.Addr{ControlPlaneIP}
 }
 
 // HasVPP tells whether any node runs VPP.
@@ -114,6 +198,8 @@ type Node struct {
 	Netns string
 	// IP is the node's InternalIP on the fabric.
 	IP netip.Addr
+	// IP6 is the node's IPv6 InternalIP in a dual-stack lab, else invalid.
+	IP6 netip.Addr
 	// Port is the name of the node's link on the fabric bridge.
 	Port string
 	// Dataplane is DataplaneLinux or DataplaneVPP.
@@ -135,8 +221,20 @@ func (t Topology) NodeList() []Node {
 		if len(t.Dataplanes) > 0 {
 			nodes[i].Dataplane = t.Dataplanes[i%len(t.Dataplanes)]
 		}
+		if t.Dual() {
+			// ::11 for .11: the same digits, read as hexadecimal.
+			nodes[i].IP6 = netip.MustParseAddr(fmt.Sprintf("2001:db8:18::%d", firstNodeHost+i))
+		}
 	}
 	return nodes
+}
+
+// IPs are the node's InternalIPs, IPv4 first.
+func (n Node) IPs() []netip.Addr {
+	if n.IP6.IsValid() {
+		return []netip.Addr{n.IP, n.IP6}
+	}
+	return []netip.Addr{n.IP}
 }
 
 // Network namespaces besides the nodes'.
