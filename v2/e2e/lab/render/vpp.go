@@ -36,6 +36,10 @@ var (
 	vppHostPeer   = vpp.HostInterconnectVPPName
 	vppHostVPPIP  = vpp.InterconnectVPPIPv4.Addr().String()
 	vppHostNodeIP = vpp.InterconnectHostIPv4.Addr().String()
+	// The interconnect's IPv6 ends are link-local (fe80::1 VPP's,
+	// fe80::2/64 the kernel's), the ones vcoild gives it.
+	vppHostVPPIP6  = vpp.InterconnectVPPIPv6.String()
+	vppHostNodeIP6 = vpp.InterconnectHostIPv6
 )
 
 // vppPidfile is where a node's VPP supervisor writes VPP's PID at each
@@ -80,24 +84,55 @@ plugins { plugin dpdk_plugin.so { disable } }
 // for the node's address that VPP does not serve itself: the kubelet's,
 // containerd's and hostNetwork pods' TCP and UDP. VPP answers ARP and ping
 // for the address.
+//
+// A node of a dual-stack lab (n.IP6 valid) gets the same in IPv6: its IPv6
+// address on the fabric link, the interconnect's link-local fe80::1 (which
+// the kernel's routes name before vcoild has run), a default route through
+// the fabric and the punt redirect of IPv6 to the kernel's fe80::2. VPP
+// answers neighbour solicitations and ping for the address, and sends no
+// router advertisements (VPP 25.10 sends none unless told to).
 func VPPStartupCLI(n topology.Node) string {
 	up, host := "host-"+VPPUplink, "host-"+vppHostPeer
+	dual := n.IP6.IsValid()
 	lines := []string{
 		"create host-interface name " + VPPUplink,
 		fmt.Sprintf("set interface ip address %s %s/%d", up, n.IP, topology.FabricNet.Bits()),
-		"set interface state " + up + " up",
+	}
+	if dual {
+		lines = append(lines, fmt.Sprintf("set interface ip address %s %s/%d", up, n.IP6, topology.FabricNet6.Bits()))
+	}
+	lines = append(lines,
+		"set interface state "+up+" up",
 		// TPACKET_V2 on the interconnect: with VPP 25.10's default
 		// (TPACKET_V3) its transmit ring to the node's kernel stalled for
 		// minutes under the conformance specs' load (frames queued for
 		// the kernel, none sent), and the node lost its network. The
 		// checksum and GSO offload stays: the kernel leaves checksums to
 		// it on the veth.
-		"create host-interface v2 name " + vppHostPeer,
+		"create host-interface v2 name "+vppHostPeer,
 		fmt.Sprintf("set interface ip address %s %s/30", host, vppHostVPPIP),
-		"set interface state " + host + " up",
+	)
+	if dual {
+		// A link-local address given as an interface address (it must
+		// be a /128) replaces the one VPP made from the MAC.
+		lines = append(lines,
+			"enable ip6 interface "+host,
+			fmt.Sprintf("set interface ip address %s %s/128", host, vppHostVPPIP6))
+	}
+	lines = append(lines,
+		"set interface state "+host+" up",
 		fmt.Sprintf("ip route add 0.0.0.0/0 via %s %s", topology.FabricIP, up),
 		fmt.Sprintf("ip punt redirect add rx all via %s %s", vppHostNodeIP, host),
 		"set punt udp all",
+	)
+	if dual {
+		// The IPv6 ones: "ip punt redirect" is IPv4's only, and "set
+		// punt" without ipv6 registers IPv4 alone.
+		lines = append(lines,
+			fmt.Sprintf("ip route add ::/0 via %s %s", topology.FabricIP6, up),
+			fmt.Sprintf("ip6 punt redirect add rx all via %s %s", vppHostNodeIP6.Addr(), host),
+			"set punt ipv6 udp all",
+		)
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
@@ -107,29 +142,55 @@ func VPPStartupCLI(n topology.Node) string {
 // lo (VPP holds it on the fabric; the kernel keeps it for the kubelet and
 // hostNetwork pods), the host interconnect's veth, the routes to the fabric
 // and everything else through VPP, and the uplink closed to the kernel.
+//
+// A node of a dual-stack lab (n.IP6 valid) gets its IPv6 address on lo as
+// a /128, the interconnect's fe80::2/64 (vcoild's; VPP's punt redirect
+// needs it before vcoild runs) and the IPv6 routes to the fabric and the
+// default through VPP's fe80::1, from the node's IPv6 address. IPv6 stays
+// off on the uplink and on VPP's end of the interconnect: the kernel must
+// neither answer neighbour solicitations there nor send its own.
 func VPPNodeNetwork(n topology.Node) [][]string {
 	ip := func(args ...string) []string { return append([]string{"ip"}, args...) }
 	sysctl := func(kv string) []string { return []string{"sysctl", "-q", "-w", kv} }
 	src := n.IP.String()
-	return [][]string{
-		ip("addr", "add", src+"/32", "dev", "lo"),
+	dual := n.IP6.IsValid()
+	cmds := [][]string{ip("addr", "add", src+"/32", "dev", "lo")}
+	if dual {
+		cmds = append(cmds, ip("-6", "addr", "add", n.IP6.String()+"/128", "dev", "lo"))
+	}
+	cmds = append(cmds,
 		ip("link", "add", vppHostLink, "type", "veth", "peer", "name", vppHostPeer),
-		sysctl("net.ipv6.conf." + vppHostPeer + ".disable_ipv6=1"),
-		sysctl("net.ipv6.conf." + VPPUplink + ".disable_ipv6=1"),
+		sysctl("net.ipv6.conf."+vppHostPeer+".disable_ipv6=1"),
+		sysctl("net.ipv6.conf."+VPPUplink+".disable_ipv6=1"),
 		// The kernel must never answer ARP on the uplink for the node's
 		// address: VPP does.
-		sysctl("net.ipv4.conf." + VPPUplink + ".arp_ignore=8"),
+		sysctl("net.ipv4.conf."+VPPUplink+".arp_ignore=8"),
 		// The kernel's ARP requests to VPP on the interconnect must come
 		// from its address there: VPP ignores a request whose source is
 		// one of its own addresses, the node's, which the kernel would
 		// otherwise take from the packet that needs the neighbour.
-		sysctl("net.ipv4.conf." + vppHostLink + ".arp_announce=2"),
+		sysctl("net.ipv4.conf."+vppHostLink+".arp_announce=2"),
 		ip("link", "set", vppHostPeer, "up"),
 		ip("link", "set", VPPUplink, "up"),
 		ip("addr", "add", vppHostNodeIP+"/30", "dev", vppHostLink),
+	)
+	if dual {
+		// nodad: a tentative address is no neighbour VPP can resolve,
+		// and nothing else on the veth could claim it.
+		cmds = append(cmds, ip("-6", "addr", "add", vppHostNodeIP6.String(), "dev", vppHostLink, "nodad"))
+	}
+	cmds = append(cmds,
 		ip("link", "set", vppHostLink, "up"),
 		ip("route", "add", topology.FabricNet.String(), "via", vppHostVPPIP, "dev", vppHostLink, "src", src),
 		ip("route", "add", "default", "via", vppHostVPPIP, "dev", vppHostLink, "src", src),
-		{"nft", "add table netdev " + VPPUplinkGuard + " ; add chain netdev " + VPPUplinkGuard + " ingress { type filter hook ingress device " + VPPUplink + " priority 0 ; policy drop ; }"},
+	)
+	if dual {
+		src6 := n.IP6.String()
+		cmds = append(cmds,
+			ip("-6", "route", "add", topology.FabricNet6.String(), "via", vppHostVPPIP6, "dev", vppHostLink, "src", src6),
+			ip("-6", "route", "add", "default", "via", vppHostVPPIP6, "dev", vppHostLink, "src", src6),
+		)
 	}
+	return append(cmds,
+		[]string{"nft", "add table netdev " + VPPUplinkGuard + " ; add chain netdev " + VPPUplinkGuard + " ingress { type filter hook ingress device " + VPPUplink + " priority 0 ; policy drop ; }"})
 }
