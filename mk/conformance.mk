@@ -50,8 +50,14 @@ CONFORMANCE_BIN = $(LAB_BIN)/conformance
 # negative look-ahead: the skip names every feature that does not start
 # with "Net", and the Networking ones. [Feature:SCTPConnectivity] stays out
 # (the machine's kernel has no SCTP).
+#
+# A dual-stack lab (LAB_IP_FAMILY=dual, or the running lab's family) also
+# runs [Feature:IPv6DualStack]: the skip then leaves out the features that
+# start with "IPv6D" too (the one that does is IPv6DualStack).
 CONFORMANCE_FOCUS := \[sig-network\]
-CONFORMANCE_SKIP := \[(Serial|Disruptive|Flaky|Alpha|Beta)\]|\[FeatureGate:[^\]]*\]|\[Feature:(([^N\]]|N[^e]|Ne[^t])[^\]]*|Networking[^\]]*)\]
+CONFORMANCE_IP_FAMILY = $(or $(LAB_IP_FAMILY),$(shell cat $(LAB_STATE_DIR)/ip-family 2>/dev/null))
+CONFORMANCE_SKIP_FEATURES = $(if $(filter dual,$(CONFORMANCE_IP_FAMILY)),[^NI\]]|N[^e]|Ne[^t]|I[^P]|IP[^v]|IPv[^6]|IPv6[^D],[^N\]]|N[^e]|Ne[^t])
+CONFORMANCE_SKIP = \[(Serial|Disruptive|Flaky|Alpha|Beta)\]|\[FeatureGate:[^\]]*\]|\[Feature:(($(CONFORMANCE_SKIP_FEATURES))[^\]]*|Networking[^\]]*)\]
 # Parallel ginkgo processes: the tests mostly wait for pods and packets, but
 # the whole cluster shares the machine's two cores.
 CONFORMANCE_PROCS ?= 4

@@ -118,6 +118,10 @@ func reportCommand() *cobra.Command {
 				return err
 			}
 			fmt.Printf("Conformance: %d passed, %d failed, %d skipped\n", sum.Conformance.Passed, sum.Conformance.Failed, sum.Conformance.Skipped)
+			if len(sum.DualStack.Specs) > 0 {
+				fmt.Printf("[Feature:IPv6DualStack]: %d passed, %d failed, %d skipped (%d more left out by the skip)\n",
+					sum.DualStack.Passed, sum.DualStack.Failed, sum.DualStack.Skipped, sum.DualStackLeftOut)
+			}
 			fmt.Printf("other sig-network: %d passed, %d failed, %d skipped\n", sum.Other.Passed, sum.Other.Failed, sum.Other.Skipped)
 			fmt.Printf("summary: %s\n", filepath.Join(outDir, "summary.md"))
 			switch {

@@ -56,8 +56,18 @@ func TestEgress(t *testing.T) {
 		return
 	}
 	// The external host runs the agent as the suite's pods do: its HTTP
-	// server answers uploads on portHTTP.
-	external := hostPortAddr(mustAddr(extHost), portHTTP)
+	// server answers uploads on portHTTP. In a dual-stack cluster it has an
+	// IPv6 address too, and "nat" covers its IPv6 network as well.
+	external := map[family]string{ipv4: hostPortAddr(mustAddr(extHost), portHTTP)}
+	natDestinations := []string{"203.0.113.0/24"}
+	names6 := []string{
+		"IPv6: a client's 1 MiB uploads to an IPv6 destination leave from a router pod's IPv6 address",
+		"IPv6: a pod without the annotation reaches the same host from its own IPv6 address",
+	}
+	if ext6, err := netip.ParseAddrPort(k.settings.external6); err == nil {
+		external[ipv6] = hostPortAddr(ext6.Addr(), portHTTP)
+		natDestinations = append(natDestinations, netip.PrefixFrom(ext6.Addr(), 64).Masked().String())
+	}
 	c := ctx(t, 15*time.Minute)
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vcoil-e2e-egress-"}}
 	if err := k.c.Create(c, nsObj); err != nil {
@@ -67,7 +77,7 @@ func TestEgress(t *testing.T) {
 	ns := nsObj.Name
 
 	for _, eg := range []*unstructured.Unstructured{
-		egressObject(ns, "nat", 2, "203.0.113.0/24"),
+		egressObject(ns, "nat", 2, natDestinations...),
 		egressObject(ns, "elsewhere", 1, "198.51.100.0/24"),
 	} {
 		if err := k.c.Create(c, eg); err != nil {
@@ -90,19 +100,19 @@ func TestEgress(t *testing.T) {
 	// throughRouters uploads from each client until one upload left from a
 	// ready router's address; an upload from any other address fails at
 	// once unless the routers are still changing.
-	throughRouters := func(t *testing.T) error {
+	throughRoutersOf := func(f family) error {
 		for _, p := range clients {
 			err := poll.Until(c, time.Minute, time.Second, func(c context.Context) error {
-				src, err := k.uploadSource(c, p, external)
+				src, err := k.uploadSource(c, p, external[f])
 				if err != nil {
 					return err
 				}
-				ips, err := k.routerIPs(c, ns, "nat")
+				ips, err := k.routerIPs(c, ns, "nat", f)
 				if err != nil {
 					return err
 				}
 				if !slices.Contains(ips, src) {
-					return fmt.Errorf("client %s (%s, node %s): the external host saw %s, want one of the routers' %v", p.Name, podIP(p), p.Spec.NodeName, src, ips)
+					return fmt.Errorf("client %s (%s, node %s): the external host saw %s, want one of the routers' %v", p.Name, f.podIP(p), p.Spec.NodeName, src, ips)
 				}
 				return nil
 			})
@@ -112,24 +122,34 @@ func TestEgress(t *testing.T) {
 		}
 		return nil
 	}
-	fromOwnAddress := func(p *corev1.Pod) error {
+	throughRouters := func(*testing.T) error { return throughRoutersOf(ipv4) }
+	fromOwnAddressOf := func(f family, p *corev1.Pod) error {
 		return poll.Until(c, 30*time.Second, time.Second, func(c context.Context) error {
-			src, err := k.uploadSource(c, p, external)
+			src, err := k.uploadSource(c, p, external[f])
 			if err != nil {
 				return err
 			}
-			if src != podIP(p) {
-				return fmt.Errorf("pod %s: the external host saw %s, want the pod's own %s", p.Name, src, podIP(p))
+			if src != f.podIP(p) {
+				return fmt.Errorf("pod %s: the external host saw %s, want the pod's own %s", p.Name, src, f.podIP(p))
 			}
 			return nil
 		})
 	}
+	fromOwnAddress := func(p *corev1.Pod) error { return fromOwnAddressOf(ipv4, p) }
 
 	record(t, groupEgress, names[0], byVcoil, throughRouters)
 	record(t, groupEgress, names[1], byVcoil, func(t *testing.T) error { return fromOwnAddress(plain) })
 	record(t, groupEgress, names[2], byVcoil, func(t *testing.T) error { return fromOwnAddress(elsewhere) })
+	if _, ok := external[ipv6]; ok {
+		record(t, groupEgress, names6[0], byVcoil, func(*testing.T) error { return throughRoutersOf(ipv6) })
+		record(t, groupEgress, names6[1], byVcoil, func(*testing.T) error { return fromOwnAddressOf(ipv6, plain) })
+	} else {
+		for _, n := range names6 {
+			listed(groupEgress, n, statusNotApplicable, "no IPv6 external host given (VCOIL_E2E_EXTERNAL6)")
+		}
+	}
 	record(t, groupEgress, names[3], byVcoil, func(t *testing.T) error {
-		before, err := k.routerIPs(c, ns, "nat")
+		before, err := k.routerIPs(c, ns, "nat", ipv4)
 		if err != nil {
 			return err
 		}
@@ -139,7 +159,7 @@ func TestEgress(t *testing.T) {
 		if err := poll.Until(c, 3*time.Minute, pollInterval, func(c context.Context) error { return k.rolledOut(c, routers) }); err != nil {
 			return fmt.Errorf("after the restart: %w", err)
 		}
-		after, err := k.routerIPs(c, ns, "nat")
+		after, err := k.routerIPs(c, ns, "nat", ipv4)
 		if err != nil {
 			return err
 		}
@@ -298,15 +318,16 @@ func (k *cluster) runningPods(c context.Context, ns string, labels map[string]st
 	return out, nil
 }
 
-// routerIPs are the addresses of the Egress's running router pods.
-func (k *cluster) routerIPs(c context.Context, ns, egress string) ([]netip.Addr, error) {
+// routerIPs are the addresses of family f of the Egress's running router
+// pods.
+func (k *cluster) routerIPs(c context.Context, ns, egress string, f family) ([]netip.Addr, error) {
 	pods, err := k.runningPods(c, ns, map[string]string{vcoilv2.LabelEgress: egress})
 	if err != nil {
 		return nil, err
 	}
 	var ips []netip.Addr
 	for _, p := range pods {
-		ips = append(ips, podIP(p))
+		ips = append(ips, f.podIP(p))
 	}
 	if len(ips) == 0 {
 		return nil, fmt.Errorf("egress %s/%s has no running router pod", ns, egress)

@@ -252,20 +252,10 @@ func (k *cluster) connect(t *testing.T, from *corev1.Pod, proto, addr string) er
 	})
 }
 
+// podIP is the pod's primary address (status.podIP).
 func podIP(p *corev1.Pod) netip.Addr {
 	a, _ := netip.ParseAddr(p.Status.PodIP)
 	return a
-}
-
-func nodeIP(n *corev1.Node) netip.Addr {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-				return ip
-			}
-		}
-	}
-	return netip.Addr{}
 }
 
 func hostPortAddr(a netip.Addr, port int) string {
@@ -273,8 +263,15 @@ func hostPortAddr(a netip.Addr, port int) string {
 }
 
 // service creates a ClusterIP, NodePort or LoadBalancer service from port
-// to targetPort.
+// to targetPort, of the cluster's default family.
 func (k *cluster) service(t *testing.T, ns, svcName string, selector map[string]string, port, target int, typ corev1.ServiceType, local bool) *corev1.Service {
+	t.Helper()
+	return k.serviceOf(t, nil, ns, svcName, selector, port, target, typ, local)
+}
+
+// serviceOf is service of family f alone (SingleStack), or of the
+// cluster's default family when f is nil.
+func (k *cluster) serviceOf(t *testing.T, f *family, ns, svcName string, selector map[string]string, port, target int, typ corev1.ServiceType, local bool) *corev1.Service {
 	t.Helper()
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName},
@@ -286,6 +283,10 @@ func (k *cluster) service(t *testing.T, ns, svcName string, selector map[string]
 	}
 	if local {
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	if f != nil {
+		s.Spec.IPFamilies = []corev1.IPFamily{f.k8s()}
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
 	}
 	if err := k.c.Create(ctx(t, 30*time.Second), s); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create service %s: %v", svcName, err)

@@ -41,16 +41,17 @@ var (
 // client a1 is a backend, "same VM"/"other VM" where the other backend
 // runs, "policy=local" externalTrafficPolicy Local; "remap" is service port
 // 80 to the backends' port, "no remap" the same port on both.
-func loadBalancerRows(t *testing.T, k *cluster, w *world, by string) {
+func loadBalancerRows(t *testing.T, k *cluster, w *world, f family, by string) {
+	g := f.group(groupMatrix)
 	all := append(append(append([]string{}, lbPodRows...), lbVMRow), lbPublicRows...)
-	if reason := k.noLoadBalancers(t, by); reason != "" {
+	if reason := k.noLoadBalancers(t, f, by); reason != "" {
 		for _, n := range all {
-			listed(groupMatrix, n, statusNotApplicable, reason)
+			listed(g, n, statusNotApplicable, reason)
 		}
 		return
 	}
 	// Public rows need a client outside the cluster.
-	clientHost, _, err := net.SplitHostPort(k.settings.external)
+	clientHost, _, err := net.SplitHostPort(k.settings.externalOf(f))
 	public := len(k.settings.externalAgent) > 0 && err == nil
 
 	type lb struct {
@@ -78,22 +79,22 @@ func loadBalancerRows(t *testing.T, k *cluster, w *world, by string) {
 	}
 	svcs := map[string]*corev1.Service{}
 	for key, s := range specs {
-		name := "lb-" + strings.NewReplacer("/", "-").Replace(key)
-		svcs[key] = k.service(t, w.ns, name, map[string]string{"grp-" + s.group: "yes"}, s.port, s.target, corev1.ServiceTypeLoadBalancer, s.local)
+		name := f.prefix() + "lb-" + strings.NewReplacer("/", "-").Replace(key)
+		svcs[key] = k.serviceOf(t, &f, w.ns, name, map[string]string{"grp-" + s.group: "yes"}, s.port, s.target, corev1.ServiceTypeLoadBalancer, s.local)
 	}
 	if public {
-		svcs["public-manual"] = k.manualService(t, w.ns, "lb-public-manual", corev1.ServiceTypeLoadBalancer, podIP(w.b1), portHTTP)
+		svcs["public-manual"] = k.manualService(t, f, w.ns, f.prefix()+"lb-public-manual", corev1.ServiceTypeLoadBalancer, f.podIP(w.b1), portHTTP)
 	}
-	ips, err := k.waitIngress(t, svcs)
+	ips, err := k.waitIngress(t, f, svcs)
 	if err != nil {
 		for _, n := range all {
-			record(t, groupMatrix, n, by, func(*testing.T) error { return err })
+			record(t, g, n, by, func(*testing.T) error { return err })
 		}
 		return
 	}
 	at := func(key string) string { return hostPortAddr(ips[key], int(svcs[key].Spec.Ports[0].Port)) }
-	row := func(name string, f func(t *testing.T) error) {
-		record(t, groupMatrix, name, by, f)
+	row := func(name string, run func(t *testing.T) error) {
+		record(t, g, name, by, run)
 	}
 	pod := func(name, key string, announcedByB bool) {
 		row(name, func(t *testing.T) error {
@@ -120,7 +121,7 @@ func loadBalancerRows(t *testing.T, k *cluster, w *world, by string) {
 
 	if !public {
 		for _, n := range lbPublicRows {
-			listed(groupMatrix, n, statusNotApplicable, "no client outside the cluster given (VCOIL_E2E_EXTERNAL_AGENT and VCOIL_E2E_EXTERNAL)")
+			listed(g, n, statusNotApplicable, fmt.Sprintf("no %s client outside the cluster given (VCOIL_E2E_EXTERNAL_AGENT and VCOIL_E2E_EXTERNAL, VCOIL_E2E_EXTERNAL6)", f))
 		}
 		return
 	}
@@ -156,11 +157,11 @@ func loadBalancerRows(t *testing.T, k *cluster, w *world, by string) {
 	global(lbPublicRows[4], "public-manual")
 }
 
-// noLoadBalancers says why the cluster cannot run the LoadBalancer rows,
-// or "" when it can: it needs vcoil's default LoadBalancer pool, and
-// vcoild serving the Services (only then does it announce their
-// addresses).
-func (k *cluster) noLoadBalancers(t *testing.T, by string) string {
+// noLoadBalancers says why the cluster cannot run the LoadBalancer rows of
+// family f, or "" when it can: it needs vcoil's default LoadBalancer pool
+// with a subnet of the family, and vcoild serving the Services (only then
+// does it announce their addresses).
+func (k *cluster) noLoadBalancers(t *testing.T, f family, by string) string {
 	t.Helper()
 	pool := &vcoilv2.AddressPool{}
 	err := k.c.Get(ctx(t, 30*time.Second), client.ObjectKey{Name: vcoilv2.DefaultLBPool}, pool)
@@ -172,16 +173,25 @@ func (k *cluster) noLoadBalancers(t *testing.T, by string) string {
 	case !pool.Spec.IsLoadBalancer():
 		return fmt.Sprintf("the cluster has no LoadBalancer pool (AddressPool %s has usage %s)", vcoilv2.DefaultLBPool, pool.Spec.Usage)
 	}
+	hasFamily := false
+	for _, sub := range pool.Spec.Subnets {
+		if (f.v6 && sub.IPv6 != nil) || (!f.v6 && sub.IPv4 != nil) {
+			hasFamily = true
+		}
+	}
+	if !hasFamily {
+		return fmt.Sprintf("the LoadBalancer pool %s has no %s subnet", vcoilv2.DefaultLBPool, f)
+	}
 	if by != byVcoil {
 		return "kube-proxy serves the services: vcoild's service renderer is off, and with it the announcement of LoadBalancer addresses"
 	}
 	return ""
 }
 
-// waitIngress waits until every Service has its LoadBalancer address
-// (status.loadBalancer.ingress, IPv4) and, when it has a selector, ready
+// waitIngress waits until every Service has its LoadBalancer address of
+// family f (status.loadBalancer.ingress) and, when it has a selector, ready
 // endpoints.
-func (k *cluster) waitIngress(t *testing.T, svcs map[string]*corev1.Service) (map[string]netip.Addr, error) {
+func (k *cluster) waitIngress(t *testing.T, f family, svcs map[string]*corev1.Service) (map[string]netip.Addr, error) {
 	t.Helper()
 	ips := map[string]netip.Addr{}
 	err := poll.Until(t.Context(), time.Minute, pollInterval, func(c context.Context) error {
@@ -191,7 +201,7 @@ func (k *cluster) waitIngress(t *testing.T, svcs map[string]*corev1.Service) (ma
 			}
 			var ip netip.Addr
 			for _, in := range s.Status.LoadBalancer.Ingress {
-				if a, err := netip.ParseAddr(in.IP); err == nil && a.Is4() {
+				if a, err := netip.ParseAddr(in.IP); err == nil && f.has(a) {
 					ip = a
 				}
 			}

@@ -30,41 +30,54 @@ const (
 
 // TestConnectivityMatrix runs every row of the proposal's matrix that the
 // cluster can run, in the proposal's order; rows it cannot run are listed
-// with the reason.
+// with the reason. A dual-stack cluster runs it once per family: IPv4 first,
+// then the same rows over IPv6 (subtest IPv6, report group "... (IPv6)"),
+// with Services of that family alone.
 func TestConnectivityMatrix(t *testing.T) {
 	k := need(t)
 	w := deployWorld(t, k)
-	A, B := nodeIP(w.nodeA), nodeIP(w.nodeB)
+	by, why := k.serviceProxy(t, w)
+	for i, f := range w.families() {
+		if i == 0 {
+			matrix(t, k, w, f, by, why)
+			continue
+		}
+		t.Run(f.String(), func(t *testing.T) { matrix(t, k, w, f, by, why) })
+	}
+}
+
+// matrix runs the matrix's rows in family f.
+func matrix(t *testing.T, k *cluster, w *world, f family, by, why string) {
+	A, B := f.nodeIP(w.nodeA), f.nodeIP(w.nodeB)
 	hp := hostPortAddr
+	g := f.group(groupMatrix)
 
 	pod := func(name string, from *corev1.Pod, proto, addr string) {
-		record(t, groupMatrix, name, byVcoil, func(t *testing.T) error { return k.connect(t, from, proto, addr) })
+		record(t, g, name, byVcoil, func(t *testing.T) error { return k.connect(t, from, proto, addr) })
 	}
-	pod("pod -> pod, same VM", w.a1, "tcp", hp(podIP(w.a2), portTCP))
-	pod("pod -> pod, same VM (UDP)", w.a1, "udp", hp(podIP(w.a2), portUDP))
-	pod("pod -> pod, other VM", w.a1, "tcp", hp(podIP(w.b1), portTCP))
-	pod("pod -> pod, other VM (UDP)", w.a1, "udp", hp(podIP(w.b1), portUDP))
+	pod("pod -> pod, same VM", w.a1, "tcp", hp(f.podIP(w.a2), portTCP))
+	pod("pod -> pod, same VM (UDP)", w.a1, "udp", hp(f.podIP(w.a2), portUDP))
+	pod("pod -> pod, other VM", w.a1, "tcp", hp(f.podIP(w.b1), portTCP))
+	pod("pod -> pod, other VM (UDP)", w.a1, "udp", hp(f.podIP(w.b1), portUDP))
 	pod("pod -> own VM, own hostPort", w.hostPort, "tcp", hp(A, portHost))
 	pod("pod -> own VM, other hostPort", w.a1, "tcp", hp(A, portHost))
 	pod("pod -> other VM, other hostPort", w.b1, "tcp", hp(A, portHost))
 	pod("pod -> own VM", w.a1, "tcp", hp(A, portNodeTCP))
 	pod("pod -> other VM", w.a1, "tcp", hp(B, portNodeTCP))
-	if k.settings.external != "" {
-		pod("pod -> internet (the cluster's external host)", w.a1, "tcp", k.settings.external)
+	if ext := k.settings.externalOf(f); ext != "" {
+		pod("pod -> internet (the cluster's external host)", w.a1, "tcp", ext)
 	} else {
-		listed(groupMatrix, "pod -> internet", statusNotApplicable, "no external host given (VCOIL_E2E_EXTERNAL)")
+		listed(g, "pod -> internet", statusNotApplicable, fmt.Sprintf("no %s external host given (VCOIL_E2E_EXTERNAL, VCOIL_E2E_EXTERNAL6)", f))
 	}
-	listed(groupMatrix, "pod -> http://metadata", statusNotApplicable, "no metadata server in this cluster")
-	pod("VM -> pod, same VM", w.hostA, "tcp", hp(podIP(w.a1), portTCP))
-	pod("VM -> pod, other VM", w.hostA, "tcp", hp(podIP(w.b1), portTCP))
+	listed(g, "pod -> http://metadata", statusNotApplicable, "no metadata server in this cluster")
+	pod("VM -> pod, same VM", w.hostA, "tcp", hp(f.podIP(w.a1), portTCP))
+	pod("VM -> pod, other VM", w.hostA, "tcp", hp(f.podIP(w.b1), portTCP))
 	pod("VM -> same VM hostPort", w.hostA, "tcp", hp(A, portHost))
 	pod("VM -> other VM hostPort", w.hostB, "tcp", hp(A, portHost))
 
-	by, why := k.serviceProxy(t, w)
-	serviceRows(t, k, w, by, why)
-
-	loadBalancerRows(t, k, w, by)
-	publicNodePortRows(t, k, w, by, why)
+	serviceRows(t, k, w, f, by, why)
+	loadBalancerRows(t, k, w, f, by)
+	publicNodePortRows(t, k, w, f, by, why)
 }
 
 // serviceRows runs the ClusterIP and NodePort rows against the proxy that
@@ -73,7 +86,7 @@ func TestConnectivityMatrix(t *testing.T) {
 // backend), "same VM" and "other VM" (where the other backend runs) and
 // "policy=local" (externalTrafficPolicy Local) mean what the proposal says;
 // a1 is the client pod, hostA the client VM.
-func serviceRows(t *testing.T, k *cluster, w *world, by, why string) {
+func serviceRows(t *testing.T, k *cluster, w *world, f family, by, why string) {
 	c := ctx(t, 2*time.Minute)
 	// Group labels select the backends of each service.
 	groups := map[string][]*corev1.Pod{
@@ -98,7 +111,7 @@ func serviceRows(t *testing.T, k *cluster, w *world, by, why string) {
 	}
 	var created []*corev1.Service
 	mk := func(name, group string, port int, typ corev1.ServiceType, local bool) *corev1.Service {
-		s := k.service(t, w.ns, name, map[string]string{"grp-" + group: "yes"}, port, portTCP, typ, local)
+		s := k.serviceOf(t, &f, w.ns, f.prefix()+name, map[string]string{"grp-" + group: "yes"}, port, portTCP, typ, local)
 		created = append(created, s)
 		return s
 	}
@@ -126,9 +139,9 @@ func serviceRows(t *testing.T, k *cluster, w *world, by, why string) {
 			t.Fatal(err)
 		}
 	}
-	A, B := nodeIP(w.nodeA), nodeIP(w.nodeB)
+	A, B := f.nodeIP(w.nodeA), f.nodeIP(w.nodeB)
 	svc := func(name string, from *corev1.Pod, addr func() string) {
-		record(t, groupMatrix, name, by, func(t *testing.T) error {
+		record(t, f.group(groupMatrix), name, by, func(t *testing.T) error {
 			if err := k.connect(t, from, "tcp", addr()); err != nil {
 				return fmt.Errorf("%w (served by %s: %s)", err, by, why)
 			}
@@ -141,11 +154,10 @@ func serviceRows(t *testing.T, k *cluster, w *world, by, why string) {
 			return hostPortAddr(mustAddr(s.Spec.ClusterIP), int(s.Spec.Ports[0].Port))
 		}
 	}
-	np := func(key string, node func() string) func() string {
-		return func() string { return node() + fmt.Sprintf(":%d", nodePort[key].Spec.Ports[0].NodePort) }
+	np := func(key string, node netip.Addr) func() string {
+		return func() string { return hostPortAddr(node, int(nodePort[key].Spec.Ports[0].NodePort)) }
 	}
-	onA := func() string { return A.String() }
-	onB := func() string { return B.String() }
+	onA, onB := A, B
 
 	svc("pod -> own clusterIP, hairpin", w.a1, cip("hairpin/remap"))
 	svc("pod -> own clusterIP, same VM, other pod, no port remap", w.a1, cip("own-same/same"))
@@ -222,20 +234,21 @@ func (k *cluster) serviceProxy(t *testing.T, w *world) (by, why string) {
 // the external host) to the nodes' NodePorts. The services answer HTTP, so
 // that the backend tells the client address it saw: with
 // externalTrafficPolicy Local it must be the client's own.
-func publicNodePortRows(t *testing.T, k *cluster, w *world, by, why string) {
+func publicNodePortRows(t *testing.T, k *cluster, w *world, f family, by, why string) {
+	g := f.group(groupMatrix)
 	names := []string{"public -> nodeport, policy=local", "public -> nodeport, policy=global", "public -> nodeport, manual backend"}
-	clientHost, _, err := net.SplitHostPort(k.settings.external)
+	clientHost, _, err := net.SplitHostPort(k.settings.externalOf(f))
 	if len(k.settings.externalAgent) == 0 || err != nil {
 		for _, n := range names {
-			listed(groupMatrix, n, statusNotApplicable, "no client outside the cluster given (VCOIL_E2E_EXTERNAL_AGENT and VCOIL_E2E_EXTERNAL)")
+			listed(g, n, statusNotApplicable, fmt.Sprintf("no %s client outside the cluster given (VCOIL_E2E_EXTERNAL_AGENT and VCOIL_E2E_EXTERNAL, VCOIL_E2E_EXTERNAL6)", f))
 		}
 		return
 	}
 	c := ctx(t, 2*time.Minute)
 	// a2 runs on node A, b1 on node B (serviceRows labelled them).
-	local := k.service(t, w.ns, "p-local", map[string]string{"grp-other-same": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, true)
-	global := k.service(t, w.ns, "p-global", map[string]string{"grp-other-other": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, false)
-	manual := k.manualService(t, w.ns, "p-manual", corev1.ServiceTypeNodePort, podIP(w.b1), portHTTP)
+	local := k.serviceOf(t, &f, w.ns, f.prefix()+"p-local", map[string]string{"grp-other-same": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, true)
+	global := k.serviceOf(t, &f, w.ns, f.prefix()+"p-global", map[string]string{"grp-other-other": "yes"}, 80, portHTTP, corev1.ServiceTypeNodePort, false)
+	manual := k.manualService(t, f, w.ns, f.prefix()+"p-manual", corev1.ServiceTypeNodePort, f.podIP(w.b1), portHTTP)
 	nodePort := map[string]int32{}
 	poll.Eventually(t, time.Minute, func() error {
 		for _, s := range []*corev1.Service{local, global, manual} {
@@ -252,11 +265,11 @@ func publicNodePortRows(t *testing.T, k *cluster, w *world, by, why string) {
 		}
 		return nil
 	})
-	A, B := nodeIP(w.nodeA), nodeIP(w.nodeB)
+	A, B := f.nodeIP(w.nodeA), f.nodeIP(w.nodeB)
 	at := func(node netip.Addr, svc string) string { return hostPortAddr(node, int(nodePort[svc])) }
-	row := func(name string, f func(t *testing.T) error) {
-		record(t, groupMatrix, name, by, func(t *testing.T) error {
-			if err := f(t); err != nil {
+	row := func(name string, run func(t *testing.T) error) {
+		record(t, g, name, by, func(t *testing.T) error {
+			if err := run(t); err != nil {
 				return fmt.Errorf("%w (served by %s: %s)", err, by, why)
 			}
 			return nil
@@ -290,22 +303,29 @@ func publicNodePortRows(t *testing.T, k *cluster, w *world, by, why string) {
 	})
 }
 
-// manualService is a NodePort or LoadBalancer service without selector
-// whose one endpoint, addr:port, the suite writes itself ("manual backend").
-func (k *cluster) manualService(t *testing.T, ns, name string, typ corev1.ServiceType, addr netip.Addr, port int) *corev1.Service {
+// manualService is a NodePort or LoadBalancer service of family f without
+// selector whose one endpoint, addr:port, the suite writes itself ("manual
+// backend").
+func (k *cluster) manualService(t *testing.T, f family, ns, name string, typ corev1.ServiceType, addr netip.Addr, port int) *corev1.Service {
 	t.Helper()
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.ServiceSpec{
-			Type:  typ,
-			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt(port)}},
+			Type:           typ,
+			IPFamilies:     []corev1.IPFamily{f.k8s()},
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
+			Ports:          []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt(port)}},
 		},
+	}
+	addressType := discoveryv1.AddressTypeIPv4
+	if f.v6 {
+		addressType = discoveryv1.AddressTypeIPv6
 	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-manual", Labels: map[string]string{
 			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "e2e.vcoil.io",
 		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: addressType,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(port))}},
 	}

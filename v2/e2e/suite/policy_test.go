@@ -44,46 +44,12 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	vip := hostPortAddr(mustAddr(svc.Spec.ClusterIP), 80)
 
-	allowed := func(from *corev1.Pod, proto, addr string) error {
-		if err := k.connect(t, from, proto, addr); err != nil {
-			return fmt.Errorf("%s -> %s %s should pass: %w", from.Name, proto, addr, err)
-		}
-		return nil
-	}
-	// denied waits until a connection times out (the policy may take a
-	// moment to reach a node), then checks twice more that it does.
-	denied := func(from *corev1.Pod, proto, addr string) error {
-		n := 0
-		return poll.Until(c, 20*time.Second, pollInterval, func(c context.Context) error {
-			if _, err := k.exec(c, from, "/agent", "connect", proto, addr, "--timeout", "2s"); err == nil {
-				n = 0
-				return fmt.Errorf("%s -> %s %s passed, should be denied", from.Name, proto, addr)
-			}
-			if n++; n < 3 {
-				return fmt.Errorf("denied %d times", n)
-			}
-			return nil
-		})
-	}
-	apply := func(np *networkingv1.NetworkPolicy) error {
-		np.Namespace = ns.Name
-		return k.c.Create(c, np)
-	}
-	remove := func(name string) error {
-		return k.c.Delete(c, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name}})
-	}
+	pe := &policyEnv{k: k, t: t, c: c, ns: ns.Name}
+	allowed, denied, apply, remove := pe.allowed, pe.denied, pe.apply, pe.remove
 	selector := func(name string) metav1.LabelSelector {
 		return metav1.LabelSelector{MatchLabels: map[string]string{"name": name}}
 	}
 	tcp := corev1.ProtocolTCP
-	all := func(fs ...func() error) error {
-		for _, f := range fs {
-			if err := f(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 
 	record(t, groupPolicy, "without policies every pod reaches the server", byVcoil, func(t *testing.T) error {
 		return all(
@@ -155,4 +121,55 @@ func TestNetworkPolicy(t *testing.T) {
 			func() error { return allowed(near, "tcp", hostPortAddr(podIP(far), portTCP)) },
 		)
 	})
+}
+
+// policyEnv holds what the policy cases share: their namespace, and the
+// checks of flows allowed and denied.
+type policyEnv struct {
+	k  *cluster
+	t  *testing.T
+	c  context.Context
+	ns string
+}
+
+func (e *policyEnv) allowed(from *corev1.Pod, proto, addr string) error {
+	if err := e.k.connect(e.t, from, proto, addr); err != nil {
+		return fmt.Errorf("%s -> %s %s should pass: %w", from.Name, proto, addr, err)
+	}
+	return nil
+}
+
+// denied waits until a connection times out (the policy may take a moment
+// to reach a node), then checks twice more that it does.
+func (e *policyEnv) denied(from *corev1.Pod, proto, addr string) error {
+	n := 0
+	return poll.Until(e.c, 20*time.Second, pollInterval, func(c context.Context) error {
+		if _, err := e.k.exec(c, from, "/agent", "connect", proto, addr, "--timeout", "2s"); err == nil {
+			n = 0
+			return fmt.Errorf("%s -> %s %s passed, should be denied", from.Name, proto, addr)
+		}
+		if n++; n < 3 {
+			return fmt.Errorf("denied %d times", n)
+		}
+		return nil
+	})
+}
+
+func (e *policyEnv) apply(np *networkingv1.NetworkPolicy) error {
+	np.Namespace = e.ns
+	return e.k.c.Create(e.c, np)
+}
+
+func (e *policyEnv) remove(name string) error {
+	return e.k.c.Delete(e.c, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}})
+}
+
+// all runs the checks in turn and stops at the first failure.
+func all(checks ...func() error) error {
+	for _, f := range checks {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -41,6 +41,9 @@ type settings struct {
 	// external is HOST:PORT of a TCP echo server outside the cluster, for
 	// "pod -> internet"; empty when the cluster has none.
 	external string
+	// external6 is the same for IPv6 (VCOIL_E2E_EXTERNAL6), in a
+	// dual-stack cluster whose external host has an IPv6 address too.
+	external6 string
 	// externalAgent is the command that runs the network test agent on
 	// external's host, a client outside the cluster ("public -> nodeport");
 	// empty when there is none.
@@ -61,6 +64,7 @@ func loadSettings() settings {
 		agentImage: envOr("VCOIL_E2E_AGENT_IMAGE", "vcoil-e2e-agent:lab"),
 		pullPolicy: envOr("VCOIL_E2E_PULL_POLICY", "Never"),
 		external:   os.Getenv("VCOIL_E2E_EXTERNAL"),
+		external6:  os.Getenv("VCOIL_E2E_EXTERNAL6"),
 		// Words, as the lab writes it: nsenter --net=NS -- AGENT.
 		externalAgent: strings.Fields(os.Getenv("VCOIL_E2E_EXTERNAL_AGENT")),
 		reportDir:     os.Getenv("VCOIL_E2E_REPORT_DIR"),

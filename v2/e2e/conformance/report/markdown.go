@@ -17,6 +17,9 @@ func (s Summary) WriteMarkdown(w io.Writer) error {
 		s.Started.UTC().Format("2006-01-02 15:04 UTC"), s.Duration, s.Focus, s.Skip)
 	fmt.Fprintf(&b, "| specs | passed | failed | skipped |\n| --- | ---: | ---: | ---: |\n")
 	fmt.Fprintf(&b, "| `[sig-network] ... [Conformance]` | %d | %d | %d |\n", s.Conformance.Passed, s.Conformance.Failed, s.Conformance.Skipped)
+	if n := len(s.DualStack.Specs); n > 0 {
+		fmt.Fprintf(&b, "| `[Feature:IPv6DualStack]` (%d in scope, %d left out by the skip) | %d | %d | %d |\n", n, s.DualStackLeftOut, s.DualStack.Passed, s.DualStack.Failed, s.DualStack.Skipped)
+	}
 	fmt.Fprintf(&b, "| other sig-network specs in scope | %d | %d | %d |\n\n", s.Other.Passed, s.Other.Failed, s.Other.Skipped)
 	if len(s.SuiteErrors) > 0 {
 		fmt.Fprintf(&b, "## Suite errors\n\n")
@@ -28,7 +31,7 @@ func (s Summary) WriteMarkdown(w io.Writer) error {
 	for _, g := range []struct {
 		title string
 		group Group
-	}{{"Conformance", s.Conformance}, {"Other sig-network specs", s.Other}} {
+	}{{"Conformance", s.Conformance}, {"IPv6DualStack", s.DualStack}, {"Other sig-network specs", s.Other}} {
 		var failed []Spec
 		skipped := map[string][]string{}
 		for _, sp := range g.group.Specs {

@@ -61,6 +61,12 @@ type Summary struct {
 	SuiteErrors []string  `json:"suiteErrors,omitempty"`
 	// Conformance are the specs in scope whose text has [Conformance].
 	Conformance Group `json:"conformance"`
+	// DualStack are the specs in scope with [Feature:IPv6DualStack] (a
+	// dual-stack lab runs them), apart from Conformance and Other.
+	DualStack Group `json:"dualStack"`
+	// DualStackLeftOut counts the [Feature:IPv6DualStack] specs the focus
+	// selects and the skip leaves out (the SCTP one, for one).
+	DualStackLeftOut int `json:"dualStackLeftOut"`
 	// Other are the other specs in scope.
 	Other Group `json:"other"`
 	// LeftOut counts the specs the focus selects and the skip leaves out,
@@ -92,6 +98,9 @@ type Count struct {
 	Reason string `json:"reason"`
 	Specs  int    `json:"specs"`
 }
+
+// dualStackTag marks the upstream dual-stack specs.
+const dualStackTag = "[Feature:IPv6DualStack]"
 
 // Build reads a ginkgo JSON report (a list of suite reports) and summarises
 // the specs that focus and skip (the regular expressions of the run) select.
@@ -132,6 +141,9 @@ func Build(r io.Reader, focus, skip string) (Summary, error) {
 		}
 		if tag := skipRE.FindString(text); tag != "" {
 			leftOut[tag]++
+			if strings.Contains(text, dualStackTag) {
+				sum.DualStackLeftOut++
+			}
 			continue
 		}
 		spec := Spec{Name: text, State: outcome(s.State), Seconds: int(s.RunTime.Round(time.Second) / time.Second)}
@@ -142,8 +154,11 @@ func Build(r io.Reader, focus, skip string) (Summary, error) {
 			}
 		}
 		g := &sum.Other
-		if strings.Contains(text, "[Conformance]") {
+		switch {
+		case strings.Contains(text, "[Conformance]"):
 			g = &sum.Conformance
+		case strings.Contains(text, dualStackTag):
+			g = &sum.DualStack
 		}
 		g.add(spec)
 	}
@@ -156,7 +171,7 @@ func Build(r io.Reader, focus, skip string) (Summary, error) {
 		}
 		return sum.LeftOut[i].Reason < sum.LeftOut[j].Reason
 	})
-	for _, g := range []*Group{&sum.Conformance, &sum.Other} {
+	for _, g := range []*Group{&sum.Conformance, &sum.DualStack, &sum.Other} {
 		sort.Slice(g.Specs, func(i, j int) bool { return g.Specs[i].Name < g.Specs[j].Name })
 	}
 	return sum, nil
@@ -224,5 +239,5 @@ func (s Summary) ConformancePassed() bool {
 
 // AllPassed tells whether no spec in scope failed and the suite did not fail.
 func (s Summary) AllPassed() bool {
-	return s.ConformancePassed() && s.Other.Failed == 0
+	return s.ConformancePassed() && s.Other.Failed == 0 && s.DualStack.Failed == 0
 }

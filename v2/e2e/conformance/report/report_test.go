@@ -1,6 +1,7 @@
 package report
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -166,5 +167,70 @@ func TestMarkdownListsFailuresSkipsAndLeftOut(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// makeSkip is the skip expression mk/conformance.mk gives a lab of the
+// family: the test checks the expressions make really passes to ginkgo.
+func makeSkip(t *testing.T, family string) string {
+	t.Helper()
+	cmd := exec.Command("make", "-s", "--no-print-directory", "-C", "../../../..",
+		"--eval", `vcoil-print-skip: ; @echo '$(CONFORMANCE_SKIP)'`, "vcoil-print-skip", "LAB_IP_FAMILY="+family, "LAB_STATE_DIR=/nonexistent")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+const dualStackReport = `[{
+  "SuiteDescription": "Kubernetes e2e suite", "SuiteSucceeded": true, "StartTime": "2026-11-26T06:00:00Z", "RunTime": 1000000000,
+  "SpecReports": [
+    {"ContainerHierarchyTexts": ["[sig-network] [Feature:IPv6DualStack]"], "LeafNodeType": "It",
+     "LeafNodeText": "should create service with ipv6 cluster ip", "State": "passed"},
+    {"ContainerHierarchyTexts": ["[sig-network] [Feature:IPv6DualStack]", "Granular Checks: Services Secondary IP Family [LinuxOnly]"], "LeafNodeType": "It",
+     "LeafNodeText": "should function for pod-Service: udp", "State": "failed", "Failure": {"Message": "no answer"}},
+    {"ContainerHierarchyTexts": ["[sig-network] [Feature:IPv6DualStack]", "Granular Checks: Services Secondary IP Family [LinuxOnly]"], "LeafNodeType": "It",
+     "LeafNodeText": "should function for pod-Service: sctp [Feature:SCTPConnectivity]", "State": "skipped"},
+    {"ContainerHierarchyTexts": ["[sig-network] Netpol"], "LeafNodeType": "It",
+     "LeafNodeText": "should enforce policy [Feature:NetworkPolicy]", "State": "passed"},
+    {"ContainerHierarchyTexts": ["[sig-network] Ingress"], "LeafNodeType": "It",
+     "LeafNodeText": "should conform to Ingress spec [Feature:Ingress]", "State": "skipped"},
+    {"ContainerHierarchyTexts": ["[sig-network] DNS"], "LeafNodeType": "It",
+     "LeafNodeText": "should provide DNS for the cluster [Conformance]", "State": "passed"}
+  ]
+}]`
+
+// A dual-stack lab's skip lets [Feature:IPv6DualStack] through (but not its
+// SCTP spec), and the summary counts those specs apart; an IPv4 lab's skip
+// leaves them out.
+func TestDualStackSpecsAreInScopeOfADualStackLabOnly(t *testing.T) {
+	sum, err := Build(strings.NewReader(dualStackReport), testFocus, makeSkip(t, "dual"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := sum.DualStack; g.Passed != 1 || g.Failed != 1 || g.Skipped != 0 || sum.DualStackLeftOut != 1 {
+		t.Errorf("dual-stack specs: %d passed, %d failed, %d skipped, %d left out; want 1, 1, 0, 1", g.Passed, g.Failed, g.Skipped, sum.DualStackLeftOut)
+	}
+	if sum.Conformance.Passed != 1 || sum.Other.Passed != 1 || len(sum.Other.Specs) != 1 {
+		t.Errorf("Conformance %+v, other %+v: want the DNS and NetworkPolicy specs", sum.Conformance, sum.Other)
+	}
+	if sum.AllPassed() {
+		t.Error("a dual-stack spec failed: want not AllPassed")
+	}
+	var md strings.Builder
+	if err := sum.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| `[Feature:IPv6DualStack]` (2 in scope, 1 left out by the skip) | 1 | 1 | 0 |") {
+		t.Errorf("markdown lacks the dual-stack row:\n%s", md.String())
+	}
+
+	v4, err := Build(strings.NewReader(dualStackReport), testFocus, makeSkip(t, "ipv4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v4.DualStack.Specs) != 0 || v4.DualStackLeftOut != 3 || v4.Other.Passed != 1 {
+		t.Errorf("IPv4 lab: dual-stack specs %+v, %d left out, other %+v; want none in scope, 3 left out", v4.DualStack, v4.DualStackLeftOut, v4.Other)
 	}
 }
