@@ -38,6 +38,12 @@ func TestDualStackServices(t *testing.T) {
 		}
 		return
 	}
+	if unserved := k.noServicesOf(t, w, ipv6); unserved != "" {
+		for _, n := range names {
+			listed(groupDualStack, n, statusNotImplemented, unserved)
+		}
+		return
+	}
 	by, why := k.serviceProxy(t, w)
 	c := ctx(t, 5*time.Minute)
 	mk := func(name string, typ corev1.ServiceType, policy corev1.IPFamilyPolicy) *corev1.Service {

@@ -1,9 +1,15 @@
 package suite
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // family is one IP family of the cluster. In a dual-stack cluster the suite
@@ -101,4 +107,31 @@ func (s settings) externalOf(f family) string {
 		return s.external6
 	}
 	return s.external
+}
+
+// noServicesOf says why Services (and hostPorts) of family f cannot be
+// checked on the suite's nodes, or "" when they can: vcoild's VPP
+// dataplane translates IPv4 alone (NAT44-ED), so a node whose vcoild runs
+// with --dataplane=vpp serves no IPv6 Service or hostPort.
+func (k *cluster) noServicesOf(t *testing.T, w *world, f family) string {
+	t.Helper()
+	if !f.v6 {
+		return ""
+	}
+	var pods corev1.PodList
+	if err := k.c.List(ctx(t, 30*time.Second), &pods, client.MatchingLabels{"app.kubernetes.io/name": "vcoild"}); err != nil {
+		t.Fatal(err)
+	}
+	var vpp []string
+	for _, p := range pods.Items {
+		if (p.Spec.NodeName == w.nodeA.Name || p.Spec.NodeName == w.nodeB.Name) && p.DeletionTimestamp == nil &&
+			len(p.Spec.Containers) > 0 && slices.Contains(p.Spec.Containers[0].Args, "--dataplane=vpp") && !slices.Contains(vpp, p.Spec.NodeName) {
+			vpp = append(vpp, p.Spec.NodeName)
+		}
+	}
+	if len(vpp) == 0 {
+		return ""
+	}
+	slices.Sort(vpp)
+	return fmt.Sprintf("IPv6 Services and hostPorts are not served on VPP nodes (%s): vcoild's VPP dataplane translates IPv4 only (NAT44-ED; docs/vpp.md)", strings.Join(vpp, ", "))
 }

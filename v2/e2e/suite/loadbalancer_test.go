@@ -41,9 +41,18 @@ var (
 // client a1 is a backend, "same VM"/"other VM" where the other backend
 // runs, "policy=local" externalTrafficPolicy Local; "remap" is service port
 // 80 to the backends' port, "no remap" the same port on both.
-func loadBalancerRows(t *testing.T, k *cluster, w *world, f family, by string) {
+//
+// unserved, when set, says why the nodes serve no Service of the family:
+// the rows are listed with it, as not implemented.
+func loadBalancerRows(t *testing.T, k *cluster, w *world, f family, by, unserved string) {
 	g := f.group(groupMatrix)
 	all := append(append(append([]string{}, lbPodRows...), lbVMRow), lbPublicRows...)
+	if unserved != "" {
+		for _, n := range all {
+			listed(g, n, statusNotImplemented, unserved)
+		}
+		return
+	}
 	if reason := k.noLoadBalancers(t, f, by); reason != "" {
 		for _, n := range all {
 			listed(g, n, statusNotApplicable, reason)

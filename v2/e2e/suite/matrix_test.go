@@ -59,9 +59,19 @@ func matrix(t *testing.T, k *cluster, w *world, f family, by, why string) {
 	pod("pod -> pod, same VM (UDP)", w.a1, "udp", hp(f.podIP(w.a2), portUDP))
 	pod("pod -> pod, other VM", w.a1, "tcp", hp(f.podIP(w.b1), portTCP))
 	pod("pod -> pod, other VM (UDP)", w.a1, "udp", hp(f.podIP(w.b1), portUDP))
-	pod("pod -> own VM, own hostPort", w.hostPort, "tcp", hp(A, portHost))
-	pod("pod -> own VM, other hostPort", w.a1, "tcp", hp(A, portHost))
-	pod("pod -> other VM, other hostPort", w.b1, "tcp", hp(A, portHost))
+	// Where the nodes serve no Service or hostPort of the family, those
+	// rows are listed with the reason.
+	unserved := k.noServicesOf(t, w, f)
+	hostPort := func(name string, from *corev1.Pod, addr string) {
+		if unserved != "" {
+			listed(g, name, statusNotImplemented, unserved)
+			return
+		}
+		pod(name, from, "tcp", addr)
+	}
+	hostPort("pod -> own VM, own hostPort", w.hostPort, hp(A, portHost))
+	hostPort("pod -> own VM, other hostPort", w.a1, hp(A, portHost))
+	hostPort("pod -> other VM, other hostPort", w.b1, hp(A, portHost))
 	pod("pod -> own VM", w.a1, "tcp", hp(A, portNodeTCP))
 	pod("pod -> other VM", w.a1, "tcp", hp(B, portNodeTCP))
 	if ext := k.settings.externalOf(f); ext != "" {
@@ -72,12 +82,12 @@ func matrix(t *testing.T, k *cluster, w *world, f family, by, why string) {
 	listed(g, "pod -> http://metadata", statusNotApplicable, "no metadata server in this cluster")
 	pod("VM -> pod, same VM", w.hostA, "tcp", hp(f.podIP(w.a1), portTCP))
 	pod("VM -> pod, other VM", w.hostA, "tcp", hp(f.podIP(w.b1), portTCP))
-	pod("VM -> same VM hostPort", w.hostA, "tcp", hp(A, portHost))
-	pod("VM -> other VM hostPort", w.hostB, "tcp", hp(A, portHost))
+	hostPort("VM -> same VM hostPort", w.hostA, hp(A, portHost))
+	hostPort("VM -> other VM hostPort", w.hostB, hp(A, portHost))
 
-	serviceRows(t, k, w, f, by, why)
-	loadBalancerRows(t, k, w, f, by)
-	publicNodePortRows(t, k, w, f, by, why)
+	serviceRows(t, k, w, f, by, why, unserved)
+	loadBalancerRows(t, k, w, f, by, unserved)
+	publicNodePortRows(t, k, w, f, by, why, unserved)
 }
 
 // serviceRows runs the ClusterIP and NodePort rows against the proxy that
@@ -85,62 +95,20 @@ func matrix(t *testing.T, k *cluster, w *world, f family, by, why string) {
 // backends of each service are chosen so that "own" (the client is a
 // backend), "same VM" and "other VM" (where the other backend runs) and
 // "policy=local" (externalTrafficPolicy Local) mean what the proposal says;
-// a1 is the client pod, hostA the client VM.
-func serviceRows(t *testing.T, k *cluster, w *world, f family, by, why string) {
-	c := ctx(t, 2*time.Minute)
-	// Group labels select the backends of each service.
-	groups := map[string][]*corev1.Pod{
-		"hairpin":     {w.a1},
-		"own-same":    {w.a1, w.a2},
-		"own-other":   {w.a1, w.b1},
-		"other-same":  {w.a2},
-		"other-other": {w.b1},
-	}
-	for g, pods := range groups {
-		for _, p := range pods {
-			cur := &corev1.Pod{}
-			if err := k.c.Get(c, client.ObjectKeyFromObject(p), cur); err != nil {
-				t.Fatal(err)
-			}
-			patch := client.MergeFrom(cur.DeepCopy())
-			cur.Labels["grp-"+g] = "yes"
-			if err := k.c.Patch(c, cur, patch); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	var created []*corev1.Service
-	mk := func(name, group string, port int, typ corev1.ServiceType, local bool) *corev1.Service {
-		s := k.serviceOf(t, &f, w.ns, f.prefix()+name, map[string]string{"grp-" + group: "yes"}, port, portTCP, typ, local)
-		created = append(created, s)
-		return s
-	}
-	cluster := map[string]*corev1.Service{}
-	for _, g := range []string{"hairpin", "own-same", "own-other", "other-same", "other-other"} {
-		cluster[g+"/remap"] = mk("c-"+g+"-remap", g, 80, corev1.ServiceTypeClusterIP, false)
-		cluster[g+"/same"] = mk("c-"+g+"-same", g, portTCP, corev1.ServiceTypeClusterIP, false)
-	}
-	nodePort := map[string]*corev1.Service{}
-	for _, g := range []string{"hairpin", "own-same", "own-other", "other-same", "other-other"} {
-		nodePort[g] = mk("n-"+g, g, 80, corev1.ServiceTypeNodePort, false)
-		nodePort[g+"/local"] = mk("n-"+g+"-local", g, 80, corev1.ServiceTypeNodePort, true)
-	}
-	// Wait until every service has its endpoints.
-	poll.Eventually(t, time.Minute, func() error {
-		for _, s := range created {
-			if err := k.readyEndpoints(c, s); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	for _, s := range created {
-		if err := k.c.Get(c, client.ObjectKeyFromObject(s), s); err != nil {
-			t.Fatal(err)
-		}
+// a1 is the client pod, hostA the client VM. When unserved says why the
+// nodes serve no Service of the family, the rows are listed with it.
+func serviceRows(t *testing.T, k *cluster, w *world, f family, by, why, unserved string) {
+	// Services only where the nodes serve the family.
+	cluster, nodePort := map[string]*corev1.Service{}, map[string]*corev1.Service{}
+	if unserved == "" {
+		cluster, nodePort = serviceRowServices(t, k, w, f)
 	}
 	A, B := f.nodeIP(w.nodeA), f.nodeIP(w.nodeB)
 	svc := func(name string, from *corev1.Pod, addr func() string) {
+		if unserved != "" {
+			listed(f.group(groupMatrix), name, statusNotImplemented, unserved)
+			return
+		}
 		record(t, f.group(groupMatrix), name, by, func(t *testing.T) error {
 			if err := k.connect(t, from, "tcp", addr()); err != nil {
 				return fmt.Errorf("%w (served by %s: %s)", err, by, why)
@@ -189,6 +157,67 @@ func serviceRows(t *testing.T, k *cluster, w *world, f family, by, why string) {
 	svc("VM -> other VM nodePort, other VM", w.hostA, np("other-other", onB))
 }
 
+// serviceRowServices labels the suite's pods into the backend groups of
+// the matrix and makes, in family f, a ClusterIP Service per group with and
+// without port remap (cluster, by "group/remap" and "group/same") and a
+// NodePort Service per group with either traffic policy (nodePort, by
+// "group" and "group/local"), once each has endpoints.
+func serviceRowServices(t *testing.T, k *cluster, w *world, f family) (cluster, nodePort map[string]*corev1.Service) {
+	c := ctx(t, 2*time.Minute)
+	// Group labels select the backends of each service.
+	groups := map[string][]*corev1.Pod{
+		"hairpin":     {w.a1},
+		"own-same":    {w.a1, w.a2},
+		"own-other":   {w.a1, w.b1},
+		"other-same":  {w.a2},
+		"other-other": {w.b1},
+	}
+	for g, pods := range groups {
+		for _, p := range pods {
+			cur := &corev1.Pod{}
+			if err := k.c.Get(c, client.ObjectKeyFromObject(p), cur); err != nil {
+				t.Fatal(err)
+			}
+			patch := client.MergeFrom(cur.DeepCopy())
+			cur.Labels["grp-"+g] = "yes"
+			if err := k.c.Patch(c, cur, patch); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var created []*corev1.Service
+	mk := func(name, group string, port int, typ corev1.ServiceType, local bool) *corev1.Service {
+		s := k.serviceOf(t, &f, w.ns, f.prefix()+name, map[string]string{"grp-" + group: "yes"}, port, portTCP, typ, local)
+		created = append(created, s)
+		return s
+	}
+	cluster = map[string]*corev1.Service{}
+	for _, g := range []string{"hairpin", "own-same", "own-other", "other-same", "other-other"} {
+		cluster[g+"/remap"] = mk("c-"+g+"-remap", g, 80, corev1.ServiceTypeClusterIP, false)
+		cluster[g+"/same"] = mk("c-"+g+"-same", g, portTCP, corev1.ServiceTypeClusterIP, false)
+	}
+	nodePort = map[string]*corev1.Service{}
+	for _, g := range []string{"hairpin", "own-same", "own-other", "other-same", "other-other"} {
+		nodePort[g] = mk("n-"+g, g, 80, corev1.ServiceTypeNodePort, false)
+		nodePort[g+"/local"] = mk("n-"+g+"-local", g, 80, corev1.ServiceTypeNodePort, true)
+	}
+	// Wait until every service has its endpoints.
+	poll.Eventually(t, time.Minute, func() error {
+		for _, s := range created {
+			if err := k.readyEndpoints(c, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, s := range created {
+		if err := k.c.Get(c, client.ObjectKeyFromObject(s), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cluster, nodePort
+}
+
 // serviceProxy tells which proxy serves the services on the suite's two
 // nodes, from what the cluster says: vcoild renders them unless its pod on
 // the node runs with --service-proxy=false or the node is labelled
@@ -234,9 +263,16 @@ func (k *cluster) serviceProxy(t *testing.T, w *world) (by, why string) {
 // the external host) to the nodes' NodePorts. The services answer HTTP, so
 // that the backend tells the client address it saw: with
 // externalTrafficPolicy Local it must be the client's own.
-func publicNodePortRows(t *testing.T, k *cluster, w *world, f family, by, why string) {
+// unserved, when set, says why the nodes serve no Service of the family.
+func publicNodePortRows(t *testing.T, k *cluster, w *world, f family, by, why, unserved string) {
 	g := f.group(groupMatrix)
 	names := []string{"public -> nodeport, policy=local", "public -> nodeport, policy=global", "public -> nodeport, manual backend"}
+	if unserved != "" {
+		for _, n := range names {
+			listed(g, n, statusNotImplemented, unserved)
+		}
+		return
+	}
 	clientHost, _, err := net.SplitHostPort(k.settings.externalOf(f))
 	if len(k.settings.externalAgent) == 0 || err != nil {
 		for _, n := range names {

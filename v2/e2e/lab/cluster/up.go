@@ -52,7 +52,12 @@ func (c Config) Up(ctx context.Context) error {
 		return err
 	}
 	done()
-	done = c.step("network namespaces: fabric 198.18.0.0/24 with control plane, %d nodes, external host %s", c.Topology.Nodes, topology.ExternalIP)
+	fabric, external := topology.FabricNet.String(), topology.ExternalIP.String()
+	if c.Topology.Dual() {
+		fabric += " and " + topology.FabricNet6.String()
+		external += " and " + topology.ExternalIP6.String()
+	}
+	done = c.step("network namespaces: fabric %s with control plane, %d nodes, external host %s", fabric, c.Topology.Nodes, external)
 	if err := c.buildNetwork(); err != nil {
 		return err
 	}
@@ -93,7 +98,7 @@ func (c Config) Up(ctx context.Context) error {
 		return err
 	}
 	done()
-	done = c.step("cluster DNS: CoreDNS at %s", topology.DNSServiceIP)
+	done = c.step("cluster DNS: CoreDNS at %s", render.JoinAddrs(c.Topology.DNSServiceIPs()))
 	if err := c.deployCoreDNS(ctx, cl); err != nil {
 		return err
 	}
