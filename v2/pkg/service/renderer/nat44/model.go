@@ -262,6 +262,9 @@ type rendered struct {
 	backends []netip.Addr
 	// skippedSCTP counts SCTP frontends left out.
 	skippedSCTP int
+	// skippedIPv6 counts IPv6 frontends (address and port) left out:
+	// NAT44-ED translates IPv4 only.
+	skippedIPv6 int
 	// leftOut counts endpoints left out of LB mappings whose probabilities
 	// would not fit VPP's sum.
 	leftOut int
@@ -325,6 +328,7 @@ func render(node *service.Node, s *service.Service, localWeight uint8) *rendered
 		has := p.HasEndpointsFor(netip.IPv4Unspecified())
 		put := func(a netip.Addr, port uint16, ls []local, flags nat_types.NatConfigFlags) {
 			if !a.Is4() {
+				r.skippedIPv6++
 				return
 			}
 			k := mappingKey{a, proto, port}

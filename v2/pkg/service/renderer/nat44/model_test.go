@@ -63,6 +63,11 @@ func TestRenderChoosesKindFlagsAndLocalsPerFrontend(t *testing.T) {
 	if r.skippedSCTP != 1 {
 		t.Errorf("skipped SCTP ports: %d, want 1", r.skippedSCTP)
 	}
+	// [fd00:96::10]:80, [2001:db8::7]:80 and the node port on the node's
+	// fd00::11 (the SCTP port is skipped before its frontends).
+	if r.skippedIPv6 != 3 {
+		t.Errorf("skipped IPv6 frontends: %d, want 3", r.skippedIPv6)
+	}
 	if got := r.backends; len(got) != 1 || got[0] != addr("10.1.0.2") {
 		t.Errorf("backends %v, want [10.1.0.2]", got)
 	}

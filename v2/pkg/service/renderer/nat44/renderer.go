@@ -238,6 +238,11 @@ func (r *Renderer) setService(id service.ID, s *service.Service, dirty map[mappi
 	if rnd.skippedSCTP > 0 {
 		r.log.V(1).Info("SCTP ports skipped: NAT44-ED translates only TCP and UDP ports", "service", id, "ports", rnd.skippedSCTP)
 	}
+	// Once per Service that gains IPv6 frontends, not at each change of
+	// its endpoints: in a dual-stack cluster most Services have them.
+	if rnd.skippedIPv6 > 0 && (old == nil || old.skippedIPv6 == 0) {
+		r.log.Info("IPv6 frontends not served: vcoil's VPP dataplane serves IPv4 Services only (NAT44-ED)", "service", id, "frontends", rnd.skippedIPv6)
+	}
 	r.services[id], r.perService[id] = s, rnd
 	for _, e := range rnd.mappings {
 		dirty[e.key] = true
