@@ -134,12 +134,16 @@ envtest-assets: $(K8S_BIN_DIR)/kube-apiserver $(ETCD_BIN_DIR)/etcd ## build kube
 # Test packages run one at a time (-p 1): the envtest suites each start an
 # apiserver, and the machine may have two cores only.
 GO_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
+# make test's local cluster is dual-stack: the e2e suite then runs every
+# IPv4 row as in an IPv4 cluster and the same rows over IPv6 besides
+# (TEST_LAB_IP_FAMILY=ipv4 for an IPv4-only cluster).
+TEST_LAB_IP_FAMILY ?= dual
 
 .PHONY: test
 test: ## every test: lint, generated code, pins, the Go tests, the end-to-end suite on the local cluster (as root); then what did not run, and why
 	@rm -rf $(TEST_OUT) $(LAB_OUT)/e2e/results.json; rc=0; \
 	$(MAKE) --no-print-directory test-go TEST_SUMMARY= || rc=$$?; \
-	if [ $$rc = 0 ]; then $(MAKE) --no-print-directory e2e || rc=$$?; fi; \
+	if [ $$rc = 0 ]; then $(MAKE) --no-print-directory e2e LAB_IP_FAMILY=$(TEST_LAB_IP_FAMILY) || rc=$$?; fi; \
 	$(MAKE) --no-print-directory test-summary TEST_E2E_RESULTS=$(LAB_OUT)/e2e/results.json; \
 	exit $$rc
 
