@@ -472,9 +472,8 @@ func EnvFile(topo topology.Topology, stateDir, kubeconfig, kubectl, kubernetesDi
 	w("VCOIL_E2E_EXTERNAL", fmt.Sprintf("%s:%d", topology.ExternalIP, topology.AgentTCPPort))
 	if topo.Dual() {
 		// The suite runs its matrix once per family it finds in the
-		// cluster; these are its IPv6 external host and spare range.
+		// cluster; this is its IPv6 external host.
 		w("VCOIL_E2E_EXTERNAL6", netip.AddrPortFrom(topology.ExternalIP6, topology.AgentTCPPort).String())
-		w("VCOIL_E2E_SPARE_CIDR6", topology.E2ESpare6.String())
 	}
 	w("VCOIL_E2E_KUBECTL", kubectl)
 	w("VCOIL_E2E_EXTERNAL_AGENT", fmt.Sprintf("nsenter --net=/run/netns/%s -- %s", topology.ExternalNetns, agent))

@@ -164,7 +164,7 @@ func TestDualStackLabNamesBothFamilies(t *testing.T) {
 	}
 	env := EnvFile(topo, "/lab", "/k", "/kubectl", "/k8s", "/agent")
 	for _, want := range []string{"VCOIL_LAB_IP_FAMILY=dual\n", "VCOIL_LAB_NODE_IPS6=2001:db8:18::11,2001:db8:18::12\n",
-		"VCOIL_E2E_EXTERNAL6=[2001:db8:113::10]:8080\n", "VCOIL_E2E_SPARE_CIDR6=2001:db8:18:64::/120\n"} {
+		"VCOIL_E2E_EXTERNAL6=[2001:db8:113::10]:8080\n"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("lab.env lacks %q:\n%s", want, env)
 		}

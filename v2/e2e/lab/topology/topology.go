@@ -20,7 +20,6 @@
 //	2001:db8:18::/64       the fabric: ::1, ::2 the control plane, ::11... the nodes
 //	2001:db8:18:16::/112   Service ClusterIPs (::a cluster DNS)
 //	2001:db8:18:32::/120   the default LoadBalancer AddressPool's IPv6 subnet
-//	2001:db8:18:64::/120   left free: the e2e suite's own small pools
 //	2001:db8:19::/112      the default AddressPool's IPv6 subnet (16 host bits, as 198.19.0.0/16)
 //	2001:db8:113::/64      the external network: ::1 the fabric, ::10 the external host
 package topology
@@ -76,9 +75,6 @@ var (
 	// with the Nth IPv6 block.
 	PodPool6 = netip.MustParsePrefix("2001:db8:19::/112")
 	LBPool6  = netip.MustParsePrefix("2001:db8:18:32::/120")
-	// E2ESpare6 is left free for the e2e suite's own small pools, as
-	// 198.18.64.0/24.
-	E2ESpare6 = netip.MustParsePrefix("2001:db8:18:64::/120")
 )
 
 // The IP families a lab can have.

@@ -39,7 +39,7 @@ func TestRangesDoNotOverlapAndAvoidTheMachinesNetwork(t *testing.T) {
 	// VCOIL_E2E_SPARE_CIDR).
 	suiteSpare := netip.MustParsePrefix("198.18.64.0/24")
 	ranges := []netip.Prefix{FabricNet, ExternalNet, ServiceCIDR, PodPool, LBPool, suiteSpare,
-		FabricNet6, ExternalNet6, ServiceCIDR6, PodPool6, LBPool6, E2ESpare6,
+		FabricNet6, ExternalNet6, ServiceCIDR6, PodPool6, LBPool6,
 		// The machine's own IPv6 network and the unique local range it
 		// comes from.
 		netip.MustParsePrefix("fd00::/8")}
