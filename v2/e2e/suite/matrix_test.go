@@ -103,7 +103,7 @@ func serviceRows(t *testing.T, k *cluster, w *world, f family, by, why, unserved
 	if unserved == "" {
 		cluster, nodePort = serviceRowServices(t, k, w, f)
 	}
-	A, B := f.nodeIP(w.nodeA), f.nodeIP(w.nodeB)
+	onA, onB := f.nodeIP(w.nodeA), f.nodeIP(w.nodeB)
 	svc := func(name string, from *corev1.Pod, addr func() string) {
 		if unserved != "" {
 			listed(f.group(groupMatrix), name, statusNotImplemented, unserved)
@@ -125,7 +125,6 @@ func serviceRows(t *testing.T, k *cluster, w *world, f family, by, why, unserved
 	np := func(key string, node netip.Addr) func() string {
 		return func() string { return hostPortAddr(node, int(nodePort[key].Spec.Ports[0].NodePort)) }
 	}
-	onA, onB := A, B
 
 	svc("pod -> own clusterIP, hairpin", w.a1, cip("hairpin/remap"))
 	svc("pod -> own clusterIP, same VM, other pod, no port remap", w.a1, cip("own-same/same"))
