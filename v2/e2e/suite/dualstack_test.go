@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func TestDualStackServices(t *testing.T) {
 	k := need(t)
 	w := deployWorld(t, k)
 	names := []string{
+		"the cluster DNS answers A and AAAA for a dual-stack Service, over both of its own addresses",
 		"RequireDualStack ClusterIP: a pod reaches it on both ClusterIPs",
 		"PreferDualStack NodePort: a pod reaches it on both addresses of the other node",
 		"PreferDualStack NodePort: a client outside the cluster reaches it on both addresses of both nodes",
@@ -108,6 +110,33 @@ func TestDualStackServices(t *testing.T) {
 		})
 	}
 	row(names[0], func(t *testing.T) error {
+		dns := &corev1.Service{}
+		if err := k.c.Get(c, client.ObjectKey{Namespace: "kube-system", Name: "kube-dns"}, dns); err != nil {
+			return fmt.Errorf("the cluster DNS's Service kube-system/kube-dns: %w", err)
+		}
+		if len(dns.Spec.ClusterIPs) != 2 {
+			return fmt.Errorf("the cluster DNS's Service kube-system/kube-dns has ClusterIPs %v, want one of each family", dns.Spec.ClusterIPs)
+		}
+		name := cip.Name + "." + cip.Namespace + ".svc.cluster.local."
+		want := slices.Sorted(slices.Values(cip.Spec.ClusterIPs))
+		for _, server := range dns.Spec.ClusterIPs {
+			err := poll.Until(t.Context(), 15*time.Second, time.Second, func(c context.Context) error {
+				out, err := k.exec(c, w.a2, "/agent", "resolve", name, "--server", hostPortAddr(mustAddr(server), 53))
+				if err != nil {
+					return err
+				}
+				if got := strings.Fields(out); !slices.Equal(got, want) {
+					return fmt.Errorf("the cluster DNS at %s resolved %s to %v, want %v", server, name, got, want)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	row(names[1], func(t *testing.T) error {
 		for _, ip := range cip.Spec.ClusterIPs {
 			if err := httpTo(w.a2, hostPortAddr(mustAddr(ip), 80)); err != nil {
 				return err
@@ -116,7 +145,7 @@ func TestDualStackServices(t *testing.T) {
 		return nil
 	})
 	nodePort := int(np.Spec.Ports[0].NodePort)
-	row(names[1], func(t *testing.T) error {
+	row(names[2], func(t *testing.T) error {
 		for _, f := range []family{ipv4, ipv6} {
 			if err := httpTo(w.a2, hostPortAddr(f.nodeIP(w.nodeB), nodePort)); err != nil {
 				return err
@@ -125,12 +154,12 @@ func TestDualStackServices(t *testing.T) {
 		return nil
 	})
 	if len(k.settings.externalAgent) == 0 || k.settings.external6 == "" {
-		for _, n := range names[2:] {
+		for _, n := range names[3:] {
 			listed(groupDualStack, n, statusNotApplicable, "no client outside the cluster with both families given (VCOIL_E2E_EXTERNAL_AGENT, VCOIL_E2E_EXTERNAL6)")
 		}
 		return
 	}
-	row(names[2], func(t *testing.T) error {
+	row(names[3], func(t *testing.T) error {
 		for _, f := range []family{ipv4, ipv6} {
 			for _, n := range []*corev1.Node{w.nodeA, w.nodeB} {
 				if err := k.fromOutside(t, "connect", "http", hostPortAddr(f.nodeIP(n), nodePort), "--timeout", "3s"); err != nil {
@@ -140,7 +169,7 @@ func TestDualStackServices(t *testing.T) {
 		}
 		return nil
 	})
-	row(names[3], func(t *testing.T) error {
+	row(names[4], func(t *testing.T) error {
 		for _, f := range []family{ipv4, ipv6} {
 			ips, err := k.waitIngress(t, f, map[string]*corev1.Service{"lb": lb})
 			if err != nil {

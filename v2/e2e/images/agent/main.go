@@ -4,6 +4,7 @@
 //	agent serve [--tcp PORT] [--udp PORT] [--http PORT]
 //	agent connect tcp|udp|http HOST:PORT [--timeout 2s] [--message TEXT] [--path /] [--upload BYTES]
 //	agent routes [--table N]
+//	agent resolve NAME [--server IP:PORT] [--timeout 2s]
 //
 // The TCP and UDP servers echo what they receive; the HTTP server answers
 // GET / with {"hostname": ..., "client": "IP:PORT"} (the client's source
@@ -14,7 +15,8 @@
 // is right (the echo equals the message; HTTP status 200), 1 when the
 // connection failed or the answer is wrong, 2 on a usage error. routes prints
 // a routing table of the agent's network namespace (of the node, in a
-// hostNetwork pod). Tests run it with `kubectl exec POD -- /agent ...`.
+// hostNetwork pod); resolve prints a name's IPv4 and IPv6 addresses as a DNS
+// server answers A and AAAA queries. Tests run it with `kubectl exec POD -- /agent ...`.
 package main
 
 import (
@@ -35,7 +37,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), connectCommand(), routesCommand())
+	root.AddCommand(serveCommand(), connectCommand(), routesCommand(), resolveCommand())
 	cmd, err := root.ExecuteC()
 	if err == nil {
 		return
