@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -411,6 +412,27 @@ func (n *NS) Listen(network, address string) net.Listener {
 	})
 	n.t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// ServeTCPEcho echoes, until the test ends, every TCP connection made to
+// address inside the namespace ("tcp"; ":0" for a port of the system's
+// choice) and returns the address it listens on.
+func (n *NS) ServeTCPEcho(address string) *net.TCPAddr {
+	n.t.Helper()
+	l := n.Listen("tcp", address)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr)
 }
 
 // Dial connects from inside the namespace; the connection may then be used

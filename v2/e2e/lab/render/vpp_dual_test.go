@@ -198,7 +198,7 @@ func testLabVPPNode(t *testing.T, bin, family string) {
 	if n.IP6.IsValid() {
 		fabricIPs = append(fabricIPs, topology.FabricIP6, topology.ExternalGW6)
 	}
-	kubelet := serveTCPEcho(t, node)
+	kubelet := serveTCPEcho(node)
 	udp := serveUDPEcho(t, node)
 	nodeTalks := func(when string) {
 		t.Helper()
@@ -262,7 +262,7 @@ func testLabVPPNode(t *testing.T, bin, family string) {
 		t.Fatalf("SetupPod: %v", err)
 	}
 	nodeTalks("vcoil's driver running")
-	podPort := serveTCPEcho(t, podNS)
+	podPort := serveTCPEcho(podNS)
 	poll.Eventually(t, 20*time.Second, func() error {
 		for _, a := range fabricIPs {
 			if err := podNS.Ping(ctx, a.String()); err != nil {
@@ -305,21 +305,8 @@ func cli(t *testing.T, v *vpptest.VPP, cmd string) string {
 }
 
 // serveTCPEcho echoes TCP in ns on a port of its choice, in both families.
-func serveTCPEcho(t *testing.T, ns *netnstest.NS) uint16 {
-	l := ns.Listen("tcp", ":0")
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
-	return uint16(l.Addr().(*net.TCPAddr).Port)
+func serveTCPEcho(ns *netnstest.NS) uint16 {
+	return uint16(ns.ServeTCPEcho(":0").Port)
 }
 
 // serveUDPEcho echoes UDP datagrams in ns on a port of its choice, in both

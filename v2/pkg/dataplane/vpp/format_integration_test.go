@@ -82,7 +82,7 @@ func TestRealVPPAdoptsFormat1TagsWithoutDisturbingTraffic(t *testing.T) {
 			t.Fatalf("SetupPod %s: %v", p.ContainerID, err)
 		}
 	}
-	serveEcho(t, b, ":8080")
+	b.ServeTCPEcho(":8080")
 	if err := echo(ctx, a, "10.100.0.3:8080"); err != nil {
 		t.Fatal(err)
 	}

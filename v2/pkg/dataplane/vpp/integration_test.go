@@ -72,8 +72,8 @@ func TestRealVPPWiresPodsThatTalkAndSurviveARestart(t *testing.T) {
 		t.Fatalf("pod a's routes lack default dev eth0:\n%s", routes)
 	}
 
-	serveEcho(t, b, ":8080")
-	serveEcho(t, a, ":8080")
+	b.ServeTCPEcho(":8080")
+	a.ServeTCPEcho(":8080")
 	talk := func(when string) {
 		t.Helper()
 		poll.Eventually(t, 20*time.Second, func() error {
@@ -142,22 +142,6 @@ func restartVPP(ctx context.Context, t *testing.T, v *vpptest.VPP, d vpp.Datapla
 	case <-ctx.Done():
 		t.Fatal("no new incarnation after VPP's restart")
 	}
-}
-
-func serveEcho(t *testing.T, ns *netnstest.NS, addr string) {
-	l := ns.Listen("tcp", addr)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
 }
 
 func echo(ctx context.Context, ns *netnstest.NS, addr string) error {

@@ -74,7 +74,7 @@ func TestRealVPPPodsTalkOverIPv6ThroughTheUplink(t *testing.T) {
 		}
 	}
 	for _, ns := range []*netnstest.NS{a, b, ext} {
-		serveEcho(t, ns, ":8080")
+		ns.ServeTCPEcho(":8080")
 	}
 	a6, b6 := pods[0].IPv6.String(), pods[1].IPv6.String()
 	talk := func(when string) {

@@ -104,11 +104,13 @@ func newITEnv(t *testing.T, names ...string) *itEnv {
 	return e
 }
 
-func (p *itPod) serve(t *testing.T) {
-	echo := p.ns.Listen("tcp4", ":8080")
+// greet answers each connection l accepts with a line naming the pod and
+// the client's address as the pod sees it, then echoes what the client
+// sends.
+func (p *itPod) greet(l net.Listener) {
 	go func() {
 		for {
-			c, err := echo.Accept()
+			c, err := l.Accept()
 			if err != nil {
 				return
 			}
@@ -120,6 +122,10 @@ func (p *itPod) serve(t *testing.T) {
 			}()
 		}
 	}()
+}
+
+func (p *itPod) serve(t *testing.T) {
+	p.greet(p.ns.Listen("tcp4", ":8080"))
 	pusher := p.ns.Listen("tcp4", ":9090")
 	go func() {
 		for {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -122,21 +121,7 @@ func TestRealVPPPolicyOverIPv6(t *testing.T) {
 // serve6 serves TCP 8080 on p's IPv6 address: a greeting with its name and
 // the client's address, then an echo of each line, as itPod.serve.
 func (p *dualPod) serve6(t *testing.T) {
-	l := p.ns.Listen("tcp6", netip.AddrPortFrom(p.ip6, 8080).String())
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := fmt.Fprintf(c, "%s %s\n", p.name, c.RemoteAddr()); err == nil {
-					_, _ = io.Copy(c, c)
-				}
-			}()
-		}
-	}()
+	p.greet(p.ns.Listen("tcp6", netip.AddrPortFrom(p.ip6, 8080).String()))
 }
 
 // reaches6 waits until from reaches to's IPv6 echo port, then checks the
