@@ -80,6 +80,29 @@ func (r *RouteSync) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 // routesOf splits the blocks into the node's own prefixes and the other
 // nodes' prefixes with their InternalIP of the same family as next hop.
 func routesOf(blocks []vcoilv2.AddressBlock, nodes []corev1.Node, self string) ([]netip.Prefix, map[netip.Prefix]netip.Addr) {
+	var own []netip.Prefix
+	var others []vcoilv2.AddressBlock
+	for _, b := range blocks {
+		if b.Labels[vcoilv2.LabelNode] != self {
+			others = append(others, b)
+			continue
+		}
+		for _, s := range []string{ptr.Deref(b.IPv4, ""), ptr.Deref(b.IPv6, "")} {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				own = append(own, p)
+			}
+		}
+	}
+	return own, BlockNextHops(others, nodes)
+}
+
+// BlockNextHops maps each subnet of the blocks to the first InternalIP of
+// the subnet's family of the block's node: the next hop of a route to the
+// block on a network where the nodes share a link (vcoild's direct routes;
+// the lab's fabric router plays the network's router with it). Subnets of
+// unknown nodes, or of a family their node has no InternalIP of, are left
+// out.
+func BlockNextHops(blocks []vcoilv2.AddressBlock, nodes []corev1.Node) map[netip.Prefix]netip.Addr {
 	type hops struct{ v4, v6 netip.Addr }
 	via := map[string]hops{}
 	for _, n := range nodes {
@@ -98,8 +121,7 @@ func routesOf(blocks []vcoilv2.AddressBlock, nodes []corev1.Node, self string) (
 		}
 		via[n.Name] = h
 	}
-	var own []netip.Prefix
-	direct := map[netip.Prefix]netip.Addr{}
+	out := map[netip.Prefix]netip.Addr{}
 	for _, b := range blocks {
 		node := b.Labels[vcoilv2.LabelNode]
 		for _, s := range []string{ptr.Deref(b.IPv4, ""), ptr.Deref(b.IPv6, "")} {
@@ -107,20 +129,16 @@ func routesOf(blocks []vcoilv2.AddressBlock, nodes []corev1.Node, self string) (
 			if err != nil {
 				continue
 			}
-			if node == self {
-				own = append(own, p)
-				continue
-			}
 			hop := via[node].v6
 			if p.Addr().Is4() {
 				hop = via[node].v4
 			}
 			if hop.IsValid() {
-				direct[p] = hop
+				out[p] = hop
 			}
 		}
 	}
-	return own, direct
+	return out
 }
 
 // SetupWithManager triggers a sync on any block or node change.

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/daemon"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 )
 
@@ -42,47 +43,19 @@ type Route struct {
 
 // DesiredRoutes maps every block subnet with a known node to that node's
 // InternalIP of the subnet's family (a dual-stack block gets one route per
-// family). Blocks of unknown nodes, and subnets whose family the node has
-// no InternalIP of, get no route.
+// family), as vcoild's direct routes do. Blocks being deleted, blocks of
+// unknown nodes, and subnets whose family the node has no InternalIP of,
+// get no route.
 func DesiredRoutes(blocks []vcoilv2.AddressBlock, nodes []corev1.Node) map[netip.Prefix]netip.Addr {
-	type family struct {
-		node string
-		v6   bool
-	}
-	nodeIP := map[family]netip.Addr{}
-	for _, n := range nodes {
-		for _, a := range n.Status.Addresses {
-			if a.Type != corev1.NodeInternalIP {
-				continue
-			}
-			ip, err := netip.ParseAddr(a.Address)
-			if err != nil {
-				continue
-			}
-			// The first InternalIP of each family, as vcoild's direct
-			// routes take it.
-			if k := (family{n.Name, ip.Is6()}); !nodeIP[k].IsValid() {
-				nodeIP[k] = ip
-			}
+	var live []vcoilv2.AddressBlock
+	for _, b := range blocks {
+		if b.DeletionTimestamp == nil {
+			live = append(live, b)
 		}
 	}
 	out := map[netip.Prefix]netip.Addr{}
-	for _, b := range blocks {
-		if b.DeletionTimestamp != nil {
-			continue
-		}
-		for _, subnet := range []*string{b.IPv4, b.IPv6} {
-			if subnet == nil {
-				continue
-			}
-			dst, err := netip.ParsePrefix(*subnet)
-			if err != nil {
-				continue
-			}
-			if via, ok := nodeIP[family{b.Labels[vcoilv2.LabelNode], dst.Addr().Is6()}]; ok {
-				out[dst.Masked()] = via
-			}
-		}
+	for dst, via := range daemon.BlockNextHops(live, nodes) {
+		out[dst.Masked()] = via
 	}
 	return out
 }
