@@ -41,7 +41,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/egress"
 	egressagent "github.com/vcoil/vcoil/v2/pkg/egress/agent"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
@@ -501,7 +501,7 @@ func checkpointEntries(dir string) ([]checkpoint.Entry, error) {
 		return nil, err
 	}
 	entries, err := store.Load()
-	if err != nil && !errors.Is(err, format.ErrNewer) {
+	if err != nil && !errors.Is(err, formatversion.ErrNewer) {
 		return nil, err
 	}
 	return entries, nil

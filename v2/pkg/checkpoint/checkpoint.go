@@ -4,9 +4,9 @@
 // so that a daemon killed at any instant finds every allocation it made, whole
 // or not at all. It knows nothing of IPAM or dataplanes.
 //
-// Every file carries its format version (Entry.Format, format.Checkpoint):
+// Every file carries its format version (Entry.Format, formatversion.Checkpoint):
 // files without one (format 1, written before versions) are read as they
-// are; a file of a newer format is refused with a format.NewerError naming
+// are; a file of a newer format is refused with a formatversion.NewerError naming
 // it, and never rewritten or deleted by this code.
 package checkpoint
 
@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/vcoil/vcoil/v2/pkg/atomicfile"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // Entry records one pod interface's allocation.
@@ -98,13 +98,13 @@ func fileName(containerID, ifName string) string {
 
 // Save writes e durably in the current format, replacing an earlier entry
 // of the same key, unless that entry is of a newer format (a
-// format.NewerError): a file this vcoild cannot read is never overwritten.
+// formatversion.NewerError): a file this vcoild cannot read is never overwritten.
 func (s *Store) Save(e Entry) error {
 	path := filepath.Join(s.dir, fileName(e.ContainerID, e.IfName))
-	if _, err := read(path); errors.Is(err, format.ErrNewer) {
+	if _, err := read(path); errors.Is(err, formatversion.ErrNewer) {
 		return fmt.Errorf("checkpoint %s/%s: %w", e.ContainerID, e.IfName, err)
 	}
-	data, err := json.Marshal(file{Format: format.Checkpoint, Entry: e})
+	data, err := json.Marshal(file{Format: formatversion.Checkpoint, Entry: e})
 	if err != nil {
 		return err
 	}
@@ -115,10 +115,10 @@ func (s *Store) Save(e Entry) error {
 }
 
 // Delete removes the entry of a key; a missing entry is not an error, an
-// entry of a newer format is refused (format.NewerError) and kept.
+// entry of a newer format is refused (formatversion.NewerError) and kept.
 func (s *Store) Delete(containerID, ifName string) error {
 	path := filepath.Join(s.dir, fileName(containerID, ifName))
-	if _, err := read(path); errors.Is(err, format.ErrNewer) {
+	if _, err := read(path); errors.Is(err, formatversion.ErrNewer) {
 		return fmt.Errorf("delete checkpoint of %s/%s: %w", containerID, ifName, err)
 	}
 	err := os.Remove(path)
@@ -142,7 +142,7 @@ func (s *Store) Get(containerID, ifName string) (Entry, bool, error) {
 
 // Load returns every entry. A file that cannot be read or decoded is
 // reported in the error, and the entries that could be read are returned;
-// errors.Is(err, format.ErrNewer) tells that a file is of a newer format,
+// errors.Is(err, formatversion.ErrNewer) tells that a file is of a newer format,
 // which a caller must not take for a lost entry.
 func (s *Store) Load() ([]Entry, error) {
 	files, err := os.ReadDir(s.dir)
@@ -177,7 +177,7 @@ func read(path string) (Entry, error) {
 	if err := json.Unmarshal(data, &v); err != nil {
 		return Entry{}, fmt.Errorf("decode checkpoint %s: %w", path, err)
 	}
-	if err := format.Check("checkpoint file "+path, v.Format, format.Checkpoint); err != nil {
+	if err := formatversion.Check("checkpoint file "+path, v.Format, formatversion.Checkpoint); err != nil {
 		return Entry{}, err
 	}
 	var f file

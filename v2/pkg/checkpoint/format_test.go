@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // copyFixtures copies testdata/format1 (files the code wrote before format
@@ -107,8 +107,8 @@ func TestAFileOfANewerFormatIsRefusedByNameAndNeverChanged(t *testing.T) {
 	}
 	checkRefusal := func(what string, err error) {
 		t.Helper()
-		var ne *format.NewerError
-		if !errors.Is(err, format.ErrNewer) || !errors.As(err, &ne) || ne.Found != 3 || ne.Known != format.Checkpoint {
+		var ne *formatversion.NewerError
+		if !errors.Is(err, formatversion.ErrNewer) || !errors.As(err, &ne) || ne.Found != 3 || ne.Known != formatversion.Checkpoint {
 			t.Fatalf("%s: error %v, want a refusal of format 3", what, err)
 		}
 		for _, want := range []string{path, "format version 3", "this vcoild's 2"} {

@@ -16,7 +16,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // A downgraded vcoild finds a checkpoint file of a newer format: recovery
@@ -54,7 +54,7 @@ func TestRecoverRefusesACheckpointOfANewerFormatAndChangesNothing(t *testing.T) 
 	}
 	srv := NewServer(Config{Dataplane: dp, Store: store, Log: testr.New(t)})
 	_, err = srv.Recover(t.Context())
-	var ne *format.NewerError
+	var ne *formatversion.NewerError
 	if !errors.As(err, &ne) || ne.Found != 3 || !strings.Contains(err.Error(), newerPath) {
 		t.Fatalf("Recover = %v, want a refusal naming %s", err, newerPath)
 	}
@@ -73,12 +73,12 @@ func TestARefusedStartHoldsAndReportsItsReasonInReadiness(t *testing.T) {
 	if err := d.Refused(); err != nil {
 		t.Fatalf("Refused before any refusal = %v", err)
 	}
-	refusal := &format.NewerError{Object: "checkpoint file /var/lib/vcoil/pods/x.json", Found: 3, Known: format.Checkpoint}
+	refusal := &formatversion.NewerError{Object: "checkpoint file /var/lib/vcoil/pods/x.json", Found: 3, Known: formatversion.Checkpoint}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- d.refuse(ctx, refusal) }()
 	poll.Eventually(t, 5*time.Second, func() error {
-		if err := d.Refused(); !errors.Is(err, format.ErrNewer) {
+		if err := d.Refused(); !errors.Is(err, formatversion.ErrNewer) {
 			return errors.New("readiness does not report the refusal yet")
 		}
 		return nil
@@ -89,7 +89,7 @@ func TestARefusedStartHoldsAndReportsItsReasonInReadiness(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, format.ErrNewer) {
+	if err := <-done; !errors.Is(err, formatversion.ErrNewer) {
 		t.Fatalf("refuse at shutdown = %v, want the refusal", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // RecoveryReport says what Recover found.
@@ -28,12 +28,12 @@ type RecoveryReport struct {
 // The node's blocks must be loaded into IPAM first.
 //
 // A checkpoint file of a newer format stops Recover before it changes
-// anything (an error matching format.ErrNewer): its pod would otherwise look
+// anything (an error matching formatversion.ErrNewer): its pod would otherwise look
 // like one without an entry, to be adopted over the file or torn down.
 func (s *Server) Recover(ctx context.Context) (RecoveryReport, error) {
 	var rep RecoveryReport
 	entries, loadErr := s.store.Load()
-	if errors.Is(loadErr, format.ErrNewer) {
+	if errors.Is(loadErr, formatversion.ErrNewer) {
 		return rep, fmt.Errorf("recover the allocations of checkpoint %s: %w", s.store.Dir(), loadErr)
 	}
 	if loadErr != nil {

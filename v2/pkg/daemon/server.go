@@ -23,7 +23,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/cni"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
@@ -347,7 +347,7 @@ func (s *Server) GC(ctx context.Context, req *cnirpc.GCRequest) (_ *cnirpc.Empty
 		valid[key(a.ContainerId, a.Ifname)] = true
 	}
 	entries, lerr := s.store.Load()
-	if errors.Is(lerr, format.ErrNewer) {
+	if errors.Is(lerr, formatversion.ErrNewer) {
 		// A pod of a newer entry would look unknown and be torn down.
 		return nil, cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "garbage collection: %v", lerr)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
@@ -63,7 +63,7 @@ type Daemon struct {
 	// build a Daemon by hand).
 	events *nodeevents.Recorder
 	// refused holds the error by which start refused state of a newer
-	// format (format.ErrNewer); readiness reports it.
+	// format (formatversion.ErrNewer); readiness reports it.
 	refused atomic.Pointer[error]
 	// loaded is closed once start has loaded the node's blocks: only then
 	// may the node subnet be looked for, or a restarted vcoild would ask for
@@ -133,7 +133,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 func (d *Daemon) start(ctx context.Context) error {
 	if err := d.opts.Dataplane.Init(ctx); err != nil {
 		err = fmt.Errorf("initialise the %s dataplane: %w", d.opts.Dataplane.Name(), err)
-		if errors.Is(err, format.ErrNewer) {
+		if errors.Is(err, formatversion.ErrNewer) {
 			return d.refuse(ctx, err)
 		}
 		return err
@@ -143,7 +143,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	}
 	close(d.loaded)
 	rep, err := d.Server.Recover(ctx)
-	if errors.Is(err, format.ErrNewer) {
+	if errors.Is(err, formatversion.ErrNewer) {
 		return d.refuse(ctx, err)
 	}
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // ApplyClient makes the pod's netns (a path such as /var/run/netns/x or
@@ -458,7 +458,7 @@ func (k *kernel) syncClientNFT(ctx context.Context, nft knftables.Interface, wan
 		sets, err = nft.List(ctx, "sets")
 		return err
 	})
-	if err == nil && len(rules) == 1 && rules[0].Comment != nil && *rules[0].Comment == clampComment && slices.Contains(sets, format.NFTSet) {
+	if err == nil && len(rules) == 1 && rules[0].Comment != nil && *rules[0].Comment == clampComment && slices.Contains(sets, formatversion.NFTSet) {
 		return nil
 	}
 	if err != nil && !knftables.IsNotFound(err) {
@@ -468,7 +468,7 @@ func (k *kernel) syncClientNFT(ctx context.Context, nft knftables.Interface, wan
 	// set in this transaction; the rule is replaced in the same one.
 	tx := nft.NewTransaction()
 	tx.Add(&knftables.Table{})
-	tx.Add(format.KnftSet(nftKind, format.KernelTable))
+	tx.Add(formatversion.KnftSet(nftKind, formatversion.KernelTable))
 	tx.Add(&knftables.Chain{Name: "postrouting", Type: knftables.PtrTo(knftables.FilterType),
 		Hook: knftables.PtrTo(knftables.PostroutingHook), Priority: knftables.PtrTo(knftables.ManglePriority)})
 	tx.Flush(&knftables.Chain{Name: "postrouting"})

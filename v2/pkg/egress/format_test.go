@@ -12,7 +12,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 	"github.com/vcoil/vcoil/v2/pkg/egress"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // loadFixture writes testdata/format1/name (the egress table as the code
@@ -35,8 +35,8 @@ func markNewer(ns *netnstest.NS) {
 
 func wantRefusal(t *testing.T, err error) {
 	t.Helper()
-	var ne *format.NewerError
-	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != format.KernelTable || !strings.Contains(err.Error(), "nftables table inet vcoil-egress") {
+	var ne *formatversion.NewerError
+	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != formatversion.KernelTable || !strings.Contains(err.Error(), "nftables table inet vcoil-egress") {
 		t.Fatalf("error %v, want a refusal of the table's format 3", err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -105,16 +105,16 @@ func (k *kernel) runNFT(ctx context.Context, nft knftables.Interface, tx *knftab
 }
 
 // nftKind names the egress table in its format set's comment ("vcoil
-// egress v2", format.KernelTable). Format 1 tables, written before format
+// egress v2", formatversion.KernelTable). Format 1 tables, written before format
 // versions, have no format set: a router starts from scratch and replaces
 // its table, a client adds the set to its table in place.
 const nftKind = "egress"
 
 // checkNFTFormat refuses an egress table of a newer format than this
-// vcoil's (format.NewerError): it is neither changed nor deleted.
+// vcoil's (formatversion.NewerError): it is neither changed nor deleted.
 func (k *kernel) checkNFTFormat(ctx context.Context, nft knftables.Interface) error {
 	err := k.do(func() error {
-		return format.CheckKnftTable(ctx, nft, knftables.InetFamily, constants.EgressNFTable, nftKind, format.KernelTable)
+		return formatversion.CheckKnftTable(ctx, nft, knftables.InetFamily, constants.EgressNFTable, nftKind, formatversion.KernelTable)
 	})
 	if err != nil {
 		return fmt.Errorf("in %s: %w", k.Path, err)

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -275,7 +275,7 @@ var (
 func (r *Router) writeNFT(ctx context.Context, dests []netip.Prefix) error {
 	tx := r.nft.NewTransaction()
 	tx.Add(&knftables.Table{})
-	tx.Add(format.KnftSet(nftKind, format.KernelTable))
+	tx.Add(formatversion.KnftSet(nftKind, formatversion.KernelTable))
 	tx.Add(&knftables.Set{Name: "dests4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Set{Name: "dests6", Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	chains := []struct {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // A node whose veths an earlier vcoild aliased in format 1 ("vcoil <ID>
@@ -41,7 +41,7 @@ func TestListPodsReadsFormat1AliasesAndRefusesNewerOnes(t *testing.T) {
 	l.node.IP("link", "set", host, "alias", "vcoil@3 "+b.ContainerID+" "+b.IfName+" more")
 	before := l.node.IP("-d", "link", "show") + l.node.IP("route", "show", "table", "all")
 	_, err = restarted.ListPods(t.Context())
-	var ne *format.NewerError
+	var ne *formatversion.NewerError
 	if !errors.As(err, &ne) || ne.Found != 3 || !strings.Contains(err.Error(), "link "+host) {
 		t.Fatalf("ListPods = %v, want a refusal naming link %s", err, host)
 	}

@@ -7,11 +7,11 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // aliasTag is the kind of the alias (IFLA_IFALIAS) of every node-side
-// veth: "vcoil@2 <containerID> <ifname>" ("@2": format.VPPTag, the format
+// veth: "vcoil@2 <containerID> <ifname>" ("@2": formatversion.VPPTag, the format
 // of vcoil's tags and aliases). The alias is how ListPods recognises
 // vcoil's veths and recovers their keys after vcoild restarts; the name
 // alone is a hash and cannot be reversed. Veths of format 1, aliased
@@ -32,15 +32,15 @@ func HostIfName(key dataplane.PodKey) string {
 }
 
 func hostAlias(key dataplane.PodKey) string {
-	return format.Tag(aliasTag, key.ContainerID, key.IfName)
+	return formatversion.Tag(aliasTag, key.ContainerID, key.IfName)
 }
 
 // parseHostAlias returns the key recorded in a node-side veth's alias of
 // this format or the previous one, and false for an alias that is not
 // vcoil's (or is a newer vcoil's: newerAlias).
 func parseHostAlias(alias string) (dataplane.PodKey, bool) {
-	kind, v, rest, ok := format.ParseTag(alias)
-	if !ok || kind != aliasTag || v > format.VPPTag {
+	kind, v, rest, ok := formatversion.ParseTag(alias)
+	if !ok || kind != aliasTag || v > formatversion.VPPTag {
 		return dataplane.PodKey{}, false
 	}
 	f := strings.Split(rest, " ")
@@ -55,12 +55,12 @@ func parseHostAlias(alias string) (dataplane.PodKey, bool) {
 }
 
 // newerAlias refuses the alias of a link that a newer vcoil made
-// (format.NewerError naming the link).
+// (formatversion.NewerError naming the link).
 func newerAlias(link, alias string) error {
-	if kind, _, _, ok := format.ParseTag(alias); !ok || kind != aliasTag {
+	if kind, _, _, ok := formatversion.ParseTag(alias); !ok || kind != aliasTag {
 		return nil
 	}
-	return format.CheckTag("link "+link, alias)
+	return formatversion.CheckTag("link "+link, alias)
 }
 
 // validateKey checks the key (dataplane.PodKey.Validate) and that it fits

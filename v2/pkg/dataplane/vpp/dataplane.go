@@ -15,7 +15,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 )
 
@@ -410,7 +410,7 @@ func (d *driver) serve(ctx context.Context, conn connection) {
 			start := time.Now()
 			if err := d.resync(ctx); err != nil {
 				d.why = fmt.Errorf("sync with VPP (pid %d): %w", pid, err)
-				if errors.Is(err, format.ErrNewer) {
+				if errors.Is(err, formatversion.ErrNewer) {
 					// Init returns it: vcoild holds instead of serving
 					// pods over a newer vcoild's VPP objects.
 					d.fatal = d.why

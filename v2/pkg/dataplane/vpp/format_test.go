@@ -14,7 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // format1Tags reads testdata/format1/tags.tsv: the tags the driver before
@@ -194,8 +194,8 @@ func TestAnInterfaceTaggedByANewerVcoildStopsTheSyncBeforeAnyChange(t *testing.T
 	h.vpp.mu.Unlock()
 
 	err := h.restart(t, cfg, nil)
-	var ne *format.NewerError
-	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != format.VPPTag {
+	var ne *formatversion.NewerError
+	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != formatversion.VPPTag {
 		t.Fatalf("Init = %v, want a refusal of format 3", err)
 	}
 	for _, want := range []string{"VPP interface 3 (host-" + linkName(vethPrefix, podA.PodKey) + ")", `"vcoil@3 c0ffee eth0 and more"`, "format version 3", "this vcoild's 2"} {

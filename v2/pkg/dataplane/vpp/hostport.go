@@ -19,7 +19,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // HostPorts. Traffic to the node's address arrives at VPP, which holds it
@@ -52,7 +52,7 @@ import (
 // hostPortTagPrefix is the kind of the tag of every hostPort mapping:
 // "vcoil-hp@2 <containerID> <ifname>", "vcoil-hp64@2 <ID in base64url>
 // <ifname>" or "vcoil-hp#@2 <hash>", the first that fits VPP's 63 bytes
-// ("@2": format.VPPTag; format 1 tags lack it). The services renderer owns
+// ("@2": formatversion.VPPTag; format 1 tags lack it). The services renderer owns
 // the tags starting "vcoil-svc" and leaves these alone.
 const hostPortTagPrefix = "vcoil-hp"
 
@@ -61,15 +61,15 @@ const hostPortFlags = nat_types.NAT_IS_OUT2IN_ONLY | nat_types.NAT_IS_SELF_TWICE
 
 // hostPortTag tags the mappings of a pod's hostPorts.
 func hostPortTag(key dataplane.PodKey) string {
-	if t := format.Tag(hostPortTagPrefix, key.ContainerID, key.IfName); len(t) <= maxTag {
+	if t := formatversion.Tag(hostPortTagPrefix, key.ContainerID, key.IfName); len(t) <= maxTag {
 		return t
 	}
 	if b, err := hex.DecodeString(key.ContainerID); err == nil && strings.ToLower(key.ContainerID) == key.ContainerID {
-		if t := format.Tag(hostPortTagPrefix+"64", base64.RawURLEncoding.EncodeToString(b), key.IfName); len(t) <= maxTag {
+		if t := formatversion.Tag(hostPortTagPrefix+"64", base64.RawURLEncoding.EncodeToString(b), key.IfName); len(t) <= maxTag {
 			return t
 		}
 	}
-	return format.Tag(hostPortTagPrefix+"#", keyHash(key))
+	return formatversion.Tag(hostPortTagPrefix+"#", keyHash(key))
 }
 
 // currentHostPortTag is the current spelling of a hostPort tag of this
@@ -78,8 +78,8 @@ func hostPortTag(key dataplane.PodKey) string {
 // mapping, and making it again would cut its sessions); false for a tag
 // that is not a hostPort's.
 func currentHostPortTag(tag string) (string, bool) {
-	kind, v, rest, ok := format.ParseTag(tag)
-	if !ok || v > format.VPPTag {
+	kind, v, rest, ok := formatversion.ParseTag(tag)
+	if !ok || v > formatversion.VPPTag {
 		return "", false
 	}
 	f := strings.Split(rest, " ")
@@ -93,7 +93,7 @@ func currentHostPortTag(tag string) (string, bool) {
 		}
 		return hostPortTag(dataplane.PodKey{ContainerID: hex.EncodeToString(b), IfName: f[1]}), true
 	case kind == hostPortTagPrefix+"#" && len(f) == 1:
-		return format.Tag(kind, f[0]), true
+		return formatversion.Tag(kind, f[0]), true
 	}
 	return "", false
 }
@@ -394,7 +394,7 @@ func (d *driver) delHostPort(m hostPortMapping) error {
 // dumpHostPorts returns VPP's static mappings tagged as hostPorts.
 //
 // A mapping of a format 1 tag is returned with its current tag (it is kept
-// as it is in VPP); one of a newer format fails the dump (format.NewerError).
+// as it is in VPP); one of a newer format fails the dump (formatversion.NewerError).
 func dumpHostPorts(ch channel) ([]hostPortMapping, error) {
 	var out []hostPortMapping
 	var newer []error
@@ -408,7 +408,7 @@ func dumpHostPorts(ch channel) ([]hostPortMapping, error) {
 				external: netip.AddrFrom4(m.ExternalIPAddress), externalPort: m.ExternalPort, protocol: m.Protocol,
 				local: netip.AddrFrom4(m.LocalIPAddress), localPort: m.LocalPort, tag: m.Tag,
 			}
-			if err := format.CheckTag("VPP static mapping "+mapping.String(), m.Tag); err != nil {
+			if err := formatversion.CheckTag("VPP static mapping "+mapping.String(), m.Tag); err != nil {
 				newer = append(newer, err)
 				return
 			}

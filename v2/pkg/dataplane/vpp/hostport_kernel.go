@@ -12,7 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"sigs.k8s.io/knftables"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -100,12 +100,12 @@ func (d *driver) syncKernelHostPorts(ctx context.Context) {
 }
 
 // hostPortTableKind names HostPortTable in its format set's comment
-// ("vcoil vpp-hostports v2", format.KernelTable; format 1 had none).
+// ("vcoil vpp-hostports v2", formatversion.KernelTable; format 1 had none).
 const hostPortTableKind = "vpp-hostports"
 
 // SyncHostPorts replaces the table HostPortTable in one transaction with
 // the DNATs of dnats, or deletes it when there are none; a table of a
-// newer format is refused (format.NewerError) and left unchanged. Loopback sources
+// newer format is refused (formatversion.NewerError) and left unchanged. Loopback sources
 // need route_localnet on the interconnect to leave through it.
 func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT) error {
 	if _, err := exec.LookPath("nft"); err != nil {
@@ -130,7 +130,7 @@ func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT)
 			return fmt.Errorf("nftables table ip %s in %s: %w", HostPortTable, node.Path, err)
 		}
 		// A newer vcoild's table is left as it is.
-		if err := format.CheckKnftTable(ctx, nft, knftables.IPv4Family, HostPortTable, hostPortTableKind, format.KernelTable); err != nil {
+		if err := formatversion.CheckKnftTable(ctx, nft, knftables.IPv4Family, HostPortTable, hostPortTableKind, formatversion.KernelTable); err != nil {
 			return fmt.Errorf("in %s: %w", node.Path, err)
 		}
 		tx := nft.NewTransaction()
@@ -138,7 +138,7 @@ func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT)
 		tx.Delete(&knftables.Table{})
 		if len(dnats) > 0 {
 			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: the node's own connections to hostPorts, which VPP serves")})
-			tx.Add(format.KnftSet(hostPortTableKind, format.KernelTable))
+			tx.Add(formatversion.KnftSet(hostPortTableKind, formatversion.KernelTable))
 			tx.Add(&knftables.Map{Name: "hostports", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service"})
 			for _, h := range dnats {
 				tx.Add(&knftables.Element{Map: "hostports",

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // The node's two small tables (service network, hostPorts) hold only what
@@ -56,8 +56,8 @@ func TestTheNodeKernelTablesReplaceFormat1AndRefuseANewerFormat(t *testing.T) {
 			s.node.Exec("nft", "add", "set", "ip", tc.table, "format", `{ type ipv4_addr; comment "vcoil `+tc.kind+` v3"; }`)
 			before := s.node.Exec("nft", "-a", "list", "table", "ip", tc.table)
 			err = tc.sync(s)
-			var ne *format.NewerError
-			if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != format.KernelTable || !strings.Contains(err.Error(), "nftables table ip "+tc.table) {
+			var ne *formatversion.NewerError
+			if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != formatversion.KernelTable || !strings.Contains(err.Error(), "nftables table ip "+tc.table) {
 				t.Fatalf("sync over a newer table = %v, want a refusal naming it", err)
 			}
 			if after := s.node.Exec("nft", "-a", "list", "table", "ip", tc.table); after != before {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // VPP keeps at most 63 bytes of an interface tag (string[64] in
@@ -20,11 +20,11 @@ import (
 //	vcoil#@2 <base64url(sha256(key))[:32]>   anything else; the key comes back
 //	                                         from vcoild's allocations or a veth alias
 //
-// "@2" is the tags' format version (format.VPPTag). Version 1 tags, written
+// "@2" is the tags' format version (formatversion.VPPTag). Version 1 tags, written
 // before format versions, are the same without it ("vcoil c0ffee eth0",
 // "vcoil-loopback"): the first sync after an upgrade re-tags them
 // (upgradeTag), which changes nothing else, and a tag of a newer version
-// stops the sync before it changes anything (format.CheckTag).
+// stops the sync before it changes anything (formatversion.CheckTag).
 const (
 	tagPrefix       = "vcoil"
 	tagPrefixBase64 = "vcoil64"
@@ -45,24 +45,24 @@ const (
 
 // Tags of the node's own interfaces.
 var (
-	loopbackTag     = format.Tag("vcoil-loopback")
-	interconnectTag = format.Tag("vcoil-host")
+	loopbackTag     = formatversion.Tag("vcoil-loopback")
+	interconnectTag = formatversion.Tag("vcoil-host")
 )
 
 // podTag is the VPP interface tag of a pod interface.
 func podTag(key dataplane.PodKey) string {
-	if t := format.Tag(tagPrefix, key.ContainerID, key.IfName); len(t) <= maxTag {
+	if t := formatversion.Tag(tagPrefix, key.ContainerID, key.IfName); len(t) <= maxTag {
 		return t
 	}
 	if b, err := hex.DecodeString(key.ContainerID); err == nil && strings.ToLower(key.ContainerID) == key.ContainerID {
-		if t := format.Tag(tagPrefixBase64, base64.RawURLEncoding.EncodeToString(b), key.IfName); len(t) <= maxTag {
+		if t := formatversion.Tag(tagPrefixBase64, base64.RawURLEncoding.EncodeToString(b), key.IfName); len(t) <= maxTag {
 			return t
 		}
 	}
 	return hashedTag(key)
 }
 
-func hashedTag(key dataplane.PodKey) string { return format.Tag(tagPrefixHash, keyHash(key)) }
+func hashedTag(key dataplane.PodKey) string { return formatversion.Tag(tagPrefixHash, keyHash(key)) }
 
 // keyHash is the hash of a key that hashed tags carry.
 func keyHash(key dataplane.PodKey) string {
@@ -81,8 +81,8 @@ type parsedTag struct {
 // one; false for a tag that is not a pod's (the node's interfaces, someone
 // else's, a newer vcoil's).
 func parsePodTag(tag string) (parsedTag, bool) {
-	kind, v, rest, ok := format.ParseTag(tag)
-	if !ok || v > format.VPPTag {
+	kind, v, rest, ok := formatversion.ParseTag(tag)
+	if !ok || v > formatversion.VPPTag {
 		return parsedTag{}, false
 	}
 	f := strings.Split(rest, " ")
@@ -108,7 +108,7 @@ func parsePodTag(tag string) (parsedTag, bool) {
 // A pod's tag is made again from its key, since the longer marker may
 // need another form.
 func upgradeTag(tag string) (string, bool) {
-	kind, v, rest, ok := format.ParseTag(tag)
+	kind, v, rest, ok := formatversion.ParseTag(tag)
 	if !ok || v != 1 {
 		return "", false
 	}
@@ -119,11 +119,11 @@ func upgradeTag(tag string) (string, bool) {
 		}
 	case tagPrefixHash:
 		if _, ok := parsePodTag(tag); ok {
-			return format.Tag(tagPrefixHash, rest), true
+			return formatversion.Tag(tagPrefixHash, rest), true
 		}
 	case "vcoil-loopback", "vcoil-host", "vcoil-snat-split", "vcoil-snat-nat":
 		if rest == "" {
-			return format.Tag(kind), true
+			return formatversion.Tag(kind), true
 		}
 	}
 	return "", false
@@ -137,15 +137,15 @@ func linkName(prefix string, key dataplane.PodKey) string {
 	return prefix + hex.EncodeToString(sum[:5])
 }
 
-// vethAlias is "vcoil-vpp@2 <containerID> <ifname>" (format.VPPTag);
+// vethAlias is "vcoil-vpp@2 <containerID> <ifname>" (formatversion.VPPTag);
 // parseVethAlias also reads format 1's "vcoil-vpp <containerID> <ifname>".
 func vethAlias(key dataplane.PodKey) string {
-	return format.Tag(aliasPrefix, key.ContainerID, key.IfName)
+	return formatversion.Tag(aliasPrefix, key.ContainerID, key.IfName)
 }
 
 func parseVethAlias(alias string) (dataplane.PodKey, bool) {
-	kind, v, rest, ok := format.ParseTag(alias)
-	if !ok || kind != aliasPrefix || v > format.VPPTag {
+	kind, v, rest, ok := formatversion.ParseTag(alias)
+	if !ok || kind != aliasPrefix || v > formatversion.VPPTag {
 		return dataplane.PodKey{}, false
 	}
 	f := strings.Split(rest, " ")

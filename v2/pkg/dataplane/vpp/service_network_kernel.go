@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/internal/ipnet"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
@@ -235,12 +235,12 @@ const (
 )
 
 // serviceTableKind names ServiceTable in its format set's comment ("vcoil
-// vpp-services v2", format.KernelTable; format 1 had no format set).
+// vpp-services v2", formatversion.KernelTable; format 1 had no format set).
 const serviceTableKind = "vpp-services"
 
 // syncServiceTable replaces the table ip ServiceTable in one transaction
 // (deleted and made again), or deletes it without sinks; a table of a
-// newer format is refused (format.NewerError) and left unchanged. The
+// newer format is refused (formatversion.NewerError) and left unchanged. The
 // table holds nothing but what is rendered from the ServiceNetwork, so a
 // format 1 table is replaced like any other. knftables runs
 // nft, which starts in the namespace of the thread that forks it: the
@@ -258,7 +258,7 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 			return fmt.Errorf("nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
 		}
 		// A newer vcoild's table is left as it is.
-		if err := format.CheckKnftTable(ctx, nft, knftables.IPv4Family, ServiceTable, serviceTableKind, format.KernelTable); err != nil {
+		if err := formatversion.CheckKnftTable(ctx, nft, knftables.IPv4Family, ServiceTable, serviceTableKind, formatversion.KernelTable); err != nil {
 			return fmt.Errorf("in %s: %w", node.Path, err)
 		}
 		tx := nft.NewTransaction()
@@ -267,7 +267,7 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 		tx.Delete(&knftables.Table{})
 		if net.Sinks {
 			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: refusals of service frontends that VPP sends to the node")})
-			tx.Add(format.KnftSet(serviceTableKind, format.KernelTable))
+			tx.Add(formatversion.KnftSet(serviceTableKind, formatversion.KernelTable))
 			chains, sets, maps, elements, rules := serviceRules(net)
 			for _, c := range chains {
 				tx.Add(c)

@@ -15,7 +15,7 @@ import (
 	"go.fd.io/govpp/binapi/pipe"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // Source NAT of pods' IPv4 traffic leaving the node (Config.SNAT).
@@ -56,8 +56,8 @@ const (
 )
 
 var (
-	snatSplitTag = format.Tag("vcoil-snat-split")
-	snatNATTag   = format.Tag("vcoil-snat-nat")
+	snatSplitTag = formatversion.Tag("vcoil-snat-split")
+	snatNATTag   = formatversion.Tag("vcoil-snat-nat")
 
 	SNATSplitIPv4 = netip.MustParsePrefix("169.254.102.1/32")
 	SNATNATIPv4   = netip.MustParsePrefix("169.254.102.2/32")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // resync replays the desired state (replay) and records the attempt for
@@ -94,14 +94,14 @@ func (d *driver) replay(ctx context.Context) error {
 
 // adoptTags checks the tags of VPP's interfaces ifs before anything is
 // changed: a tag of a newer format than this vcoild's stops the sync (a
-// format.NewerError naming the interface), so that a downgraded vcoild
+// formatversion.NewerError naming the interface), so that a downgraded vcoild
 // does not take a newer vcoild's interfaces for strangers and delete them.
 // It then re-tags the interfaces an earlier vcoild tagged in format 1 with
 // their current tags, in ifs too: a tag is only a name, and re-tagging
 // disturbs no traffic. The caller holds d.mu.
 func (d *driver) adoptTags(ifs []vppInterface) error {
 	for _, i := range ifs {
-		if err := format.CheckTag(fmt.Sprintf("VPP interface %d (%s)", i.swIfIndex, i.name), i.tag); err != nil {
+		if err := formatversion.CheckTag(fmt.Sprintf("VPP interface %d (%s)", i.swIfIndex, i.name), i.tag); err != nil {
 			return err
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -88,8 +88,8 @@ func TestAnACLOfANewerFormatStopsTheSyncBeforeAnyChange(t *testing.T) {
 	before, _ := f.state()
 	f.take()
 	err := newRenderer(t, f).Render(ctx(t), renderer.Txn{Resync: true})
-	var ne *format.NewerError
-	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != format.VPPTag || !strings.Contains(err.Error(), `VPP ACL 0, tag "vcoil-pol@3 local-1"`) {
+	var ne *formatversion.NewerError
+	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != formatversion.VPPTag || !strings.Contains(err.Error(), `VPP ACL 0, tag "vcoil-pol@3 local-1"`) {
 		t.Fatalf("Render = %v, want a refusal naming ACL 0", err)
 	}
 	for _, m := range f.take() {

@@ -17,13 +17,13 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
 // Tags of the renderer's ACLs: "vcoil-pol@2 <table ID>" and
-// "vcoil-pol@2 reflect" ("@2": format.VPPTag). Every ACL whose tag is of
+// "vcoil-pol@2 reflect" ("@2": formatversion.VPPTag). Every ACL whose tag is of
 // kind tagKind is the renderer's: after a restart of vcoild it adopts
 // those whose rules a table needs (by content, whatever their tag's
 // format: an ACL an earlier vcoild tagged in format 1, "vcoil-pol global",
@@ -35,9 +35,9 @@ const (
 	maxTag = 63
 )
 
-var reflectTag = format.Tag(tagKind, "reflect")
+var reflectTag = formatversion.Tag(tagKind, "reflect")
 
-func tagOf(id renderer.TableID) string { return format.Tag(tagKind, string(id)) }
+func tagOf(id renderer.TableID) string { return formatversion.Tag(tagKind, string(id)) }
 
 // aclState is one of the renderer's ACLs in VPP.
 type aclState struct {
@@ -488,10 +488,10 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 	var foundCount int
 	var newer []error
 	err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
-		if kind, _, _, ok := format.ParseTag(d.Tag); !ok || kind != tagKind {
+		if kind, _, _, ok := formatversion.ParseTag(d.Tag); !ok || kind != tagKind {
 			return
 		}
-		if err := format.CheckTag(fmt.Sprintf("VPP ACL %d", d.ACLIndex), d.Tag); err != nil {
+		if err := formatversion.CheckTag(fmt.Sprintf("VPP ACL %d", d.ACLIndex), d.Tag); err != nil {
 			newer = append(newer, err)
 			return
 		}

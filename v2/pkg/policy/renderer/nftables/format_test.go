@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
 func TestTheFormatCommentIsTheSharedSpelling(t *testing.T) {
-	if got := format.NFTComment(formatKind, formatVersion); got != formatComment {
-		t.Fatalf("format.NFTComment = %q, the table is written with %q", got, formatComment)
+	if got := formatversion.NFTComment(formatKind, formatVersion); got != formatComment {
+		t.Fatalf("formatversion.NFTComment = %q, the table is written with %q", got, formatComment)
 	}
 }
 
@@ -34,7 +34,7 @@ func TestAPolicyTableOfANewerFormatIsRefusedAndLeftUnchanged(t *testing.T) {
 	before := n.Exec("nft", "-a", "list", "table", "inet", "vcoil-policy")
 
 	err := newRenderer(t, n).Render(t.Context(), renderer.Txn{Resync: true})
-	var ne *format.NewerError
+	var ne *formatversion.NewerError
 	if !errors.As(err, &ne) || ne.Found != 2 || ne.Known != 1 {
 		t.Fatalf("Render = %v, want a refusal of format 2", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -50,10 +50,10 @@ const (
 	// formatVersion is written as the comment of the empty set
 	// setFormat (nft's JSON shows no table or chain comments): a vcoild
 	// adopts a table of its own version and refuses one of a newer one.
-	formatVersion = format.PolicyTable
-	setFormat     = format.NFTSet
+	formatVersion = formatversion.PolicyTable
+	setFormat     = formatversion.NFTSet
 	formatKind    = "policy"
-	formatComment = "vcoil policy v1" // format.NFTComment(formatKind, formatVersion)
+	formatComment = "vcoil policy v1" // formatversion.NFTComment(formatKind, formatVersion)
 	// logRate bounds the drop log: at most this many lines per second
 	// over the whole table, so that a flood cannot fill the kernel log.
 	logRate = "10/second burst 20 packets"

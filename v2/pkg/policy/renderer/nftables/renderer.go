@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -849,8 +849,8 @@ func (r *Renderer) adopt(kt *kernelTable) (purge bool, err error) {
 // adoptTable is adopt; it returns why the table cannot be adopted.
 func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 	if kt.format != formatComment {
-		if v, ok := format.ParseNFTComment(formatKind, kt.format); ok {
-			if err := format.Check("nftables table inet "+r.cfg.Table, v, formatVersion); err != nil {
+		if v, ok := formatversion.ParseNFTComment(formatKind, kt.format); ok {
+			if err := formatversion.Check("nftables table inet "+r.cfg.Table, v, formatVersion); err != nil {
 				return "", err
 			}
 		}

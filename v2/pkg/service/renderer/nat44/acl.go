@@ -15,7 +15,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -23,7 +23,7 @@ import (
 // vcoil's, the others are left alone. An ACL an earlier vcoild tagged in
 // format 1 ("vcoil-svc-source-ranges") is adopted as it is; one of a
 // newer format stops the sync.
-var aclTag = format.Tag(aclTagKind)
+var aclTag = formatversion.Tag(aclTagKind)
 
 const aclTagKind = "vcoil-svc-source-ranges"
 
@@ -188,11 +188,11 @@ func (r *Renderer) findACL(ch api.Channel) error {
 	var others []uint32
 	var newer []error
 	err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
-		kind, _, _, ok := format.ParseTag(d.Tag)
+		kind, _, _, ok := formatversion.ParseTag(d.Tag)
 		if !ok || kind != aclTagKind {
 			return
 		}
-		if err := format.CheckTag(fmt.Sprintf("VPP ACL %d", d.ACLIndex), d.Tag); err != nil {
+		if err := formatversion.CheckTag(fmt.Sprintf("VPP ACL %d", d.ACLIndex), d.Tag); err != nil {
 			newer = append(newer, err)
 			return
 		}

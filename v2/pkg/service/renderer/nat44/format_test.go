@@ -14,7 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.fd.io/govpp/api"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -128,8 +128,8 @@ func TestAMappingOfANewerFormatStopsTheResyncBeforeAnyChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = r2.Resync(ctx(), state())
-	var ne *format.NewerError
-	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != format.VPPTag {
+	var ne *formatversion.NewerError
+	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != formatversion.VPPTag {
 		t.Fatalf("Resync = %v, want a refusal of format 3", err)
 	}
 	for _, want := range []string{"VPP load-balancing static mapping tcp/10.96.0.10:80", `"vcoil-svc@3 default/web with things of version 3"`, "format version 3", "this vcoild's 2"} {
@@ -195,7 +195,7 @@ func TestTheSourceRangesACLOfFormat1IsAdoptedAndANewerOneRefused(t *testing.T) {
 				checkCalls(t, h.dp.take()[4:], []string{fmt.Sprintf("SetInterfaceACLs 1 uplink 2 [%d]", index), fmt.Sprintf("SetInterfaceACLs 1 host 2 [%d]", index)})
 				return
 			}
-			var ne *format.NewerError
+			var ne *formatversion.NewerError
 			if !errors.As(err, &ne) || ne.Found != 3 || !strings.Contains(err.Error(), fmt.Sprintf("VPP ACL %d", index)) {
 				t.Fatalf("Resync = %v, want a refusal of ACL %d's format 3", err, index)
 			}

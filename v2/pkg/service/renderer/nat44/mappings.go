@@ -13,7 +13,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 func ip4(a netip.Addr) ip_types.IP4Address { return ip_types.IP4Address(a.As4()) }
@@ -27,7 +27,7 @@ const noInterface = interface_types.InterfaceIndex(^uint32(0))
 // dumpMappings reads the static mappings VPP holds: vcoil's (by tag) keyed
 // by frontend, with their tags in the current format, and the keys of the
 // others, which the renderer leaves alone. A tag of a newer format fails
-// the dump (format.NewerError) before the renderer changes anything.
+// the dump (formatversion.NewerError) before the renderer changes anything.
 func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[mappingKey]string, err error) {
 	ours, foreign = map[mappingKey]*mapping{}, map[mappingKey]string{}
 	var newer []error
@@ -39,7 +39,7 @@ func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[map
 			foreign[k] = d.Tag
 			return
 		}
-		if err := format.CheckTag("VPP load-balancing static mapping "+k.String(), d.Tag); err != nil {
+		if err := formatversion.CheckTag("VPP load-balancing static mapping "+k.String(), d.Tag); err != nil {
 			newer = append(newer, err)
 			return
 		}
@@ -63,7 +63,7 @@ func dumpMappings(ch api.Channel) (ours map[mappingKey]*mapping, foreign map[map
 			foreign[k] = d.Tag
 			return
 		}
-		if err := format.CheckTag("VPP static mapping "+k.String(), d.Tag); err != nil {
+		if err := formatversion.CheckTag("VPP static mapping "+k.String(), d.Tag); err != nil {
 			newer = append(newer, err)
 			return
 		}

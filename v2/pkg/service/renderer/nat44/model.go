@@ -13,7 +13,7 @@ import (
 	"go.fd.io/govpp/binapi/nat_types"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -183,7 +183,7 @@ const (
 // (nat44_lb_static_mapping_details.affinity stays 0), and the renderer needs
 // it to diff after a restart.
 //
-// "@2" is the tags' format (format.VPPTag). Format 1 tags lack it; a
+// "@2" is the tags' format (formatversion.VPPTag). Format 1 tags lack it; a
 // mapping an earlier vcoild tagged so is read with its current tag
 // (currentTag) and kept: VPP cannot re-tag a mapping, and making it again
 // would cut its sessions. A newer format's tag stops the sync.
@@ -198,18 +198,18 @@ func mappingTag(id service.ID, affinity uint32) string {
 	if affinity > 0 {
 		suffix = affinitySuffix + strconv.FormatUint(uint64(affinity), 10)
 	}
-	tag := format.Tag(tagPrefix, id.String()) + suffix
+	tag := formatversion.Tag(tagPrefix, id.String()) + suffix
 	if len(tag) <= tagMaxLen {
 		return tag
 	}
 	sum := sha256.Sum256([]byte(id.String()))
-	return format.Tag(tagPrefix+"#", hex.EncodeToString(sum[:16])) + suffix
+	return formatversion.Tag(tagPrefix+"#", hex.EncodeToString(sum[:16])) + suffix
 }
 
 // isOurTag says whether a mapping with tag belongs to vcoil's services (of
 // any format).
 func isOurTag(tag string) bool {
-	kind, _, _, ok := format.ParseTag(tag)
+	kind, _, _, ok := formatversion.ParseTag(tag)
 	return ok && (kind == tagPrefix || kind == tagPrefix+"#")
 }
 
@@ -217,7 +217,7 @@ func isOurTag(tag string) bool {
 // tags of this format or the previous one, so that a mapping an earlier
 // vcoild made compares equal to the one wanted.
 func currentTag(tag string) string {
-	kind, v, rest, ok := format.ParseTag(tag)
+	kind, v, rest, ok := formatversion.ParseTag(tag)
 	if !ok || v != 1 {
 		return tag
 	}
@@ -235,7 +235,7 @@ func currentTag(tag string) string {
 		if affinity > 0 {
 			suffix = affinitySuffix + strconv.FormatUint(uint64(affinity), 10)
 		}
-		return format.Tag(kind, rest) + suffix
+		return formatversion.Tag(kind, rest) + suffix
 	}
 	return tag
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/vcoil/vcoil/v2/internal/poll"
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -177,8 +177,8 @@ func TestATableOfANewerFormatIsRefusedAndLeftUnchanged(t *testing.T) {
 	r := l.renderer()
 	st := &service.State{Node: l.nodeModel(), Services: map[service.ID]*service.Service{}}
 	err := r.Resync(t.Context(), st)
-	var ne *format.NewerError
-	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != format.ServiceTable {
+	var ne *formatversion.NewerError
+	if !errors.As(err, &ne) || ne.Found != 3 || ne.Known != formatversion.ServiceTable {
 		t.Fatalf("Resync = %v, want a refusal of format 3", err)
 	}
 	for _, want := range []string{"nftables table inet vcoil-services", "format version 3", "this vcoild's 2"} {

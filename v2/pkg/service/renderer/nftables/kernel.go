@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // kernel runs nft, through knftables, in the node's network namespace.
@@ -129,10 +129,10 @@ func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
 	}
 	// A table of a newer format is left as it is: its objects may mean
 	// something this vcoild does not know.
-	hasFormat := slices.ContainsFunc(sets, func(s *gnft.Set) bool { return s.Name == format.NFTSet })
-	t.format, err = format.NFTVersion("inet "+k.table, formatKind, hasFormat, func() (c string, err error) {
+	hasFormat := slices.ContainsFunc(sets, func(s *gnft.Set) bool { return s.Name == formatversion.NFTSet })
+	t.format, err = formatversion.NFTVersion("inet "+k.table, formatKind, hasFormat, func() (c string, err error) {
 		err = k.do(func() error {
-			c, err = format.ReadNFTSetComment(ctx, "inet", k.table)
+			c, err = formatversion.ReadNFTSetComment(ctx, "inet", k.table)
 			return err
 		})
 		return c, err
@@ -140,7 +140,7 @@ func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
 	if err != nil {
 		return t, nil, err
 	}
-	if err := format.Check("nftables table inet "+k.table, t.format, format.ServiceTable); err != nil {
+	if err := formatversion.Check("nftables table inet "+k.table, t.format, formatversion.ServiceTable); err != nil {
 		return t, nil, err
 	}
 	for _, s := range sets {

@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -215,9 +215,9 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 	mark := fmt.Sprintf("0x%x", l.mark)
 
 	// Sets and maps. The empty set format carries the table's format
-	// version (format.ServiceTable) in its comment.
-	o.Sets[format.NFTSet] = &knftables.Set{Name: format.NFTSet, Type: "ipv4_addr",
-		Comment: new(format.NFTComment(formatKind, format.ServiceTable))}
+	// version (formatversion.ServiceTable) in its comment.
+	o.Sets[formatversion.NFTSet] = &knftables.Set{Name: formatversion.NFTSet, Type: "ipv4_addr",
+		Comment: new(formatversion.NFTComment(formatKind, formatversion.ServiceTable))}
 	for _, fam := range families {
 		for _, name := range []string{setServices, setExternalLocal} {
 			o.Sets[name+fam] = &knftables.Map{Name: name + fam, Type: frontend(fam) + " : verdict"}

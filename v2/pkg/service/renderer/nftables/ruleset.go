@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/vcoil/vcoil/v2/pkg/format"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 // ruleset is the content of the table's sets and maps, by frontend: what
@@ -115,7 +115,7 @@ func (o *overlay) commit() {
 // them: names, and each chain's rule IDs.
 type tableObjects struct {
 	exists bool
-	// format is the table's format version (format.ServiceTable for what
+	// format is the table's format version (formatversion.ServiceTable for what
 	// the renderer wrote; 1 for a table without a format set).
 	format int
 	// sets holds sets and maps by name, true for maps.
@@ -124,7 +124,7 @@ type tableObjects struct {
 }
 
 func objectsHeld(o objects) tableObjects {
-	t := tableObjects{exists: true, format: format.ServiceTable, sets: map[string]bool{}, chains: map[string][]string{}}
+	t := tableObjects{exists: true, format: formatversion.ServiceTable, sets: map[string]bool{}, chains: map[string][]string{}}
 	for name, obj := range o.Sets {
 		_, isMap := obj.(*knftables.Map)
 		t.sets[name] = isMap

@@ -1,4 +1,4 @@
-// Package format holds the format versions of everything vcoild keeps
+// Package formatversion holds the format versions of everything vcoild keeps
 // outside its memory (checkpoint files, nftables tables, VPP object tags)
 // and the rule by which it treats them: a vcoild adopts what it or the
 // previous format wrote, and refuses what a newer vcoild wrote, naming the
@@ -8,7 +8,7 @@
 //
 // It does not read or write any artifact: each owner marks and checks its
 // own, with the helpers here.
-package format
+package formatversion
 
 import (
 	"context"
