@@ -1,0 +1,308 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// adoption is what reading the kernel's table found.
+type adoption struct {
+	table *kernelTable // nil: there is no table
+	// purge: the table cannot be adopted and is replaced (adopt).
+	purge bool
+}
+
+// adoptKernel empties the mirror and refills it from the kernel's table,
+// at the first Render and after a failed one.
+func (r *Renderer) adoptKernel(ctx context.Context) (*adoption, error) {
+	r.resetMirror()
+	kt, err := r.k.list(ctx)
+	switch {
+	case errors.Is(err, errNoTable):
+		return &adoption{}, nil
+	case err != nil:
+		return nil, fmt.Errorf("render policies: read table inet %s: %w", r.cfg.Table, err)
+	}
+	purge, err := r.adopt(kt)
+	if err != nil {
+		return nil, fmt.Errorf("render policies: table inet %s: %w", r.cfg.Table, err)
+	}
+	if purge {
+		r.resetMirror()
+	}
+	return &adoption{table: kt, purge: purge}, nil
+}
+
+// baseMatches says whether the table's base chains, maps and version are
+// the ones this renderer writes.
+func baseMatches(kt *kernelTable) bool {
+	if kt.format != formatComment {
+		return false
+	}
+	for d := range dirMaps {
+		for _, name := range dirMaps[d] {
+			if _, ok := kt.maps[name]; !ok {
+				return false
+			}
+		}
+	}
+	for f, name := range selfSets {
+		s := kt.sets[name]
+		if s == nil || len(s.elems) != len(kt.maps[dirMaps[renderer.Egress][f]]) {
+			return false
+		}
+		for _, e := range s.elems {
+			a, err := selfElemOf(e)
+			if _, ok := kt.maps[dirMaps[renderer.Egress][f]][a]; err != nil || !ok {
+				return false
+			}
+		}
+	}
+	for name, rules := range baseRules() {
+		c := kt.chains[name]
+		if c == nil || !c.base || len(c.rules) != len(rules) {
+			return false
+		}
+		for i, rule := range rules {
+			if c.rules[i] != ruleID(rule) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// adopt fills the mirror from the kernel's table. It returns purge when
+// the table is one this vcoild cannot adopt (another layout of an older
+// version, or objects it does not recognize): the plan then replaces the
+// whole table in one transaction, so that no pod is ever unfiltered.
+func (r *Renderer) adopt(kt *kernelTable) (purge bool, err error) {
+	reason, err := r.adoptTable(kt)
+	if reason != "" {
+		r.log.Info("cannot adopt the policy table: replacing it in one transaction", "table", r.cfg.Table, "reason", reason)
+	}
+	return reason != "", err
+}
+
+// adoptTable is adopt; it returns why the table cannot be adopted.
+func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
+	if kt.format != formatComment {
+		if v, ok := formatversion.ParseNFTComment(formatKind, kt.format); ok {
+			if err := formatversion.Check("nftables table inet "+r.cfg.Table, v, formatVersion); err != nil {
+				return "", err
+			}
+		}
+		return fmt.Sprintf("its format %q is not this vcoild's (%q)", kt.format, formatComment), nil
+	}
+	// The self sets follow the egress maps; baseMatches checks them.
+	sets := map[string]bool{selfSets[v4]: true, selfSets[v6]: true}
+	for name := range kt.chains {
+		if name == chainForward || name == chainPostrouting {
+			continue
+		}
+		n, ok := parseGroupName(name)
+		if !ok {
+			return "unknown chain " + name, nil
+		}
+		g, err := r.adoptGroup(kt, name)
+		if err != nil {
+			return fmt.Sprintf("group %s: %v", name, err), nil
+		}
+		for _, s := range groupSets(setNames(name), g.layout) {
+			sets[s.name] = true
+		}
+		r.groups[name] = g
+		if other := r.byKey[g.key]; other == nil || other.name > g.name {
+			r.byKey[g.key] = g
+		}
+		r.nextID = max(r.nextID, n+1)
+	}
+	for name := range kt.sets {
+		if !sets[name] {
+			return "unknown set " + name, nil
+		}
+	}
+	for d := range dirMaps {
+		for _, name := range dirMaps[d] {
+			for a, target := range kt.maps[name] {
+				g := r.groups[target]
+				if g == nil || g.dir != renderer.Direction(d) {
+					return fmt.Sprintf("map %s sends %s to %q, not a group of its direction", name, a, target), nil
+				}
+				r.elems[d][a] = g
+				g.refs++
+			}
+		}
+	}
+	return "", nil
+}
+
+// adoptGroup reads group chain name from the kernel: its direction, its
+// content from its sets, and checks its rules.
+func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
+	kc := kt.chains[name]
+	g := setNames(name)
+	c := &content{}
+	// The layout is the sets the group has.
+	var l groupLayout
+	for f := range 2 {
+		for slot, set := range []string{g.hostPorts(f), g.hosts(f), g.nets(f)} {
+			_, l.fixed[f][slot] = kt.sets[set]
+		}
+	}
+	for i := 0; ; i++ {
+		var sl sigLayout
+		comment := ""
+		for f := range 2 {
+			if s, ok := kt.sets[g.sig(i, f)]; ok {
+				sl.fams[f], comment = true, s.comment
+			}
+		}
+		if !sl.fams[v4] && !sl.fams[v6] {
+			break
+		}
+		sig, err := parseSignature(comment)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", g.sig(i, v4), err)
+		}
+		sl.sig = sig
+		l.sigs = append(l.sigs, sl)
+	}
+	for _, s := range groupSets(g, l) {
+		ks := kt.sets[s.name]
+		if ks == nil || ks.typ != s.typ || ks.comment != s.comment {
+			return nil, fmt.Errorf("set %s is of another type or signature", s.name)
+		}
+	}
+	set := func(name string) *kernelSet {
+		if s := kt.sets[name]; s != nil {
+			return s
+		}
+		return &kernelSet{}
+	}
+	for f := range 2 {
+		for _, e := range set(g.hostPorts(f)).elems {
+			hp, err := hostPortOf(e)
+			if err != nil {
+				return nil, fmt.Errorf("set %s: %w", g.hostPorts(f), err)
+			}
+			c.hostPorts[f] = append(c.hostPorts[f], hp)
+		}
+		for _, e := range set(g.hosts(f)).elems {
+			a, err := netip.ParseAddr(fmt.Sprint(e))
+			if err != nil {
+				return nil, fmt.Errorf("set %s: %w", g.hosts(f), err)
+			}
+			c.hosts[f] = append(c.hosts[f], a)
+		}
+		var err error
+		if c.nets[f], err = intervalsOf(set(g.nets(f))); err != nil {
+			return nil, fmt.Errorf("set %s: %w", g.nets(f), err)
+		}
+	}
+	for i, sl := range l.sigs {
+		ss := sigSets{sig: sl.sig}
+		for f := range 2 {
+			var err error
+			if ss.peers[f], err = intervalsOf(set(g.sig(i, f))); err != nil {
+				return nil, fmt.Errorf("set %s: %w", g.sig(i, f), err)
+			}
+		}
+		c.sigs = append(c.sigs, ss)
+	}
+	for f := range 2 {
+		slices.SortFunc(c.hostPorts[f], compareHostPorts)
+		slices.SortFunc(c.hosts[f], netip.Addr.Compare)
+	}
+	// The rules say the direction: they match the peer's source or
+	// destination address.
+	dir, found := renderer.Ingress, false
+	for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
+		want := groupRules(g, d, l, r.cfg.LogDrops)
+		same := len(kc.rules) == len(want)
+		for i := 0; same && i < len(want); i++ {
+			same = kc.rules[i] == ruleID(want[i])
+		}
+		if same {
+			dir, found = d, true
+		}
+	}
+	if !found {
+		return nil, errors.New("its rules are not those of a group of its sets (drop logging switched?)")
+	}
+	if !kt.counters[name] {
+		return nil, errors.New("its counter is missing")
+	}
+	return &group{name: name, dir: dir, c: c, key: groupKey(dir, c), layout: l, structure: l.String()}, nil
+}
+
+func intervalsOf(s *kernelSet) ([]interval, error) {
+	var out []interval
+	for _, e := range s.elems {
+		iv, err := intervalOf(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, iv)
+	}
+	return normalize(out), nil
+}
+
+func parseProtocol(v any) (renderer.Protocol, bool) {
+	switch fmt.Sprint(v) {
+	case "tcp", "6":
+		return renderer.ProtocolTCP, true
+	case "udp", "17":
+		return renderer.ProtocolUDP, true
+	case "sctp", "132":
+		return renderer.ProtocolSCTP, true
+	}
+	return 0, false
+}
+
+// parseSignature reads signature.String.
+func parseSignature(s string) (signature, error) {
+	var proto, sport, dport string
+	if _, err := fmt.Sscanf(s, "%s sport %s dport %s", &proto, &sport, &dport); err != nil {
+		return signature{}, fmt.Errorf("signature %q: %w", s, err)
+	}
+	p, ok := parseProtocol(proto)
+	if !ok {
+		return signature{}, fmt.Errorf("signature %q: protocol %q", s, proto)
+	}
+	sp, err := parsePorts(sport)
+	if err != nil {
+		return signature{}, fmt.Errorf("signature %q: %w", s, err)
+	}
+	dp, err := parsePorts(dport)
+	if err != nil {
+		return signature{}, fmt.Errorf("signature %q: %w", s, err)
+	}
+	return signature{proto: p, sport: sp, dport: dp}, nil
+}
+
+func parsePorts(s string) (renderer.PortRange, error) {
+	if s == "any" {
+		return renderer.AnyPort, nil
+	}
+	first, last, isRange := strings.Cut(s, "-")
+	a, err := strconv.ParseUint(first, 10, 16)
+	if err != nil {
+		return renderer.PortRange{}, fmt.Errorf("ports %q", s)
+	}
+	b := a
+	if isRange {
+		if b, err = strconv.ParseUint(last, 10, 16); err != nil {
+			return renderer.PortRange{}, fmt.Errorf("ports %q", s)
+		}
+	}
+	return renderer.PortRange{First: uint16(a), Last: uint16(b)}, nil
+}

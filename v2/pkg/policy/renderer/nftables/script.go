@@ -1,0 +1,258 @@
+package nftables
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// elementsPerCommand bounds the elements of one nft command; knftables
+// writes one command per element, which nft parses many times slower.
+const elementsPerCommand = 1000
+
+// steps is a plan as the kernel gets it: objects to create (before),
+// element changes, objects to delete (after). New groups are complete
+// before any address jumps to them, and groups are deleted only after no
+// address jumps to them, so that each step is safe on its own.
+type steps struct {
+	before, after string
+	ops           []elemOp
+}
+
+// text is the whole as one nft script.
+func (s *steps) text(table string) string {
+	var b strings.Builder
+	b.WriteString(s.before)
+	for start := 0; start < len(s.ops); {
+		end := start
+		for end < len(s.ops) && end-start < elementsPerCommand && s.ops[end].set == s.ops[start].set && s.ops[end].del == s.ops[start].del {
+			end++
+		}
+		verb := "add"
+		if s.ops[start].del {
+			verb = "delete"
+		}
+		elems := make([]string, 0, end-start)
+		for _, op := range s.ops[start:end] {
+			elems = append(elems, op.elem)
+		}
+		fmt.Fprintf(&b, "%s element inet %s %s { %s }\n", verb, table, s.ops[start].set, strings.Join(elems, ", "))
+		start = end
+	}
+	b.WriteString(s.after)
+	return b.String()
+}
+
+// script writes the plan's steps.
+func (p *plan) script(r *Renderer) (*steps, error) {
+	st := &steps{}
+	var b strings.Builder
+	objects := func(build func(tx *knftables.Transaction)) error {
+		tx := r.k.nft.NewTransaction()
+		build(tx)
+		if tx.NumOperations() == 0 {
+			return nil
+		}
+		text := tx.String()
+		if i := strings.Index(text, "# ERROR: "); i >= 0 {
+			return errors.New(strings.TrimSpace(text[i+len("# ERROR: "):]))
+		}
+		b.WriteString(text)
+		return nil
+	}
+	elements := func(verb, set string, elems []string) {
+		for _, e := range elems {
+			st.ops = append(st.ops, elemOp{del: verb == "delete", set: set, elem: e})
+		}
+	}
+	err := objects(func(tx *knftables.Transaction) {
+		if p.purge {
+			tx.Delete(&knftables.Table{})
+		}
+		if p.base {
+			tx.Add(&knftables.Table{Comment: knftables.PtrTo(formatComment)})
+			tx.Add(&knftables.Set{Name: setFormat, Type: "ipv4_addr", Comment: knftables.PtrTo(formatComment)})
+			for d, names := range dirMaps {
+				for f, name := range names {
+					tx.Add(&knftables.Map{Name: name, Type: addrType(f) + " : verdict",
+						Comment: knftables.PtrTo("local pods' " + renderer.Direction(d).String() + " groups")})
+				}
+			}
+			for f, name := range selfSets {
+				set := &knftables.Set{Name: name, Type: addrType(f) + " . " + addrType(f),
+					Comment: knftables.PtrTo("egress-isolated local pods, each to itself (hairpin)")}
+				tx.Add(set)
+				// Refilled below from the egress maps: the set may be new
+				// over an adopted table of an earlier layout.
+				tx.Flush(set)
+			}
+			for _, c := range []struct {
+				name string
+				hook knftables.BaseChainHook
+				prio knftables.BaseChainPriority
+			}{
+				{chainForward, knftables.ForwardHook, knftables.FilterPriority + "+10"},
+				{chainPostrouting, knftables.PostroutingHook, knftables.SNATPriority + "+10"},
+			} {
+				ch := &knftables.Chain{Name: c.name, Type: knftables.PtrTo(knftables.FilterType), Hook: &c.hook, Priority: &c.prio}
+				tx.Add(ch)
+				tx.Flush(ch)
+				for _, rule := range baseRules()[c.name] {
+					tx.Add(&knftables.Rule{Chain: c.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
+				}
+			}
+		}
+		for _, g := range p.created {
+			for _, s := range groupSets(setNames(g.name), g.layout) {
+				set := &knftables.Set{Name: s.name, Type: s.typ}
+				if s.interval {
+					set.Flags = []knftables.SetFlag{knftables.IntervalFlag}
+				}
+				if s.comment != "" {
+					set.Comment = knftables.PtrTo(s.comment)
+				}
+				tx.Add(set)
+			}
+			tx.Add(&knftables.Counter{Name: g.name, Comment: knftables.PtrTo("packets the group's " + g.dir.String() + " rules denied")})
+			tx.Add(&knftables.Chain{Name: g.name, Comment: knftables.PtrTo(g.dir.String())})
+			for _, rule := range groupRules(setNames(g.name), g.dir, g.layout, r.cfg.LogDrops) {
+				tx.Add(&knftables.Rule{Chain: g.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.before = b.String()
+	b.Reset()
+	// Deletions first, so that a set's interval can grow into one that a
+	// deleted element held.
+	for _, ch := range p.changed {
+		have, want := ch.g.c.elements(setNames(ch.g.name)), ch.c.elements(setNames(ch.g.name))
+		for _, set := range sortedKeys(have) {
+			elements("delete", set, minus(have[set], want[set]))
+		}
+	}
+	var dels, adds [2][2][]string
+	var selfDels, selfAdds [2][]string
+	for _, a := range p.assign {
+		f := familyOf(a.addr)
+		if a.old != nil {
+			dels[a.dir][f] = append(dels[a.dir][f], a.addr.String())
+		}
+		if a.new != nil {
+			adds[a.dir][f] = append(adds[a.dir][f], a.addr.String()+" : jump "+a.new.name)
+		}
+		if a.dir == renderer.Egress && !p.base && (a.old == nil) != (a.new == nil) {
+			if a.new == nil {
+				selfDels[f] = append(selfDels[f], selfElem(a.addr))
+			} else {
+				selfAdds[f] = append(selfAdds[f], selfElem(a.addr))
+			}
+		}
+	}
+	if p.base {
+		// The self sets were flushed: every egress address after the plan.
+		for _, a := range p.egressAfter(r) {
+			selfAdds[familyOf(a)] = append(selfAdds[familyOf(a)], selfElem(a))
+		}
+	}
+	for d := range dels {
+		for f := range dels[d] {
+			elements("delete", dirMaps[d][f], dels[d][f])
+		}
+	}
+	for f := range selfDels {
+		elements("delete", selfSets[f], selfDels[f])
+	}
+	for _, g := range p.created {
+		el := g.c.elements(setNames(g.name))
+		for _, set := range sortedKeys(el) {
+			elements("add", set, el[set])
+		}
+	}
+	for _, ch := range p.changed {
+		have, want := ch.g.c.elements(setNames(ch.g.name)), ch.c.elements(setNames(ch.g.name))
+		for _, set := range sortedKeys(want) {
+			elements("add", set, minus(want[set], have[set]))
+		}
+	}
+	for f := range selfAdds {
+		elements("add", selfSets[f], selfAdds[f])
+	}
+	for d := range adds {
+		for f := range adds[d] {
+			elements("add", dirMaps[d][f], adds[d][f])
+		}
+	}
+	if !p.purge {
+		err = objects(func(tx *knftables.Transaction) {
+			for _, g := range p.deleted {
+				ch := &knftables.Chain{Name: g.name}
+				tx.Flush(ch)
+				tx.Delete(ch)
+				for _, s := range groupSets(setNames(g.name), g.layout) {
+					tx.Delete(&knftables.Set{Name: s.name})
+				}
+				tx.Delete(&knftables.Counter{Name: g.name})
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	st.after = b.String()
+	return st, nil
+}
+
+// egressAfter lists, sorted, the addresses of the egress maps once the
+// plan is applied.
+func (p *plan) egressAfter(r *Renderer) []netip.Addr {
+	in := map[netip.Addr]bool{}
+	for a := range r.elems[renderer.Egress] {
+		in[a] = true
+	}
+	for _, a := range p.assign {
+		if a.dir == renderer.Egress {
+			in[a.addr] = a.new != nil
+		}
+	}
+	out := make([]netip.Addr, 0, len(in))
+	for a, ok := range in {
+		if ok {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+func sortedKeys(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// minus is a without the elements of b.
+func minus(a, b []string) []string {
+	in := make(map[string]bool, len(b))
+	for _, e := range b {
+		in[e] = true
+	}
+	var out []string
+	for _, e := range a {
+		if !in[e] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
