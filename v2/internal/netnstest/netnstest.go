@@ -7,6 +7,13 @@
 // from these helpers cannot change the namespace the test process runs in
 // (the machine's root namespace): it has no handle on it. The package does
 // not build topologies; tests describe their own with these bricks.
+//
+// Nor does a test inherit the root namespace's settings: the kernel copies
+// the IPv4 interface settings of a new namespace from the root namespace
+// (and the IPv6 ones too where net.core.devconf_inherit_init_net is 1), so
+// that on a Docker host or a Kubernetes node a new namespace would forward
+// and filter by reverse path. Every namespace starts from the kernel's
+// defaults instead (kernelDefaults); a test sets what it depends on besides.
 package netnstest
 
 import (
@@ -93,6 +100,7 @@ func New(t testing.TB, label string) *NS {
 	}
 	n.netNS = netNS
 	n.mustNotBeOwn()
+	n.resetInherited()
 	n.loopbackUp()
 	return n
 }
@@ -115,8 +123,72 @@ func NewAnonymous(t testing.TB, label string) *NS {
 	}
 	n.netNS = netNS
 	n.mustNotBeOwn()
+	n.resetInherited()
 	n.loopbackUp()
 	return n
+}
+
+// kernelDefaults are the kernel's own values of the interface settings a
+// new namespace may copy from the root namespace, for "all" (which the
+// kernel combines with each interface's own), "default" (which interfaces
+// created later copy) and lo (created with the namespace). They decide
+// whether a namespace routes and which packets it accepts: a root
+// namespace that forwards (Docker, Kubernetes) or filters by reverse path
+// (most distributions) must not make a test's "pod" a router or drop a
+// test's asymmetric flows. net.ipv4.ip_forward is conf/all/forwarding, and
+// writing it sets every interface's and the default's too.
+var kernelDefaults = []sysctl{
+	{"net/ipv4/ip_forward", "0"},
+	{"net/ipv4/conf/{}/rp_filter", "0"},
+	{"net/ipv4/conf/{}/accept_local", "0"},
+	{"net/ipv4/conf/{}/route_localnet", "0"},
+	{"net/ipv4/conf/{}/proxy_arp", "0"},
+	{"net/ipv4/conf/{}/arp_filter", "0"},
+	{"net/ipv4/conf/{}/arp_ignore", "0"},
+	{"net/ipv4/conf/{}/arp_announce", "0"},
+	{"net/ipv4/conf/{}/send_redirects", "1"},
+	{"net/ipv6/conf/{}/disable_ipv6", "0"},
+	{"net/ipv6/conf/{}/forwarding", "0"},
+	{"net/ipv6/conf/{}/accept_ra", "1"},
+}
+
+// sysctl is a key under /proc/sys and its value; {} in key stands for
+// each of all, default and lo.
+type sysctl struct{ key, value string }
+
+// kernelDefaultKeys expands kernelDefaults' {}.
+func kernelDefaultKeys() []sysctl {
+	var out []sysctl
+	for _, d := range kernelDefaults {
+		if !strings.Contains(d.key, "{}") {
+			out = append(out, d)
+			continue
+		}
+		for _, dev := range []string{"all", "default", "lo"} {
+			out = append(out, sysctl{strings.ReplaceAll(d.key, "{}", dev), d.value})
+		}
+	}
+	return out
+}
+
+// resetInherited sets kernelDefaults in the namespace. A kernel without
+// IPv6 has no net/ipv6 keys: those are skipped.
+func (n *NS) resetInherited() {
+	n.t.Helper()
+	n.Run(func() error {
+		for _, d := range kernelDefaultKeys() {
+			path := sysctlPath(d.key)
+			if strings.HasPrefix(d.key, "net/ipv6/") {
+				if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+			}
+			if err := os.WriteFile(path, []byte(d.value), 0o644); err != nil {
+				return fmt.Errorf("netnstest: reset %s to the kernel's default %s: %w", d.key, d.value, err)
+			}
+		}
+		return nil
+	})
 }
 
 // loopbackUp sets lo up, as container runtimes do for pods and as every

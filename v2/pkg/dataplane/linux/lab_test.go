@@ -73,6 +73,12 @@ func newLab(t *testing.T, opts labOptions) *lab {
 		l.node.IP("route", "add", "default", "via", routerIPv4)
 		l.node.IP("-6", "route", "add", "default", "via", routerIPv6)
 	}
+	// The node starts as a host that routes nothing and whose new
+	// interfaces accept router advertisements: what the tests read of
+	// forwarding and of the pod veths' accept_ra is then vcoil's doing.
+	l.node.Sysctl("net.ipv4.ip_forward", "0")
+	l.node.Sysctl("net.ipv6.conf.all.forwarding", "0")
+	l.node.Sysctl("net.ipv6.conf.default.accept_ra", "1")
 	l.dp = l.newDataplane(opts.cfg)
 	if err := l.dp.Init(t.Context()); err != nil {
 		t.Fatalf("Init: %v", err)

@@ -270,6 +270,16 @@ func TestSetUpHostInTheNodeKernel(t *testing.T) {
 	netnstest.RequireRoot(t)
 	node := netnstest.New(t, "hostnode")
 	node.IP("link", "add", HostInterconnectName, "type", "veth", "peer", "name", HostInterconnectVPPName)
+	// Each setting starts at the other value, so that only SetUpHost can
+	// have made what is read below.
+	wrong := map[string]string{
+		"net.ipv4.conf." + HostInterconnectName + ".arp_announce": "0",
+		"net.ipv6.conf." + HostInterconnectName + ".accept_ra":    "1",
+		"net.ipv4.ip_forward": "0",
+	}
+	for key, value := range wrong {
+		node.Sysctl(key, value)
+	}
 	k := &netlinkKernel{nodeNetns: node.Path()}
 	for range 2 { // the second time changes nothing
 		if err := k.SetUpHost(context.Background()); err != nil {
