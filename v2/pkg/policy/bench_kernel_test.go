@@ -18,12 +18,12 @@ import (
 	vppacl "go.fd.io/govpp/binapi/acl"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
-	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
@@ -133,7 +133,7 @@ func benchFullRender(t *testing.T, name string, r renderer.Renderer) kernelBench
 
 // labelChanges times one pod's label changing back and forth 100 times,
 // each until its transaction returned.
-func labelChanges(t *testing.T, pc *pcache.Cache, c *oracle.Cluster, row *kernelBenchRow) {
+func labelChanges(t *testing.T, pc *pcache.Cache, c *policyoracle.Cluster, row *kernelBenchRow) {
 	t.Helper()
 	orig := c.Pods[120]
 	other := orig.DeepCopy()

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
-	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 
@@ -34,8 +34,8 @@ import (
 //     10.96.0.0/12 except 10.100.0.0/16 on TCP 443, to kube-dns on UDP 53;
 //   - 5 select one app and admit 172.16.0.0/16 except 172.16.1.0/24 on
 //     TCP 8000-8100.
-func benchCluster() *oracle.Cluster {
-	c := &oracle.Cluster{
+func benchCluster() *policyoracle.Cluster {
+	c := &policyoracle.Cluster{
 		Node:          "node-a",
 		NodeAddresses: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
 		NATLoopback:   []netip.Addr{netip.MustParseAddr("10.1.255.254")},
@@ -120,7 +120,7 @@ func benchCluster() *oracle.Cluster {
 
 // benchPipeline is the stack of one node with one renderer cache (tables
 // on the pods' Ingress, as the VPP ACL renderer uses).
-func benchPipeline(b *testing.B, c *oracle.Cluster) (*pcache.Cache, *cacheOnly) {
+func benchPipeline(b *testing.B, c *policyoracle.Cluster) (*pcache.Cache, *cacheOnly) {
 	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
 	if err != nil {
 		b.Fatal(err)

@@ -10,6 +10,6 @@
 //
 // This package holds no code of its own, only the tests that run the layers
 // together: the property test against the Kubernetes semantics (package
-// oracle), the examples of the Kubernetes documentation, and the benchmarks.
+// internal/policyoracle), the examples of the Kubernetes documentation, and the benchmarks.
 // See docs/policy.md.
 package policy

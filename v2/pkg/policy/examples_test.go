@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
+	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 )
 
 // The examples of the Kubernetes documentation ("Network Policies" and its
@@ -23,9 +23,9 @@ const exampleNode = "node-a"
 
 // exampleCluster builds a cluster from compact descriptions:
 // namespaces "name k=v,k=v"; pods "ns/name node ip k=v,k=v [port=name/PROTO/number]".
-func exampleCluster(t *testing.T, namespaces, pods []string, policies ...*networkingv1.NetworkPolicy) *oracle.Cluster {
+func exampleCluster(t *testing.T, namespaces, pods []string, policies ...*networkingv1.NetworkPolicy) *policyoracle.Cluster {
 	t.Helper()
-	c := &oracle.Cluster{
+	c := &policyoracle.Cluster{
 		Node:          exampleNode,
 		NodeAddresses: []netip.Addr{netip.MustParseAddr("192.168.0.1")},
 		NATLoopback:   []netip.Addr{netip.MustParseAddr("10.1.255.254")},
@@ -108,7 +108,7 @@ var (
 // (namespace/name) or addresses.
 type verdict string
 
-func (v verdict) parse(t *testing.T, c *oracle.Cluster) (oracle.Connection, bool) {
+func (v verdict) parse(t *testing.T, c *policyoracle.Cluster) (policyoracle.Connection, bool) {
 	t.Helper()
 	var src, dst, arrow, protoPort, want string
 	if _, err := fmt.Sscan(string(v), &src, &arrow, &dst, &protoPort, &want); err != nil {
@@ -129,14 +129,14 @@ func (v verdict) parse(t *testing.T, c *oracle.Cluster) (oracle.Connection, bool
 	proto, portStr, _ := strings.Cut(protoPort, "/")
 	var n uint16
 	fmt.Sscan(portStr, &n)
-	return oracle.Connection{Src: addr(src), Dst: addr(dst), Protocol: oracle.Protocol(proto), SrcPort: 40000, DstPort: n},
+	return policyoracle.Connection{Src: addr(src), Dst: addr(dst), Protocol: policyoracle.Protocol(proto), SrcPort: 40000, DstPort: n},
 		want == "allow"
 }
 
 func TestExamplesOfTheKubernetesDocumentation(t *testing.T) {
 	cases := []struct {
 		name     string
-		cluster  *oracle.Cluster
+		cluster  *policyoracle.Cluster
 		verdicts []verdict
 	}{
 		{
@@ -351,12 +351,12 @@ func TestExamplesOfTheKubernetesDocumentation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			k := oracle.NewKubernetes(tc.cluster)
+			k := policyoracle.NewKubernetes(tc.cluster)
 			p, err := newPipeline(tc.cluster)
 			if err != nil {
 				t.Fatal(err)
 			}
-			both := []*oracle.Tables{oracle.TablesOf(p.ingress.cache), oracle.TablesOf(p.egress.cache)}
+			both := []*policyoracle.Tables{oracleTables(p.ingress.cache), oracleTables(p.egress.cache)}
 			for _, v := range tc.verdicts {
 				conn, want := v.parse(t, tc.cluster)
 				if got := k.Allowed(conn); got != want {

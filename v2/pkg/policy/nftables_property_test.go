@@ -16,9 +16,9 @@ import (
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/nfteval"
+	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
-	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/nftables"
 )
@@ -40,7 +40,7 @@ const nftDefaultClusters = 300
 // connection the cache stage checks, plus each local pod reaching itself
 // through a service and connections to the ends of the cluster's port
 // ranges, must get from the kernel's hooks the verdict the Kubernetes
-// oracle gives (oracle.Kubernetes.NodeVerdict). Then random changes are
+// oracle gives (policyoracle.Kubernetes.NodeVerdict). Then random changes are
 // rendered incrementally and the check is repeated.
 //
 // Each cluster gets a new renderer on the namespace of the previous one, as
@@ -80,7 +80,7 @@ type nodeStack struct {
 // newNodeStack builds the stack of cluster c into the renderer's table in
 // node; logDrops switches the renderer's drop log (a rule with a limit and
 // a log before each group's drop).
-func newNodeStack(ctx context.Context, node *netnstest.NS, c *oracle.Cluster, logDrops bool) (*nodeStack, error) {
+func newNodeStack(ctx context.Context, node *netnstest.NS, c *policyoracle.Cluster, logDrops bool) (*nodeStack, error) {
 	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
 	if err != nil {
 		return nil, err
@@ -104,7 +104,7 @@ func newNodeStack(ctx context.Context, node *netnstest.NS, c *oracle.Cluster, lo
 func checkClusterInKernel(t *testing.T, node *netnstest.NS, seed uint64, large bool) (int, string) {
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	g := oracle.NewGenerator(rng)
+	g := policyoracle.NewGenerator(rng)
 	g.Large = large
 	c := g.Cluster()
 	// One cluster in three logs its drops: the next cluster's renderer
@@ -137,7 +137,7 @@ func checkClusterInKernel(t *testing.T, node *netnstest.NS, seed uint64, large b
 
 // kernelDisagreement lists the table and compares the kernel's verdict of
 // every connection with the oracle's; it describes the first disagreement.
-func kernelDisagreement(ctx context.Context, node *netnstest.NS, c *oracle.Cluster, pick func(int) int) (int, string) {
+func kernelDisagreement(ctx context.Context, node *netnstest.NS, c *policyoracle.Cluster, pick func(int) int) (int, string) {
 	js, err := node.TryExec(ctx, "nft", "-j", "list", "table", "inet", nftTable)
 	if err != nil {
 		return 0, "listing the table: " + err.Error()
@@ -146,7 +146,7 @@ func kernelDisagreement(ctx context.Context, node *netnstest.NS, c *oracle.Clust
 	if err != nil {
 		return 0, "reading the table: " + err.Error()
 	}
-	k := oracle.NewKubernetes(c)
+	k := policyoracle.NewKubernetes(c)
 	m := nodeModel{c: c, k: k}
 	conns := append(connections(c, k, pick), selfConnections(c, k, pick)...)
 	conns = append(conns, rangeEndConnections(c, k, pick)...)
@@ -170,26 +170,26 @@ func kernelDisagreement(ctx context.Context, node *netnstest.NS, c *oracle.Clust
 
 // selfConnections are each local pod reaching itself, which only happens
 // through a service: the connections of the cache stage leave them out.
-func selfConnections(c *oracle.Cluster, k *oracle.Kubernetes, pick func(int) int) []oracle.Connection {
-	var out []oracle.Connection
+func selfConnections(c *policyoracle.Cluster, k *policyoracle.Kubernetes, pick func(int) int) []policyoracle.Connection {
+	var out []policyoracle.Connection
 	for _, a := range c.Addresses() {
 		if !k.IsLocalPod(a) {
 			continue
 		}
-		out = append(out, oracle.Connection{Src: a, Dst: a, Protocol: oracle.ICMP})
-		for _, proto := range []oracle.Protocol{oracle.TCP, oracle.UDP, oracle.SCTP} {
-			port := oracle.SamplePorts[pick(len(oracle.SamplePorts))]
-			out = append(out, oracle.Connection{Src: a, Dst: a, Protocol: proto, SrcPort: uint16(32768 + pick(28000)), DstPort: port})
+		out = append(out, policyoracle.Connection{Src: a, Dst: a, Protocol: policyoracle.ICMP})
+		for _, proto := range []policyoracle.Protocol{policyoracle.TCP, policyoracle.UDP, policyoracle.SCTP} {
+			port := policyoracle.SamplePorts[pick(len(policyoracle.SamplePorts))]
+			out = append(out, policyoracle.Connection{Src: a, Dst: a, Protocol: proto, SrcPort: uint16(32768 + pick(28000)), DstPort: port})
 		}
 	}
 	return out
 }
 
 // rangeEndConnections sample the ends of the cluster's port ranges
-// (endPort and the port after it), which oracle.SamplePorts cannot know:
+// (endPort and the port after it), which policyoracle.SamplePorts cannot know:
 // the generator draws them at random, and a renderer that wrote a range
 // one port too long or too short would pass the fixed samples.
-func rangeEndConnections(c *oracle.Cluster, k *oracle.Kubernetes, pick func(int) int) []oracle.Connection {
+func rangeEndConnections(c *policyoracle.Cluster, k *policyoracle.Kubernetes, pick func(int) int) []policyoracle.Connection {
 	var ends []uint16
 	for _, pol := range c.Policies {
 		var ports []networkingv1.NetworkPolicyPort
@@ -208,23 +208,23 @@ func rangeEndConnections(c *oracle.Cluster, k *oracle.Kubernetes, pick func(int)
 	if len(ends) == 0 {
 		return nil
 	}
-	var out []oracle.Connection
+	var out []policyoracle.Connection
 	addrs := c.Addresses()
 	for _, src := range addrs {
 		for _, dst := range addrs {
 			if src.Is4() != dst.Is4() || (!k.IsLocalPod(src) && !k.IsLocalPod(dst)) {
 				continue
 			}
-			for _, proto := range []oracle.Protocol{oracle.TCP, oracle.UDP, oracle.SCTP} {
+			for _, proto := range []policyoracle.Protocol{policyoracle.TCP, policyoracle.UDP, policyoracle.SCTP} {
 				port := ends[pick(len(ends))]
-				out = append(out, oracle.Connection{Src: src, Dst: dst, Protocol: proto, SrcPort: uint16(32768 + pick(28000)), DstPort: port})
+				out = append(out, policyoracle.Connection{Src: src, Dst: dst, Protocol: proto, SrcPort: uint16(32768 + pick(28000)), DstPort: port})
 			}
 		}
 	}
 	return out
 }
 
-func connString(conn oracle.Connection) string {
+func connString(conn policyoracle.Connection) string {
 	return fmt.Sprintf("%s %s:%d -> %s", conn.Protocol, conn.Src, conn.SrcPort, netip.AddrPortFrom(conn.Dst, conn.DstPort))
 }
 
@@ -233,8 +233,8 @@ func connString(conn oracle.Connection) string {
 // on the node is named after its address, everything else comes and goes
 // through the uplink.
 type nodeModel struct {
-	c *oracle.Cluster
-	k *oracle.Kubernetes
+	c *policyoracle.Cluster
+	k *policyoracle.Kubernetes
 }
 
 const uplink = "eth0"
@@ -273,16 +273,16 @@ type hop struct {
 //   - the node's own address as source: output, then postrouting;
 //   - the node's own address as destination: input;
 //   - anything else is forwarded: forward, then postrouting.
-func (m nodeModel) hops(conn oracle.Connection) ([]hop, error) {
+func (m nodeModel) hops(conn policyoracle.Connection) ([]hop, error) {
 	p := nfteval.Packet{Src: conn.Src, Dst: conn.Dst, Ct: nfteval.CtNew}
 	switch conn.Protocol {
-	case oracle.TCP:
+	case policyoracle.TCP:
 		p.Proto = nfteval.TCP
-	case oracle.UDP:
+	case policyoracle.UDP:
 		p.Proto = nfteval.UDP
-	case oracle.SCTP:
+	case policyoracle.SCTP:
 		p.Proto = nfteval.SCTP
-	case oracle.ICMP:
+	case policyoracle.ICMP:
 		p.Proto, p.ICMPType = nfteval.ICMP, 8
 		if !conn.Src.Is4() {
 			p.Proto, p.ICMPType = nfteval.ICMPv6, 128
@@ -321,7 +321,7 @@ func (m nodeModel) hops(conn oracle.Connection) ([]hop, error) {
 
 // kernelVerdict is whether the table lets the connection's first packet
 // through every hook it meets, with the decisions for messages.
-func (m nodeModel) kernelVerdict(tbl *nfteval.Table, conn oracle.Connection) (bool, string, error) {
+func (m nodeModel) kernelVerdict(tbl *nfteval.Table, conn policyoracle.Connection) (bool, string, error) {
 	hops, err := m.hops(conn)
 	if err != nil {
 		return false, "", err

@@ -15,8 +15,8 @@ import (
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/nfteval"
+	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	"github.com/vcoil/vcoil/v2/internal/poll"
-	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 )
 
 // trafficClusters is how many random clusters the real-packet sample
@@ -83,8 +83,8 @@ func (l *packetLab) nsOf(a netip.Addr) *netnstest.NS {
 	return l.world
 }
 
-func newPacketLab(t *testing.T, c *oracle.Cluster) *packetLab {
-	k := oracle.NewKubernetes(c)
+func newPacketLab(t *testing.T, c *policyoracle.Cluster) *packetLab {
+	k := policyoracle.NewKubernetes(c)
 	l := &packetLab{t: t, node: netnstest.New(t, "node"), world: netnstest.New(t, "world"),
 		pods: map[netip.Addr]*netnstest.NS{}, model: nodeModel{c: c, k: k}, serving: map[string]bool{}}
 	n := l.node
@@ -165,11 +165,11 @@ func (l *packetLab) podNS(id string) *netnstest.NS {
 // serve makes sure the destination of conn answers: TCP on every address
 // of its namespace, UDP on the address itself (so that the reply leaves
 // from the address asked).
-func (l *packetLab) serve(conn oracle.Connection) {
+func (l *packetLab) serve(conn policyoracle.Connection) {
 	l.t.Helper()
 	ns := l.nsOf(conn.Dst)
 	network, addr := "tcp", net.JoinHostPort("::", strconv.Itoa(int(conn.DstPort)))
-	if conn.Protocol == oracle.UDP {
+	if conn.Protocol == policyoracle.UDP {
 		network, addr = "udp", netip.AddrPortFrom(conn.Dst, conn.DstPort).String()
 	}
 	key := ns.String() + " " + network + " " + addr
@@ -214,7 +214,7 @@ func (l *packetLab) serve(conn oracle.Connection) {
 
 // attempt makes conn once, from its source address in its namespace, and
 // says whether it was answered within timeout.
-func (l *packetLab) attempt(ctx context.Context, conn oracle.Connection, timeout time.Duration) (bool, error) {
+func (l *packetLab) attempt(ctx context.Context, conn policyoracle.Connection, timeout time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The source port is the kernel's choice: policies have no source
@@ -222,7 +222,7 @@ func (l *packetLab) attempt(ctx context.Context, conn oracle.Connection, timeout
 	// could collide between attempts.
 	network := "tcp"
 	var local net.Addr = &net.TCPAddr{IP: conn.Src.AsSlice()}
-	if conn.Protocol == oracle.UDP {
+	if conn.Protocol == policyoracle.UDP {
 		network = "udp"
 		local = &net.UDPAddr{IP: conn.Src.AsSlice()}
 	}
@@ -259,7 +259,7 @@ func (l *packetLab) attempt(ctx context.Context, conn oracle.Connection, timeout
 // dropped.
 func checkClusterWithPackets(t *testing.T, seed uint64) (answered, dropped int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	g := oracle.NewGenerator(rng)
+	g := policyoracle.NewGenerator(rng)
 	c := g.Cluster()
 	l := newPacketLab(t, c)
 	s, err := newNodeStack(t.Context(), l.node, c, seed%2 == 0)
@@ -275,9 +275,9 @@ func checkClusterWithPackets(t *testing.T, seed uint64) (answered, dropped int) 
 
 	// A sample of TCP and UDP connections, as many allowed as denied
 	// where the cluster has both.
-	var allowed, denied []oracle.Connection
+	var allowed, denied []policyoracle.Connection
 	for _, conn := range connections(c, l.model.k, rng.IntN) {
-		if conn.Protocol != oracle.TCP && conn.Protocol != oracle.UDP {
+		if conn.Protocol != policyoracle.TCP && conn.Protocol != policyoracle.UDP {
 			continue
 		}
 		if want, _ := l.model.k.NodeVerdict(conn); want {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
-	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
@@ -139,7 +139,7 @@ func (s *stack) matches(rc *tables.Cache) error {
 	return nil
 }
 
-func newPipeline(c *oracle.Cluster) (*pipeline, error) {
+func newPipeline(c *policyoracle.Cluster) (*pipeline, error) {
 	conf, err := configurator.New(configurator.Config{NATLoopback: c.NATLoopback, NodeAddresses: c.NodeAddresses})
 	if err != nil {
 		return nil, err
@@ -161,19 +161,19 @@ func newPipeline(c *oracle.Cluster) (*pipeline, error) {
 // connections returns the connections worth checking in c: between every
 // two addresses of the same family with a local pod at one end, ICMP and
 // some sampled ports of TCP, UDP and SCTP.
-func connections(c *oracle.Cluster, k *oracle.Kubernetes, pick func(int) int) []oracle.Connection {
+func connections(c *policyoracle.Cluster, k *policyoracle.Kubernetes, pick func(int) int) []policyoracle.Connection {
 	addrs := c.Addresses()
-	var out []oracle.Connection
+	var out []policyoracle.Connection
 	for _, src := range addrs {
 		for _, dst := range addrs {
 			if src == dst || src.Is4() != dst.Is4() || (!k.IsLocalPod(src) && !k.IsLocalPod(dst)) {
 				continue
 			}
-			out = append(out, oracle.Connection{Src: src, Dst: dst, Protocol: oracle.ICMP})
-			for _, proto := range []oracle.Protocol{oracle.TCP, oracle.UDP, oracle.SCTP} {
+			out = append(out, policyoracle.Connection{Src: src, Dst: dst, Protocol: policyoracle.ICMP})
+			for _, proto := range []policyoracle.Protocol{policyoracle.TCP, policyoracle.UDP, policyoracle.SCTP} {
 				for range 4 {
-					port := oracle.SamplePorts[pick(len(oracle.SamplePorts))]
-					out = append(out, oracle.Connection{Src: src, Dst: dst, Protocol: proto, SrcPort: uint16(32768 + pick(28000)), DstPort: port})
+					port := policyoracle.SamplePorts[pick(len(policyoracle.SamplePorts))]
+					out = append(out, policyoracle.Connection{Src: src, Dst: dst, Protocol: proto, SrcPort: uint16(32768 + pick(28000)), DstPort: port})
 				}
 			}
 		}
@@ -181,11 +181,25 @@ func connections(c *oracle.Cluster, k *oracle.Kubernetes, pick func(int) int) []
 	return out
 }
 
+// oracleTables reads a renderer cache's state into the oracle's model of a
+// network stack applying it. It lives with the tests, not the oracle, so
+// that the oracle depends on no renderer and checks them independently.
+func oracleTables(c *tables.Cache) *policyoracle.Tables {
+	t := &policyoracle.Tables{Direction: c.Direction(), Local: make(map[netip.Addr][]renderer.Rule), Global: c.GlobalTable().Rules}
+	for _, p := range c.Pods() {
+		tbl, _ := c.LocalTable(p.Pod)
+		for _, a := range p.IPs {
+			t.Local[a] = tbl.Rules
+		}
+	}
+	return t
+}
+
 // disagreement compares the Kubernetes evaluator with the renderer caches'
 // output on every connection and describes the first disagreement.
-func (p *pipeline) disagreement(c *oracle.Cluster, pick func(int) int) string {
-	k := oracle.NewKubernetes(c)
-	both := []*oracle.Tables{oracle.TablesOf(p.ingress.cache), oracle.TablesOf(p.egress.cache)}
+func (p *pipeline) disagreement(c *policyoracle.Cluster, pick func(int) int) string {
+	k := policyoracle.NewKubernetes(c)
+	both := []*policyoracle.Tables{oracleTables(p.ingress.cache), oracleTables(p.egress.cache)}
 	for _, conn := range connections(c, k, pick) {
 		want, responsible := k.NodeVerdict(conn)
 		for _, t := range both {
@@ -203,7 +217,7 @@ func (p *pipeline) disagreement(c *oracle.Cluster, pick func(int) int) string {
 
 // describe prints the tables attached to direction d that decide conn, for
 // failure messages.
-func (p *pipeline) describe(d renderer.Direction, conn oracle.Connection) string {
+func (p *pipeline) describe(d renderer.Direction, conn policyoracle.Connection) string {
 	rc := p.ingress.cache
 	if d == renderer.Egress {
 		rc = p.egress.cache

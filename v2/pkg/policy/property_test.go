@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vcoil/vcoil/v2/pkg/policy/oracle"
+	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 )
 
 var (
@@ -76,7 +76,7 @@ func TestRandomClustersAgreeWithKubernetesSemantics(t *testing.T) {
 // a large cluster.
 func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	g := oracle.NewGenerator(rng)
+	g := policyoracle.NewGenerator(rng)
 	g.Large = large
 	c := g.Cluster()
 	p, err := newPipeline(c)

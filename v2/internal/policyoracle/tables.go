@@ -1,10 +1,9 @@
-package oracle
+package policyoracle
 
 import (
 	"net/netip"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
 )
 
 // Tables evaluates connections the way a network stack applies the renderer
@@ -28,7 +27,7 @@ import (
 // Tables are applied in order with first-match semantics.
 type Tables struct {
 	// Direction is the direction of the pods that the local tables are
-	// attached to (tables.Cache.Direction).
+	// attached to (the renderer cache's Direction).
 	Direction renderer.Direction
 	// Local maps the address of each local pod to its local table; a local
 	// pod without a table has a nil entry.
@@ -98,16 +97,4 @@ func ruleMatches(r *renderer.Rule, c Connection) bool {
 	}
 	return r.SrcPort.First <= c.SrcPort && c.SrcPort <= r.SrcPort.Last &&
 		r.DstPort.First <= c.DstPort && c.DstPort <= r.DstPort.Last
-}
-
-// TablesOf reads a renderer cache's state into a Tables.
-func TablesOf(c *tables.Cache) *Tables {
-	t := &Tables{Direction: c.Direction(), Local: make(map[netip.Addr][]renderer.Rule), Global: c.GlobalTable().Rules}
-	for _, p := range c.Pods() {
-		tbl, _ := c.LocalTable(p.Pod)
-		for _, a := range p.IPs {
-			t.Local[a] = tbl.Rules
-		}
-	}
-	return t
 }

@@ -1,4 +1,4 @@
-// Package oracle holds the test oracles of vcoil's policy stack: an
+// Package policyoracle holds the test oracles of vcoil's policy stack: an
 // evaluator of Kubernetes NetworkPolicy semantics written from the
 // Kubernetes API documentation, an evaluator of the renderer cache's output
 // as a network stack would apply it, and a generator of random clusters to
@@ -7,8 +7,10 @@
 // The Kubernetes evaluator deliberately shares no code with the processor
 // and the configurator (not even label selector matching), so that the
 // property test that compares the two evaluators checks the policy stack
-// against an independent reading of the semantics.
-package oracle
+// against an independent reading of the semantics. For the same reason the
+// oracle imports no renderer and no dataplane, only the renderer API (the
+// model they implement); the tests read a renderer's state into a Tables.
+package policyoracle
 
 import (
 	"net/netip"

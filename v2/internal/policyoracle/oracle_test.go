@@ -1,4 +1,4 @@
-package oracle
+package policyoracle
 
 import (
 	"math/rand/v2"
