@@ -17,7 +17,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl/tables"
 
 	"github.com/go-logr/logr"
 )

@@ -6,10 +6,11 @@
 //	          -> processor.Processor               which local pods changed; policies in vcoil's model
 //	          -> configurator.Configurator         GenerateRules: 6-tuple rules per pod and direction
 //	          -> renderer.Renderer (one per stack) receives renderer.Txn
-//	             using renderer/tables.Cache       CombineRules, BuildGlobalTable, shared tables, changes
+//	             using renderer/acl/tables.Cache   CombineRules, BuildGlobalTable, shared tables, changes
 //
 // This package holds no code of its own, only the tests that run the layers
 // together: the property test against the Kubernetes semantics (package
-// internal/policyoracle), the examples of the Kubernetes documentation, and the benchmarks.
+// internal/policyoracle), the examples of the Kubernetes documentation, and
+// the benchmarks.
 // See docs/policy.md.
 package policy

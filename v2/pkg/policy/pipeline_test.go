@@ -15,7 +15,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl/tables"
 )
 
 // pipeline is the whole stack of one node, with two renderer caches, one

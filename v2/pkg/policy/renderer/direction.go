@@ -59,7 +59,7 @@ func (d VSwitchDirection) String() string {
 //
 // It is the one place where the pod's vocabulary turns into the dataplane's.
 // A VPP ACL renderer, whose tables are attached to the pods' Ingress (see
-// package renderer/tables), installs local tables as the ACLs of
+// package renderer/acl/tables), installs local tables as the ACLs of
 // OnVSwitch(Ingress) == VSwitchEgress, the output ACLs of pod interfaces.
 func OnVSwitch(d Direction) VSwitchDirection {
 	if d == Egress {

@@ -3,7 +3,8 @@
 // nftables renderer). It defines the 6-tuple Rule of the Contiv/VPP policy
 // design (docs/background.md#the-6-tuple-rule-and-its-order) with its total
 // order, the per-pod rule lists a renderer receives in one transaction, and the
-// rule tables that the renderer cache (package renderer/tables) builds from them.
+// rule tables that the renderer cache (package renderer/acl/tables) builds from
+// them.
 //
 // Everything here is vcoil's own model: pods are a namespace/name and their IP
 // addresses, never Kubernetes objects. The package holds types and pure

@@ -3,7 +3,7 @@
 // policy design places them (docs/background.md#where-acls-sit-relative-to-nat).
 //
 // Through a renderer cache whose local tables are attached to the pods'
-// Ingress (package renderer/tables), it renders
+// Ingress (package renderer/acl/tables), it renders
 //
 //   - each local table as one ACL, the output ACL of every pod interface
 //     the table is assigned to: renderer.OnVSwitch(renderer.Ingress) is

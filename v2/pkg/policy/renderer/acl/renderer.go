@@ -19,7 +19,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl/tables"
 )
 
 // Tags of the renderer's ACLs: "vcoil-pol@2 <table ID>" and

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/tables"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl/tables"
 )
 
 // rule builds a rule from "permit|deny proto src -> dst [port]" where proto
