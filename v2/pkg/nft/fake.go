@@ -1,0 +1,470 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Fake is a Table in memory, for tests without root: knftables' Fake holds
+// the table, and the Fake adds what it lacks: nft scripts (each statement
+// applied in order, all or nothing, element commands with many elements
+// included), element batches, and the reads (Read, Elements, Format) that
+// adopt a table. Elements are read back through their layout's encoding,
+// so that they come out as the kernel would list them ("10.0.0.1/32" as
+// "10.0.0.1", "6" as "tcp"). A Fake outlives Close, so that a new renderer
+// can adopt what an old one left.
+type Fake struct {
+	mu       sync.Mutex
+	id       TableID
+	layouts  Layouts
+	knft     *knftables.Fake
+	failNext error
+	// Writes counts the successful writes: Run, RunScript, ApplyElements
+	// and Delete.
+	Writes int
+}
+
+var _ Table = (*Fake)(nil)
+
+// NewFake is an empty namespace with the table family name to come.
+func NewFake(family knftables.Family, name string, layouts Layouts) *Fake {
+	return &Fake{id: TableID{family, name}, layouts: layouts, knft: knftables.NewFake(family, name)}
+}
+
+func (f *Fake) Family() knftables.Family { return f.id.Family }
+func (f *Fake) Name() string             { return f.id.Name }
+func (f *Fake) Close()                   {}
+
+func (f *Fake) NewTransaction() *knftables.Transaction {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.knft.NewTransaction()
+}
+
+// FailNext makes the next write fail with err, changing nothing.
+func (f *Fake) FailNext(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext = err
+}
+
+// Dump is the table's content as nft statements ("" without a table), in
+// knftables' Fake.Dump form.
+func (f *Fake) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.knft.Dump()
+}
+
+// KnftTable is the table as knftables' Fake holds it (nil when it does not
+// exist), for tests to inspect; it must not be changed.
+func (f *Fake) KnftTable() *knftables.FakeTable {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.knft.Table
+}
+
+func (f *Fake) fail() error {
+	err := f.failNext
+	f.failNext = nil
+	if err != nil {
+		return &Error{Table: f.id.String(), Message: err.Error(), Err: err}
+	}
+	return nil
+}
+
+func (f *Fake) fakeError(line int, statement string, err error) *Error {
+	e := &Error{Table: f.id.String(), Line: line, Statement: shorten(statement), Message: err.Error(), Err: err}
+	if knftables.IsNotFound(err) {
+		e.Errno = syscall.ENOENT
+	} else if knftables.IsAlreadyExists(err) {
+		e.Errno = syscall.EEXIST
+	}
+	return e
+}
+
+func (f *Fake) Run(ctx context.Context, tx *knftables.Transaction) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail(); err != nil {
+		return err
+	}
+	if err := f.knft.Run(ctx, tx); err != nil {
+		return f.fakeError(0, "", err)
+	}
+	f.Writes++
+	return nil
+}
+
+func (f *Fake) Check(ctx context.Context, tx *knftables.Transaction) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.knft.Check(ctx, tx); err != nil {
+		return f.fakeError(0, "", err)
+	}
+	return nil
+}
+
+func (f *Fake) RunScript(ctx context.Context, script string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail(); err != nil {
+		return err
+	}
+	next, err := f.script(ctx, script)
+	if err != nil {
+		return err
+	}
+	f.knft = next
+	f.Writes++
+	return nil
+}
+
+func (f *Fake) CheckScript(ctx context.Context, script string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, err := f.script(ctx, script)
+	return err
+}
+
+// copyOf is a copy of the fake's namespace, to apply a script to.
+func (f *Fake) copyOf() (*knftables.Fake, error) {
+	next := knftables.NewFake(f.id.Family, f.id.Name)
+	if d := f.knft.Dump(); d != "" {
+		if err := next.ParseDump(d); err != nil {
+			return nil, fmt.Errorf("copy the fake table: %w", err)
+		}
+	}
+	return next, nil
+}
+
+// script applies script to a copy of the namespace, statement by
+// statement, and returns the copy.
+func (f *Fake) script(ctx context.Context, script string) (*knftables.Fake, error) {
+	next, err := f.copyOf()
+	if err != nil {
+		return nil, err
+	}
+	for i, line := range strings.Split(script, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if err := f.statement(ctx, next, line); err != nil {
+			return nil, f.fakeError(i+1, line, err)
+		}
+	}
+	return next, nil
+}
+
+// statement applies one line of a script.
+func (f *Fake) statement(ctx context.Context, knft *knftables.Fake, line string) error {
+	words := strings.Fields(line)
+	if len(words) < 3 {
+		return fmt.Errorf("syntax error, unexpected end of statement")
+	}
+	verb, kind := words[0], words[1]
+	var name string
+	if kind != "table" {
+		if len(words) < 5 {
+			return fmt.Errorf("syntax error, unexpected end of statement")
+		}
+		name = words[4]
+	} else if len(words) < 4 {
+		return fmt.Errorf("syntax error, unexpected end of statement")
+	}
+	if knftables.Family(words[2]) != f.id.Family || words[3] != f.id.Name {
+		return fmt.Errorf("statement on another table %s %s: the fake holds one", words[2], words[3])
+	}
+	tx := knft.NewTransaction()
+	switch {
+	case kind == "element":
+		return f.elementStatement(ctx, knft, verb, name, line)
+	case verb == "add" || (verb == "create" && !f.has(knft, kind, name)):
+		return knft.ParseDump("add" + strings.TrimPrefix(line, verb))
+	case verb == "create":
+		return fmt.Errorf("Could not process rule: File exists")
+	case verb == "delete" || verb == "destroy" || verb == "flush":
+		obj, err := namedObject(kind, name, words[5:])
+		if err != nil {
+			return err
+		}
+		switch verb {
+		case "delete":
+			tx.Delete(obj)
+		case "destroy":
+			tx.Destroy(obj)
+		default:
+			tx.Flush(obj)
+		}
+	default:
+		return fmt.Errorf("the fake does not apply %q statements", verb+" "+kind)
+	}
+	return knft.Run(ctx, tx)
+}
+
+func (f *Fake) has(knft *knftables.Fake, kind, name string) bool {
+	t := knft.Table
+	if t == nil {
+		return false
+	}
+	switch kind {
+	case "table":
+		return true
+	case "chain":
+		return t.Chains[name] != nil
+	case "set":
+		return t.Sets[name] != nil
+	case "map":
+		return t.Maps[name] != nil
+	case "counter":
+		return t.Counters[name] != nil
+	}
+	return false
+}
+
+func namedObject(kind, name string, rest []string) (knftables.Object, error) {
+	switch kind {
+	case "table":
+		return &knftables.Table{}, nil
+	case "chain":
+		return &knftables.Chain{Name: name}, nil
+	case "set":
+		return &knftables.Set{Name: name}, nil
+	case "map":
+		return &knftables.Map{Name: name}, nil
+	case "counter":
+		return &knftables.Counter{Name: name}, nil
+	case "rule":
+		if len(rest) == 2 && rest[0] == "handle" {
+			h, err := strconv.Atoi(rest[1])
+			if err == nil {
+				return &knftables.Rule{Chain: name, Handle: &h}, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("the fake does not apply this statement on a %s", kind)
+}
+
+// elementStatement applies "add|delete element fam table set { e1, e2 }".
+func (f *Fake) elementStatement(ctx context.Context, knft *knftables.Fake, verb, set, line string) error {
+	open, end := strings.Index(line, "{"), strings.LastIndex(line, "}")
+	if open < 0 || end < open {
+		return fmt.Errorf("syntax error: element statement without braces")
+	}
+	isMap := knft.Table != nil && knft.Table.Maps[set] != nil
+	tx := knft.NewTransaction()
+	for _, text := range strings.Split(line[open+1:end], ",") {
+		if text = strings.TrimSpace(text); text == "" {
+			continue
+		}
+		key, value := SplitElement(text)
+		if err := f.validate(set, key, value); err != nil {
+			return err
+		}
+		e := &knftables.Element{Key: key}
+		if isMap {
+			e.Map, e.Value = set, value
+		} else {
+			e.Set = set
+		}
+		switch verb {
+		case "add":
+			tx.Add(e)
+		case "create":
+			tx.Create(e)
+		case "delete":
+			e.Value = nil
+			tx.Delete(e)
+		case "destroy":
+			e.Value = nil
+			tx.Destroy(e)
+		default:
+			return fmt.Errorf("the fake does not apply %q on elements", verb)
+		}
+	}
+	return knft.Run(ctx, tx)
+}
+
+// validate encodes an element of a set with a declared layout, as the
+// kernel would refuse what cannot be.
+func (f *Fake) validate(set string, key, value []string) error {
+	if f.layouts == nil {
+		return nil
+	}
+	l, ok := f.layouts(set)
+	if !ok {
+		return nil
+	}
+	_, err := l.encode(key, value)
+	return err
+}
+
+func (f *Fake) ApplyElements(ctx context.Context, ops []ElementOp) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail(); err != nil {
+		return err
+	}
+	tx := f.knft.NewTransaction()
+	for _, op := range ops {
+		l, err := f.layout(op.Set)
+		if err != nil {
+			return err
+		}
+		value := op.Value
+		if op.Delete {
+			value = nil
+		}
+		if _, err := l.encode(op.Key, value); err != nil {
+			return fmt.Errorf("nftables table %s: set %s: %w", f.id, op.Set, err)
+		}
+		e := &knftables.Element{Key: op.Key}
+		if f.knft.Table != nil && f.knft.Table.Maps[op.Set] != nil {
+			e.Map, e.Value = op.Set, value
+		} else {
+			e.Set = op.Set
+		}
+		if op.Delete {
+			tx.Delete(e)
+		} else {
+			tx.Add(e)
+		}
+	}
+	if err := f.knft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("nftables table %s: netlink batch of %d element changes: %w", f.id, len(ops),
+			f.fakeError(0, "", err))
+	}
+	f.Writes++
+	return nil
+}
+
+func (f *Fake) layout(set string) (Layout, error) {
+	if f.layouts != nil {
+		if l, ok := f.layouts(set); ok {
+			return l, nil
+		}
+	}
+	return Layout{}, fmt.Errorf("nftables table %s: set %s has no declared layout", f.id, set)
+}
+
+func (f *Fake) Read(ctx context.Context) (*Contents, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := &Contents{Sets: map[string]*SetInfo{}, Chains: map[string]*ChainInfo{}, Counters: map[string]bool{}}
+	t := f.knft.Table
+	if t == nil {
+		return c, nil
+	}
+	c.Exists = true
+	for name, s := range t.Sets {
+		c.Sets[name] = &SetInfo{Name: name, Type: s.Type, Interval: slices.Contains(s.Flags, knftables.IntervalFlag), Comment: deref(s.Comment)}
+	}
+	for name, m := range t.Maps {
+		key, value, _ := strings.Cut(m.Type, " : ")
+		c.Sets[name] = &SetInfo{Name: name, Map: true, Type: key, ValueType: value,
+			Interval: slices.Contains(m.Flags, knftables.IntervalFlag), Comment: deref(m.Comment)}
+	}
+	for name, ch := range t.Chains {
+		info := &ChainInfo{Name: name, Base: ch.Hook != nil, Rules: []string{}}
+		for _, r := range ch.Rules {
+			info.Rules = append(info.Rules, deref(r.Comment))
+		}
+		c.Chains[name] = info
+	}
+	for name := range t.Counters {
+		c.Counters[name] = true
+	}
+	return c, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (f *Fake) Elements(ctx context.Context, set string) ([]*knftables.Element, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l, err := f.layout(set)
+	if err != nil {
+		return nil, err
+	}
+	t := f.knft.Table
+	var elems []*knftables.Element
+	switch {
+	case t != nil && t.Sets[set] != nil:
+		elems = t.Sets[set].Elements
+	case t != nil && t.Maps[set] != nil:
+		elems = t.Maps[set].Elements
+	default:
+		return nil, fmt.Errorf("nftables table %s: list set %s: %w", f.id, set, syscall.ENOENT)
+	}
+	// Through the kernel's encoding and back, as the kernel lists them.
+	var out []*knftables.Element
+	for _, e := range elems {
+		raw, err := l.encode(e.Key, e.Value)
+		if err != nil {
+			return nil, fmt.Errorf("nftables table %s: set %s: %w", f.id, set, err)
+		}
+		decoded, err := l.decode(raw)
+		if err != nil {
+			return nil, fmt.Errorf("nftables table %s: set %s: %w", f.id, set, err)
+		}
+		for _, d := range decoded {
+			d.Set, d.Map = e.Set, e.Map
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (f *Fake) Counters(ctx context.Context) ([]Counter, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []Counter
+	if t := f.knft.Table; t != nil {
+		for _, name := range slices.Sorted(maps.Keys(t.Counters)) {
+			out = append(out, Counter{Name: name})
+		}
+	}
+	return out, nil
+}
+
+func (f *Fake) Format(ctx context.Context, kind string) (int, bool, error) {
+	return format(ctx, f, kind)
+}
+
+func (f *Fake) CheckFormat(ctx context.Context, kind string, known int) error {
+	return checkFormat(ctx, f, kind, known)
+}
+
+func (f *Fake) Delete(ctx context.Context) error {
+	tx := f.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	return f.Run(ctx, tx)
+}
+
+func (f *Fake) Text(ctx context.Context) (string, error) {
+	return f.Dump(), ctx.Err()
+}
