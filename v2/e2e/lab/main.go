@@ -41,6 +41,10 @@ import (
 )
 
 func main() {
+	// Every subcommand's controller-runtime clients (and the router) log
+	// through its global logger, which must be set before they are made:
+	// without it controller-runtime complains with a stack trace 30 s in.
+	ctrl.SetLogger(zap.New())
 	self, _ := os.Executable()
 	cfg := &cluster.Config{Out: os.Stdout, Self: self}
 	root := rootCommand(cfg)
@@ -233,7 +237,6 @@ func routerCommand() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			ctrl.SetLogger(zap.New())
 			peers, err := parsePeers(peerFlags)
 			if err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
 
@@ -332,12 +333,11 @@ func vcoildReady(c context.Context, k *cluster, node string, old interface{}) er
 	return fmt.Errorf("no new vcoild pod on %s yet", node)
 }
 
-// leaderFailover deletes the controller replica that leads (or both, one
-// after the other, when the lease holder cannot be told from the pods),
-// waits for another holder and checks that a block request is answered.
+// leaderFailover deletes the controller replica that holds the leader
+// lease, waits for another holder and checks that a block request is
+// answered. Deleting a standby would leave the lease where it is, and the
+// wait for it to move would run out.
 func leaderFailover(t *testing.T, c context.Context, k *cluster) error {
-	lease := &coordinationv1.Lease{}
-	var leaseKey client.ObjectKey
 	var pods corev1.PodList
 	if err := k.c.List(c, &pods, client.MatchingLabels{"app.kubernetes.io/name": "vcoil-controller"}); err != nil {
 		return err
@@ -345,17 +345,28 @@ func leaderFailover(t *testing.T, c context.Context, k *cluster) error {
 	if len(pods.Items) == 0 {
 		return fmt.Errorf("no vcoil-controller pods")
 	}
-	leaseKey = client.ObjectKey{Namespace: pods.Items[0].Namespace, Name: "vcoil-controller-leader"}
+	lease := &coordinationv1.Lease{}
+	leaseKey := client.ObjectKey{Namespace: pods.Items[0].Namespace, Name: constants.ControllerLeaderElectionID}
 	if err := k.c.Get(c, leaseKey, lease); err != nil {
-		return fmt.Errorf("leader lease: %w", err)
+		return fmt.Errorf("leader lease %s: %w", leaseKey, err)
 	}
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-	// Delete replicas one by one until the holder changes.
-	for i := range pods.Items {
-		if err := k.c.Delete(c, &pods.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+	var nodes corev1.NodeList
+	if err := k.c.List(c, &nodes); err != nil {
+		return err
+	}
+	candidates, err := leaseHolderPods(holder, pods.Items, nodes.Items)
+	if err != nil {
+		return err
+	}
+	// One pod, but for replicas that share the holder's node, which cannot
+	// be told apart: then one after the other, until the lease moves.
+	for _, p := range candidates {
+		t.Logf("deleting %s: lease %s is held by %q", p.Name, leaseKey, holder)
+		if err := k.c.Delete(c, p); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		err := poll.Until(c, 90*time.Second, time.Second, func(c context.Context) error {
+		err = poll.Until(c, 90*time.Second, time.Second, func(c context.Context) error {
 			if err := k.c.Get(c, leaseKey, lease); err != nil {
 				return err
 			}
@@ -368,8 +379,8 @@ func leaderFailover(t *testing.T, c context.Context, k *cluster) error {
 			break
 		}
 	}
-	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h == holder {
-		return fmt.Errorf("the lease is still held by %q", holder)
+	if err != nil {
+		return fmt.Errorf("after deleting the leader: %w", err)
 	}
 	node := fmt.Sprintf("vcoil-e2e-failover-%d", time.Now().Unix())
 	if err := k.c.Create(c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
@@ -392,6 +403,41 @@ func leaderFailover(t *testing.T, c context.Context, k *cluster) error {
 		}
 		return nil
 	})
+}
+
+// leaseHolderPods finds the pod of a controller-runtime lease holder, whose
+// identity is its host name, "_", and a UUID. A pod's host name is its own
+// name, or on the host network (as vcoil-controller runs) its node's: when
+// replicas share a node, every one of them there is returned.
+func leaseHolderPods(holder string, pods []corev1.Pod, nodes []corev1.Node) ([]*corev1.Pod, error) {
+	host, _, ok := strings.Cut(holder, "_")
+	if !ok || host == "" {
+		return nil, fmt.Errorf("lease holder %q is not HOSTNAME_UUID", holder)
+	}
+	hostOf := map[string]string{} // node name -> host name
+	for _, n := range nodes {
+		hostOf[n.Name] = n.Name
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeHostName {
+				hostOf[n.Name] = a.Address
+			}
+		}
+	}
+	var found []*corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		match := p.Name == host
+		if p.Spec.HostNetwork {
+			match = hostOf[p.Spec.NodeName] == host || p.Spec.NodeName == host
+		}
+		if match && p.DeletionTimestamp == nil {
+			found = append(found, p)
+		}
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("no vcoil-controller pod has the host name %s of lease holder %q", host, holder)
+	}
+	return found, nil
 }
 
 // spareSubnet is the i-th /26 of the spare prefix.

@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 )
@@ -103,6 +105,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// controller-runtime's clients log through its global logger (the API
+	// server's warnings, errors): without one set before they are made, it
+	// complains with a stack trace 30 s into the run and drops their lines.
+	ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.ConsoleEncoder()))
 	s := loadSettings()
 	if s.kubeconfig != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
