@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/pkg/daemon"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
+	"github.com/vcoil/vcoil/v2/pkg/routes"
 )
 
 // Protocol marks the router's routes (RTPROT numbers above 200 are free).
@@ -54,7 +54,7 @@ func DesiredRoutes(blocks []vcoilv2.AddressBlock, nodes []corev1.Node) map[netip
 		}
 	}
 	out := map[netip.Prefix]netip.Addr{}
-	for dst, via := range daemon.BlockNextHops(live, nodes) {
+	for dst, via := range routes.BlockNextHops(live, nodes) {
 		out[dst.Masked()] = via
 	}
 	return out

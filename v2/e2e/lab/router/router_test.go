@@ -49,29 +49,3 @@ func TestEachBlockIsRoutedViaItsNode(t *testing.T) {
 		}
 	}
 }
-
-func TestDualStackBlocksAreRoutedPerFamily(t *testing.T) {
-	dual := block("default-0", "node1", "198.19.0.0/27")
-	dual.IPv6 = ptr.To("2001:db8:19::/123")
-	only6 := vcoilv2.AddressBlock{ObjectMeta: metav1.ObjectMeta{Name: "v6-0", Labels: map[string]string{vcoilv2.LabelNode: "node2"}}, IPv6: ptr.To("2001:db8:19::20/123")}
-	// node3 has no IPv6 address: its IPv6 subnet gets no route.
-	v4node := block("default-2", "node3", "198.19.0.64/27")
-	v4node.IPv6 = ptr.To("2001:db8:19::40/123")
-	got := DesiredRoutes([]vcoilv2.AddressBlock{dual, only6, v4node}, []corev1.Node{
-		node("node1", "198.18.0.11", "2001:db8:18::11"), node("node2", "198.18.0.12", "2001:db8:18::12"), node("node3", "198.18.0.13"),
-	})
-	want := map[netip.Prefix]netip.Addr{
-		netip.MustParsePrefix("198.19.0.0/27"):       netip.MustParseAddr("198.18.0.11"),
-		netip.MustParsePrefix("2001:db8:19::/123"):   netip.MustParseAddr("2001:db8:18::11"),
-		netip.MustParsePrefix("2001:db8:19::20/123"): netip.MustParseAddr("2001:db8:18::12"),
-		netip.MustParsePrefix("198.19.0.64/27"):      netip.MustParseAddr("198.18.0.13"),
-	}
-	if len(got) != len(want) {
-		t.Fatalf("routes %v, want %v", got, want)
-	}
-	for dst, via := range want {
-		if got[dst] != via {
-			t.Errorf("%s via %s, want %s", dst, got[dst], via)
-		}
-	}
-}
