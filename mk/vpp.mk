@@ -1,17 +1,20 @@
-# The VPP dataplane's tests (docs/vpp.md). The mock tests run anywhere; the
-# integration tests need root and a VPP 25.10 binary named by VCOIL_VPP_BIN
-# (VCOIL_VPP_POD_IF=tap|af_packet chooses the pod interface; the default is
-# tap where /dev/vhost-net exists, else af_packet). Without VCOIL_VPP_BIN the
-# integration tests skip, saying so.
+# The tests against a real VPP (docs/vpp.md), wherever they are: they need
+# root and a VPP 25.10 binary named by VCOIL_VPP_BIN (VCOIL_VPP_POD_IF=tap|
+# af_packet chooses the pod interface; the default is tap where
+# /dev/vhost-net exists, else af_packet), and without it they skip, saying
+# so. Each gets the binary from vpptest.Binary, the one helper that skips
+# without VCOIL_VPP_BIN: the packages whose tests call it are found by that
+# call (as make fuzz finds its targets), so that a new one cannot be left
+# out. Their other tests (the mock VPPs among them) run too.
 
-VPP_TEST_FLAGS ?= -count=1 -p 1 -timeout 20m
+VPP_TEST_FLAGS ?= -count=1 -p 1 -timeout 30m
+VPP_TEST_PACKAGES = grep -rl --include='*_test.go' 'vpptest\.Binary(' v2 | xargs -r -n1 dirname | sort -u | sed 's|^|./|'
 
 .PHONY: test-vpp
-test-vpp: envtest-assets ## run the VPP dataplane's tests (with VCOIL_VPP_BIN=<vpp binary>, as root, against a real VPP)
-	@if [ -z "$${VCOIL_VPP_BIN:-}" ]; then echo "VCOIL_VPP_BIN is not set: the integration tests against a real VPP will skip (docs/vpp.md)" >&2; fi
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(VPP_TEST_FLAGS) -v ./v2/pkg/dataplane/vpp/...
-	$(GO) test $(VPP_TEST_FLAGS) -v ./v2/pkg/service/renderer/nat44/
-	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(VPP_TEST_FLAGS) -v -run 'VPP' ./v2/cmd/vcoild
+test-vpp: envtest-assets ## run every test that needs a real VPP, with its package's other tests (with VCOIL_VPP_BIN=<vpp binary>, as root)
+	@if [ -z "$${VCOIL_VPP_BIN:-}" ]; then echo "VCOIL_VPP_BIN is not set: the tests against a real VPP will skip (docs/vpp.md)" >&2; fi
+	@pkgs=$$($(VPP_TEST_PACKAGES)); echo "==> packages with tests against a real VPP:" $$pkgs >&2; \
+	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(VPP_TEST_FLAGS) -v $$pkgs
 
 # The NAT44 service renderer against a real VPP (docs/vpp-services.md): for
 # 1,000, 10,000 and 30,000 services of 10 backends, the time of a Resync from
