@@ -112,8 +112,11 @@ func newError(table, script, stderr string, err error) *Error {
 		break
 	}
 	if e.Line == 0 {
-		// "Error: syntax error ..." or "Error: Could not process rule: ..."
-		// without a location, or another failure of the command.
+		// "Error: No such file or directory" without a location (a
+		// listing), still followed by the command; or another failure.
+		if strings.HasPrefix(e.Message, "Error: ") && len(lines) > 1 && !isCarets(lines[1]) {
+			e.Statement = lines[1]
+		}
 		e.Message = strings.TrimPrefix(e.Message, "Error: ")
 		if e.Message == "" && err != nil {
 			e.Message = err.Error()
@@ -121,7 +124,7 @@ func newError(table, script, stderr string, err error) *Error {
 	}
 	e.Statement = shorten(strings.TrimSpace(e.Statement))
 	for _, n := range errnos {
-		if strings.HasSuffix(strings.ToLower(e.Message), n.Error()) {
+		if strings.Contains(strings.ToLower(e.Message), n.Error()) {
 			e.Errno = n
 			break
 		}

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -83,10 +84,13 @@ func (f *Fake) fail() error {
 
 func (f *Fake) fakeError(line int, statement string, err error) *Error {
 	e := &Error{Table: f.id.String(), Line: line, Statement: shorten(statement), Message: err.Error(), Err: err}
-	if knftables.IsNotFound(err) {
+	switch {
+	case knftables.IsNotFound(err):
 		e.Errno = syscall.ENOENT
-	} else if knftables.IsAlreadyExists(err) {
+	case knftables.IsAlreadyExists(err):
 		e.Errno = syscall.EEXIST
+	case errors.Is(err, syscall.EBUSY):
+		e.Errno = syscall.EBUSY
 	}
 	return e
 }
@@ -97,20 +101,23 @@ func (f *Fake) Run(ctx context.Context, tx *knftables.Transaction) error {
 	if err := f.fail(); err != nil {
 		return err
 	}
-	if err := f.knft.Run(ctx, tx); err != nil {
-		return f.fakeError(0, "", err)
-	}
-	f.Writes++
-	return nil
+	return f.apply(func(next *knftables.Fake) error { return f.tx(ctx, next, tx) }, true)
 }
 
 func (f *Fake) Check(ctx context.Context, tx *knftables.Transaction) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.knft.Check(ctx, tx); err != nil {
-		return f.fakeError(0, "", err)
+	return f.apply(func(next *knftables.Fake) error { return f.tx(ctx, next, tx) }, false)
+}
+
+// tx applies tx statement by statement, as the kernel does: knftables'
+// Fake checks references only when they are added.
+func (f *Fake) tx(ctx context.Context, next *knftables.Fake, tx *knftables.Transaction) error {
+	text := tx.String()
+	if i := strings.Index(text, "# ERROR: "); i >= 0 {
+		return &Error{Table: f.id.String(), Message: strings.TrimSpace(text[i+len("# ERROR: "):])}
 	}
-	return nil
+	return f.script(ctx, next, text)
 }
 
 func (f *Fake) RunScript(ctx context.Context, script string) error {
@@ -119,20 +126,75 @@ func (f *Fake) RunScript(ctx context.Context, script string) error {
 	if err := f.fail(); err != nil {
 		return err
 	}
-	next, err := f.script(ctx, script)
-	if err != nil {
-		return err
-	}
-	f.knft = next
-	f.Writes++
-	return nil
+	return f.apply(func(next *knftables.Fake) error { return f.script(ctx, next, script) }, true)
 }
 
 func (f *Fake) CheckScript(ctx context.Context, script string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, err := f.script(ctx, script)
-	return err
+	return f.apply(func(next *knftables.Fake) error { return f.script(ctx, next, script) }, false)
+}
+
+// apply applies change to a copy of the namespace, checks what the kernel
+// would refuse at the commit, and keeps the copy when commit is set:
+// all or nothing, as a transaction.
+func (f *Fake) apply(change func(*knftables.Fake) error, commit bool) error {
+	next, err := f.copyOf()
+	if err != nil {
+		return err
+	}
+	if err := change(next); err != nil {
+		return err
+	}
+	if commit {
+		f.knft = next
+		f.Writes++
+	}
+	return nil
+}
+
+// errBusy is the kernel's refusal to delete a chain in use.
+var errBusy = busyError{"Could not process rule: Device or resource busy", syscall.EBUSY}
+
+type busyError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e busyError) Error() string        { return e.msg }
+func (e busyError) Is(target error) bool { return target == e.errno }
+
+// references refuses a state where a map element or a rule jumps to a
+// chain that is not there: the kernel refuses to delete a chain in use
+// (EBUSY), and knftables' Fake checks references only when they are added.
+func (f *Fake) references(knft *knftables.Fake) error {
+	t := knft.Table
+	if t == nil {
+		return nil
+	}
+	missing := func(words []string) string {
+		for i := 0; i+1 < len(words); i++ {
+			if (words[i] == "jump" || words[i] == "goto") && t.Chains[words[i+1]] == nil {
+				return words[i+1]
+			}
+		}
+		return ""
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Maps)) {
+		for _, e := range t.Maps[name].Elements {
+			if c := missing(strings.Fields(strings.Join(e.Value, " "))); c != "" {
+				return fmt.Errorf("chain %s is used by map %s element %s: %w", c, name, strings.Join(e.Key, " . "), errBusy)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Chains)) {
+		for _, r := range t.Chains[name].Rules {
+			if c := missing(strings.Fields(r.Rule)); c != "" {
+				return fmt.Errorf("chain %s is used by a rule of chain %s: %w", c, name, errBusy)
+			}
+		}
+	}
+	return nil
 }
 
 // copyOf is a copy of the fake's namespace, to apply a script to.
@@ -146,23 +208,22 @@ func (f *Fake) copyOf() (*knftables.Fake, error) {
 	return next, nil
 }
 
-// script applies script to a copy of the namespace, statement by
-// statement, and returns the copy.
-func (f *Fake) script(ctx context.Context, script string) (*knftables.Fake, error) {
-	next, err := f.copyOf()
-	if err != nil {
-		return nil, err
-	}
+// script applies script to next, statement by statement.
+func (f *Fake) script(ctx context.Context, next *knftables.Fake, script string) error {
 	for i, line := range strings.Split(script, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		if err := f.statement(ctx, next, line); err != nil {
-			return nil, f.fakeError(i+1, line, err)
+		err := f.statement(ctx, next, line)
+		if err == nil {
+			err = f.references(next)
+		}
+		if err != nil {
+			return f.fakeError(i+1, line, err)
 		}
 	}
-	return next, nil
+	return nil
 }
 
 // statement applies one line of a script.
@@ -193,7 +254,7 @@ func (f *Fake) statement(ctx context.Context, knft *knftables.Fake, line string)
 	case verb == "create":
 		return fmt.Errorf("Could not process rule: File exists")
 	case verb == "delete" || verb == "destroy" || verb == "flush":
-		obj, err := namedObject(kind, name, words[5:])
+		obj, err := namedObject(kind, name, words[min(5, len(words)):])
 		if err != nil {
 			return err
 		}
@@ -314,37 +375,38 @@ func (f *Fake) ApplyElements(ctx context.Context, ops []ElementOp) error {
 	if err := f.fail(); err != nil {
 		return err
 	}
-	tx := f.knft.NewTransaction()
-	for _, op := range ops {
-		l, err := f.layout(op.Set)
-		if err != nil {
-			return err
+	return f.apply(func(next *knftables.Fake) error {
+		tx := next.NewTransaction()
+		for _, op := range ops {
+			l, err := f.layout(op.Set)
+			if err != nil {
+				return err
+			}
+			value := op.Value
+			if op.Delete {
+				value = nil
+			}
+			if _, err := l.encode(op.Key, value); err != nil {
+				return fmt.Errorf("nftables table %s: set %s: %w", f.id, op.Set, err)
+			}
+			e := &knftables.Element{Key: op.Key}
+			if next.Table != nil && next.Table.Maps[op.Set] != nil {
+				e.Map, e.Value = op.Set, value
+			} else {
+				e.Set = op.Set
+			}
+			if op.Delete {
+				tx.Delete(e)
+			} else {
+				tx.Add(e)
+			}
 		}
-		value := op.Value
-		if op.Delete {
-			value = nil
+		if err := next.Run(ctx, tx); err != nil {
+			return fmt.Errorf("nftables table %s: netlink batch of %d element changes: %w", f.id, len(ops),
+				f.fakeError(0, "", err))
 		}
-		if _, err := l.encode(op.Key, value); err != nil {
-			return fmt.Errorf("nftables table %s: set %s: %w", f.id, op.Set, err)
-		}
-		e := &knftables.Element{Key: op.Key}
-		if f.knft.Table != nil && f.knft.Table.Maps[op.Set] != nil {
-			e.Map, e.Value = op.Set, value
-		} else {
-			e.Set = op.Set
-		}
-		if op.Delete {
-			tx.Delete(e)
-		} else {
-			tx.Add(e)
-		}
-	}
-	if err := f.knft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("nftables table %s: netlink batch of %d element changes: %w", f.id, len(ops),
-			f.fakeError(0, "", err))
-	}
-	f.Writes++
-	return nil
+		return nil
+	}, true)
 }
 
 func (f *Fake) layout(set string) (Layout, error) {

@@ -279,6 +279,24 @@ func parseVerdict(s string) (*expr.Verdict, error) {
 	return nil, fmt.Errorf("verdict %q", s)
 }
 
+func verdictString(v *expr.Verdict) string {
+	switch v.Kind {
+	case expr.VerdictDrop:
+		return "drop"
+	case expr.VerdictAccept:
+		return "accept"
+	case expr.VerdictReturn:
+		return "return"
+	case expr.VerdictContinue:
+		return "continue"
+	case expr.VerdictJump:
+		return "jump " + v.Chain
+	case expr.VerdictGoto:
+		return "goto " + v.Chain
+	}
+	return "verdict " + strconv.Itoa(int(v.Kind))
+}
+
 // decode turns the kernel's elements of a set into text, pairing the start
 // and end markers of a single-field interval set.
 func (l Layout) decode(raw []gnft.SetElement) ([]*knftables.Element, error) {
@@ -305,6 +323,10 @@ func (l Layout) decodeOne(raw *gnft.SetElement) (*knftables.Element, error) {
 		return nil, fmt.Errorf("key %x: %w", raw.Key, err)
 	}
 	e := &knftables.Element{Key: key}
+	if v := raw.VerdictData; v != nil && len(l.Value) == 1 && l.Value[0] == Verdict {
+		e.Value = []string{verdictString(v)}
+		return e, nil
+	}
 	if l.Value != nil {
 		if e.Value, err = decodeFields(l.Value, raw.Val, nil); err != nil {
 			return nil, fmt.Errorf("value %x: %w", raw.Val, err)

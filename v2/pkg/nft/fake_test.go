@@ -1,0 +1,65 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+)
+
+func TestFakeFailNextChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake(knftables.InetFamily, "t", testLayouts)
+	makeTestTable(t, f)
+	before, writes := f.Dump(), f.Writes
+	boom := errors.New("boom")
+	f.FailNext(boom)
+	err := f.RunScript(ctx, "add element inet t h4 { 10.9.0.3 }\n")
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "nftables table inet t") {
+		t.Fatalf("got %v, want boom naming the table", err)
+	}
+	if f.Dump() != before || f.Writes != writes {
+		t.Error("a failed write changed the table")
+	}
+	if err := f.RunScript(ctx, "add element inet t h4 { 10.9.0.3 }\n"); err != nil {
+		t.Fatalf("the write after: %v", err)
+	}
+	if f.Writes != writes+1 {
+		t.Errorf("writes %d, want %d", f.Writes, writes+1)
+	}
+}
+
+func TestFakeRefusesWhatTheKernelWould(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake(knftables.InetFamily, "t", testLayouts)
+	makeTestTable(t, f)
+	for _, script := range []string{
+		"add element inet t h4 { 10.9.0.300 }",           // not an address
+		"add element inet t hp4 { 10.0.0.1 . tcp }",       // a field short
+		"add element inet t in4 { 10.1.0.9 : jump nope }", // no such chain
+		"add element inet other s { 10.0.0.1 }",           // another table
+		"create set inet t h4 { type ipv4_addr ; }",       // exists
+		"insert rule inet t g1 drop",                      // not applied by the fake
+	} {
+		before := f.Dump()
+		var e *Error
+		if err := f.RunScript(ctx, "\n"+script+"\n"); !errors.As(err, &e) || e.Line != 2 || e.Statement != script {
+			t.Errorf("%s: %v, want an error at line 2 naming it", script, err)
+		}
+		if f.Dump() != before {
+			t.Errorf("%s: changed the table", script)
+		}
+	}
+}
+
+func TestFakeOutlivesClose(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake(knftables.InetFamily, "t", testLayouts)
+	makeTestTable(t, f)
+	f.Close()
+	if v, exists, err := f.Format(ctx, "test"); err != nil || !exists || v != 2 {
+		t.Errorf("format after Close: %d %v %v", v, exists, err)
+	}
+}
