@@ -36,7 +36,7 @@ func TestFakeRefusesWhatTheKernelWould(t *testing.T) {
 	f := NewFake(knftables.InetFamily, "t", testLayouts)
 	makeTestTable(t, f)
 	for _, script := range []string{
-		"add element inet t h4 { 10.9.0.300 }",           // not an address
+		"add element inet t h4 { 10.9.0.300 }",            // not an address
 		"add element inet t hp4 { 10.0.0.1 . tcp }",       // a field short
 		"add element inet t in4 { 10.1.0.9 : jump nope }", // no such chain
 		"add element inet other s { 10.0.0.1 }",           // another table
