@@ -10,9 +10,10 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/vcoil/vcoil/v2/pkg/cni"
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 )
 
 func main() {
-	skel.PluginMainFuncs(cni.NewPlugin(os.Stdout).Funcs(), cni.PluginInfo(),
+	skel.PluginMainFuncs(cni.NewPlugin(os.Stdout).Funcs(), cnicontract.PluginInfo(),
 		"vcoil: CNI plugin that forwards each call to vcoild (docs/vcoil-cni.md)")
 }

@@ -26,8 +26,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vcoil/vcoil/v2/internal/gobuild"
-	"github.com/vcoil/vcoil/v2/pkg/cni"
 	"github.com/vcoil/vcoil/v2/pkg/cni/cnitest"
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 )
 
@@ -138,7 +138,7 @@ func asCNIError(t *testing.T, err error) *types.Error {
 
 // forwarded checks one invocation vcoild received against what the
 // runtime passed, and returns the configuration parsed as vcoild will.
-func forwarded(t *testing.T, r *runtime, call cnitest.Call, verb string, rt *libcni.RuntimeConf) *cni.Conf {
+func forwarded(t *testing.T, r *runtime, call cnitest.Call, verb string, rt *libcni.RuntimeConf) *cnicontract.Conf {
 	t.Helper()
 	if call.Verb != verb {
 		t.Fatalf("vcoild received %s, want %s", call.Verb, verb)
@@ -154,7 +154,7 @@ func forwarded(t *testing.T, r *runtime, call cnitest.Call, verb string, rt *lib
 	if !maps.Equal(a.GetArgs(), wantArgs) {
 		t.Errorf("%s: vcoild received CNI_ARGS %v, want %v", verb, a.GetArgs(), wantArgs)
 	}
-	conf, err := cni.ParseConf(a.GetStdinData())
+	conf, err := cnicontract.ParseConf(a.GetStdinData())
 	if err != nil {
 		t.Fatalf("%s: vcoild cannot parse the stdin it received: %v\n%s", verb, err, a.GetStdinData())
 	}
@@ -252,8 +252,8 @@ func TestVcoilThroughLibcni(t *testing.T) {
 
 	t.Run("vcoild's error comes out with its code, msg and details", func(t *testing.T) {
 		d := cnitest.NewDaemon(cnitest.Answers{
-			AddErr:    cni.NewError(cnirpc.ErrorCode_POOL_EXHAUSTED, "pool default is exhausted", "no free address in the node's blocks and no free block in the pool"),
-			StatusErr: cni.NewError(cnirpc.ErrorCode_LIMITED_CONNECTIVITY, "the dataplane is down", "VPP does not answer on /run/vpp/api.sock"),
+			AddErr:    cnicontract.NewError(cnirpc.ErrorCode_POOL_EXHAUSTED, "pool default is exhausted", "no free address in the node's blocks and no free block in the pool"),
+			StatusErr: cnicontract.NewError(cnirpc.ErrorCode_LIMITED_CONNECTIVITY, "the dataplane is down", "VPP does not answer on /run/vpp/api.sock"),
 		})
 		r := newRuntime(t, binDir, "1.1.0", cnitest.Serve(t, d), "")
 		_, err := r.cni.AddNetworkList(ctx(t), r.list, pod("c0ffee-err"))
@@ -305,7 +305,7 @@ func TestVcoilThroughLibcni(t *testing.T) {
 		err  error
 	}{
 		{"success", nil},
-		{"UNKNOWN_CONTAINER", cni.NewError(cnirpc.ErrorCode_UNKNOWN_CONTAINER, "container c0ffee-unknown is unknown", "")},
+		{"UNKNOWN_CONTAINER", cnicontract.NewError(cnirpc.ErrorCode_UNKNOWN_CONTAINER, "container c0ffee-unknown is unknown", "")},
 		{"NotFound", status.Error(codes.NotFound, "container c0ffee-unknown is unknown")},
 	} {
 		t.Run("DEL of an unknown container succeeds when vcoild answers "+answer.name, func(t *testing.T) {
@@ -350,7 +350,7 @@ func TestVcoilThroughLibcni(t *testing.T) {
 		if !slices.Equal(got, valid) {
 			t.Errorf("GC valid attachments %v, want %v", got, valid)
 		}
-		conf, err := cni.ParseConf(gc.GetStdinData())
+		conf, err := cnicontract.ParseConf(gc.GetStdinData())
 		if err != nil || conf.Name != "k8s-pod-network" || !slices.Equal(conf.ValidAttachments, valid) {
 			t.Errorf("GC stdin %s parses to %+v (%v)", gc.GetStdinData(), conf, err)
 		}

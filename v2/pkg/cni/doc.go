@@ -4,10 +4,8 @@
 // a UNIX socket (package cnirpc) and turns vcoild's answer into the CNI
 // result or CNI error the runtime expects, in the spec version it asked for.
 //
-// The package also holds the pieces vcoild shares with the binary: ParseConf
-// (vcoild reads the same configuration from CNIArgs.stdin_data), ParseArgs,
-// and the conversion between CNI errors and gRPC statuses (NewError,
-// ToRPCError, FromRPCError), so that both ends agree on one mapping.
+// What the binary shares with vcoild, the network configuration and the
+// conversion between CNI errors and gRPC statuses, is package cnicontract.
 //
 // It deliberately does no networking of its own: it never enters the
 // network namespace, allocates no address and keeps no state. Everything

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 )
 
@@ -59,7 +60,7 @@ func NewPlugin(stdout io.Writer) *Plugin {
 }
 
 // Funcs returns the plugin's verbs for skel.PluginMainFuncs. VERSION is
-// answered by skel from PluginInfo.
+// answered by skel from cnicontract.PluginInfo.
 func (p *Plugin) Funcs() skel.CNIFuncs {
 	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
 }
@@ -70,7 +71,7 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 // K8S_POD_NAMESPACE and K8S_POD_NAME are required in CNI_ARGS, because
 // vcoild chooses the address pool by the pod's namespace.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	conf, err := ParseConf(args.StdinData)
+	conf, err := cnicontract.ParseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return err
 	})
 	if err != nil {
-		return FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
+		return cnicontract.FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
 	}
 	return p.printResult(resp.GetResult(), conf.CNIVersion)
 }
@@ -101,7 +102,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 // pod's sandbox undeletable; vcoild finds the attachment by container ID
 // and interface.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	conf, err := ParseConf(args.StdinData)
+	conf, err := cnicontract.ParseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
@@ -113,8 +114,8 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		_, err := c.Del(ctx, req)
 		return err
 	})
-	if err != nil && !isUnknownContainer(err) {
-		return FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
+	if err != nil && !cnicontract.IsUnknownContainer(err) {
+		return cnicontract.FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
 	}
 	return nil
 }
@@ -122,7 +123,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // Check asks vcoild whether the container is attached as prevResult (in
 // the configuration it forwards) says.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	conf, err := ParseConf(args.StdinData)
+	conf, err := cnicontract.ParseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return err
 	})
 	if err != nil {
-		return FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
+		return cnicontract.FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
 	}
 	return nil
 }
@@ -143,7 +144,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 // Status succeeds when vcoild says it can add pods. An unreachable vcoild
 // is error 50 (plugin not available), as spec 1.1.0 defines for STATUS.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	conf, err := ParseConf(args.StdinData)
+	conf, err := cnicontract.ParseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
@@ -152,7 +153,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		return err
 	})
 	if err != nil {
-		return FromRPCError(err, cnirpc.ErrorCode_PLUGIN_NOT_AVAILABLE)
+		return cnicontract.FromRPCError(err, cnirpc.ErrorCode_PLUGIN_NOT_AVAILABLE)
 	}
 	return nil
 }
@@ -162,12 +163,12 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // without the list is refused: taken as empty, it would release every pod
 // of the node.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	conf, err := ParseConf(args.StdinData)
+	conf, err := cnicontract.ParseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
 	if conf.ValidAttachments == nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, keyValidAttachments+": missing",
+		return types.NewError(types.ErrInvalidNetworkConfig, cnicontract.KeyValidAttachments+": missing",
 			"GC needs the runtime's list of the attachments that are still valid")
 	}
 	req := &cnirpc.GCRequest{StdinData: args.StdinData}
@@ -179,7 +180,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return err
 	})
 	if err != nil {
-		return FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
+		return cnicontract.FromRPCError(err, cnirpc.ErrorCode_TRY_AGAIN_LATER)
 	}
 	return nil
 }
@@ -246,9 +247,10 @@ func rpcArgs(args *skel.CmdArgs, strictArgs bool) (*cnirpc.CNIArgs, error) {
 // library's conversions assume well-formed results and would panic on,
 // for example, a null entry in "ips".
 func (p *Plugin) printResult(raw []byte, cniVersion string) error {
-	if !slices.Contains(PluginInfo().SupportedVersions(), cniVersion) {
-		// ParseConf has refused such a configuration already; the library
-		// would take "" for 0.1.0 and print a result of that version.
+	if !slices.Contains(cnicontract.PluginInfo().SupportedVersions(), cniVersion) {
+		// cnicontract.ParseConf has refused such a configuration already;
+		// the library would take "" for 0.1.0 and print a result of that
+		// version.
 		return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("cniVersion %q: not supported", cniVersion), "")
 	}
 	res, err := types100.NewResult(raw)
@@ -259,7 +261,7 @@ func (p *Plugin) printResult(raw []byte, cniVersion string) error {
 	if !ok {
 		return types.NewError(uint(cnirpc.ErrorCode_INTERNAL), "vcoild returned an invalid result", fmt.Sprintf("unexpected result type %T", res))
 	}
-	if err := checkResult(r); err != nil {
+	if err := cnicontract.CheckResult(r); err != nil {
 		return types.NewError(uint(cnirpc.ErrorCode_INTERNAL), "vcoild returned an invalid result", err.Error())
 	}
 	out, err := r.GetAsVersion(cniVersion)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vcoil/vcoil/v2/pkg/cni/cnitest"
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 )
 
@@ -187,11 +188,11 @@ func TestAddRefusesAnInvalidResultFromVcoild(t *testing.T) {
 
 func TestVcoildErrorsBecomeCNIErrors(t *testing.T) {
 	d := cnitest.NewDaemon(cnitest.Answers{
-		AddErr:    NewError(cnirpc.ErrorCode_POOL_EXHAUSTED, "pool default is exhausted", "no free address and no block left"),
-		CheckErr:  NewError(cnirpc.ErrorCode_INTERNAL, "eth0 has no address 10.64.0.5", ""),
-		StatusErr: NewError(cnirpc.ErrorCode_LIMITED_CONNECTIVITY, "VPP is down", "reconnecting"),
+		AddErr:    cnicontract.NewError(cnirpc.ErrorCode_POOL_EXHAUSTED, "pool default is exhausted", "no free address and no block left"),
+		CheckErr:  cnicontract.NewError(cnirpc.ErrorCode_INTERNAL, "eth0 has no address 10.64.0.5", ""),
+		StatusErr: cnicontract.NewError(cnirpc.ErrorCode_LIMITED_CONNECTIVITY, "VPP is down", "reconnecting"),
 		GCErr:     status.Error(codes.Internal, "checkpoint unreadable"),
-		DelErr:    NewError(cnirpc.ErrorCode_IO_FAILURE, "checkpoint write failed", "disk full"),
+		DelErr:    cnicontract.NewError(cnirpc.ErrorCode_IO_FAILURE, "checkpoint write failed", "disk full"),
 	})
 	socket := cnitest.Serve(t, d)
 	p := NewPlugin(&bytes.Buffer{})
@@ -285,7 +286,7 @@ func TestDelSucceedsWhenVcoildDoesNotKnowTheContainer(t *testing.T) {
 		answer error
 	}{
 		{"vcoild answers success", nil},
-		{"vcoild answers UNKNOWN_CONTAINER", NewError(cnirpc.ErrorCode_UNKNOWN_CONTAINER, "container c0ffee is unknown", "")},
+		{"vcoild answers UNKNOWN_CONTAINER", cnicontract.NewError(cnirpc.ErrorCode_UNKNOWN_CONTAINER, "container c0ffee is unknown", "")},
 		{"vcoild answers NotFound", status.Error(codes.NotFound, "container c0ffee is unknown")},
 	}
 	for _, tt := range tests {

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/pkg/cni"
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
@@ -72,5 +72,5 @@ func (s *Server) reportPoolError(ctx context.Context, args *cnirpc.CNIArgs, allo
 		s.log.Error(err, "cannot read the pod for its Event; the ADD's error still tells the kubelet", "pod", namespace+"/"+name, "reason", reason)
 		return
 	}
-	s.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, reason, ActionAllocate, "%s", cni.FromRPCError(cniErr, 0).Msg)
+	s.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, reason, ActionAllocate, "%s", cnicontract.FromRPCError(cniErr, 0).Msg)
 }

@@ -20,7 +20,7 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
-	"github.com/vcoil/vcoil/v2/pkg/cni"
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
@@ -121,13 +121,13 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	if err := validateArgs(args, true); err != nil {
 		return nil, err
 	}
-	conf, err := cni.ParseConf(args.StdinData)
+	conf, err := cnicontract.ParseConf(args.StdinData)
 	if err != nil {
-		return nil, cni.ToRPCError(err) // keeps ParseConf's code and the field it names
+		return nil, cnicontract.ToRPCError(err) // keeps ParseConf's code and the field it names
 	}
 	portMappings, err := conf.PortMappings()
 	if err != nil {
-		return nil, cni.ToRPCError(err)
+		return nil, cnicontract.ToRPCError(err)
 	}
 	if _, err := os.Stat(args.Netns); err != nil {
 		return nil, cniError(cnirpc.ErrorCode_INVALID_ENVIRONMENT_VARIABLES, "", "network namespace %q of container %s: %v", args.Netns, args.ContainerId, err)
@@ -300,7 +300,7 @@ func (s *Server) Check(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Emp
 	}
 	pod := podOf(entry)
 	pod.Netns = args.Netns
-	if conf, err := cni.ParseConf(args.StdinData); err == nil {
+	if conf, err := cnicontract.ParseConf(args.StdinData); err == nil {
 		pod.MTU = conf.MTU
 		if ms, err := conf.PortMappings(); err == nil {
 			pod.PortMappings = ms

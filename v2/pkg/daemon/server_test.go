@@ -28,7 +28,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/controllertest"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
-	"github.com/vcoil/vcoil/v2/pkg/cni"
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
@@ -216,7 +216,7 @@ func (n *node) add(t *testing.T, id, namespace string) *current.Result {
 }
 
 func cniCode(err error) cnirpc.ErrorCode {
-	return cnirpc.ErrorCode(cni.FromRPCError(err, 0).Code)
+	return cnirpc.ErrorCode(cnicontract.FromRPCError(err, 0).Code)
 }
 
 func TestAddIsIdempotentAndDelFreesTheAddress(t *testing.T) {
@@ -279,7 +279,7 @@ func TestPoolComesFromTheNamespaceAnnotation(t *testing.T) {
 	if cniCode(err) != cnirpc.ErrorCode_POOL_NOT_FOUND {
 		t.Fatalf("pod of a namespace naming a missing pool: %v, want POOL_NOT_FOUND", err)
 	}
-	ce := cni.FromRPCError(err, 0)
+	ce := cnicontract.FromRPCError(err, 0)
 	if want := `address pool "nope" (the pool named by annotation vcoil.io/pool of namespace "broken") does not exist`; ce.Msg != want {
 		t.Fatalf("message = %q, want %q", ce.Msg, want)
 	}
@@ -298,7 +298,7 @@ func TestAPodOfALoadBalancerPoolIsToldWhy(t *testing.T) {
 	if cniCode(err) != cnirpc.ErrorCode_POOL_NOT_FOUND {
 		t.Fatalf("pod of a namespace naming a LoadBalancer pool: %v, want POOL_NOT_FOUND", err)
 	}
-	ce := cni.FromRPCError(err, 0)
+	ce := cnicontract.FromRPCError(err, 0)
 	if want := `address pool "lb" (the pool named by annotation vcoil.io/pool of namespace "services") serves LoadBalancer addresses, not pods`; ce.Msg != want {
 		t.Fatalf("message = %q, want %q", ce.Msg, want)
 	}

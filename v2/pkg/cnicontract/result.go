@@ -1,4 +1,4 @@
-package cni
+package cnicontract
 
 import (
 	"fmt"
@@ -9,13 +9,13 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 )
 
-// checkResult refuses what the spec does not allow in a result and the
+// CheckResult refuses what the spec does not allow in a result and the
 // library accepts anyway: null entries, IPs and routes without an address,
 // and IPs that point at an interface the result does not list. The
 // library's version conversions assume well-formed results and panic on a
 // null entry; a result without an address is written back as "<nil>" and
 // cannot be read again. A nil result (no prevResult) passes.
-func checkResult(r types.Result) error {
+func CheckResult(r types.Result) error {
 	switch r := r.(type) {
 	case nil:
 		return nil

@@ -1,4 +1,4 @@
-package cni
+package cnicontract
 
 import (
 	"context"
@@ -102,10 +102,10 @@ func FromRPCError(err error, unreachable cnirpc.ErrorCode) *types.Error {
 	return types.NewError(uint(cnirpc.ErrorCode_INTERNAL), st.Message(), fmt.Sprintf("gRPC code %s: %v", st.Code(), err))
 }
 
-// isUnknownContainer says whether vcoild answered that it does not know the
+// IsUnknownContainer says whether vcoild answered that it does not know the
 // container: a CNIError detail with UNKNOWN_CONTAINER, or a NotFound status
 // without any CNIError detail. DEL treats that as done.
-func isUnknownContainer(err error) bool {
+func IsUnknownContainer(err error) bool {
 	if err == nil {
 		return false
 	}

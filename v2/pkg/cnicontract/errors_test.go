@@ -1,4 +1,4 @@
-package cni
+package cnicontract
 
 import (
 	"context"
@@ -139,8 +139,8 @@ func TestIsUnknownContainer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := isUnknownContainer(tt.err); got != tt.want {
-				t.Errorf("isUnknownContainer(%v) = %v", tt.err, got)
+			if got := IsUnknownContainer(tt.err); got != tt.want {
+				t.Errorf("IsUnknownContainer(%v) = %v", tt.err, got)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package cni
+package cnicontract
 
 import (
 	"encoding/json"
@@ -34,7 +34,8 @@ const maxSocketPath = 107
 // Keys of the GC list. libcni writes both: the spec's name and, for plugins
 // written against an earlier draft of the spec, cni.dev/attachments.
 const (
-	keyValidAttachments  = "cni.dev/valid-attachments"
+	// KeyValidAttachments is the spec's name of the GC list.
+	KeyValidAttachments  = "cni.dev/valid-attachments"
 	keyLegacyAttachments = "cni.dev/attachments"
 )
 
@@ -140,7 +141,7 @@ func ParseConf(data []byte) (*Conf, error) {
 	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "prevResult: not a result of cniVersion "+conf.CNIVersion, err.Error())
 	}
-	if err := checkResult(conf.PrevResult); err != nil {
+	if err := CheckResult(conf.PrevResult); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
 
@@ -156,7 +157,7 @@ func ParseConf(data []byte) (*Conf, error) {
 		conf.ValidAttachments = legacy.Attachments
 	}
 	if conf.ValidAttachments == nil {
-		_, given := raw[keyValidAttachments]
+		_, given := raw[KeyValidAttachments]
 		_, legacyGiven := raw[keyLegacyAttachments]
 		if given || legacyGiven {
 			conf.ValidAttachments = []types.GCAttachment{}
@@ -188,7 +189,7 @@ func (c Conf) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	if c.ValidAttachments != nil {
-		m[keyValidAttachments] = c.ValidAttachments
+		m[KeyValidAttachments] = c.ValidAttachments
 	}
 	if c.Socket != "" {
 		m["socket"] = c.Socket

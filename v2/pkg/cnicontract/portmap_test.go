@@ -1,4 +1,4 @@
-package cni
+package cnicontract
 
 import (
 	"encoding/json"
