@@ -20,4 +20,6 @@ func main() {
 	_ = prometheus.NewDesc(prometheus.BuildFQName(namespace, "node", "blocks"), "h", nil, nil)
 	_ = prometheus.V2.NewDesc("demo_v2_total", "h", nil, nil)
 	lib.Register(reg)
+	_ = lib.NewQueue("jobs", "h")
+	_ = lib.NewQueue(namespace+"_mail", "h"+namespace)
 }
