@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 func TestFakeFailNextChangesNothing(t *testing.T) {
@@ -61,5 +63,30 @@ func TestFakeOutlivesClose(t *testing.T) {
 	f.Close()
 	if v, exists, err := f.Format(ctx, "test"); err != nil || !exists || v != 2 {
 		t.Errorf("format after Close: %d %v %v", v, exists, err)
+	}
+}
+
+func TestReplaceRefusesANewerTableAndReplacesAnOlder(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake(knftables.IPv4Family, "t", nil)
+	fill := func(tx *knftables.Transaction) { tx.Add(&knftables.Chain{Name: "c"}) }
+	if err := Replace(ctx, f, "test", 2, "made by the test", fill); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := f.Format(ctx, "test"); v != 2 || err != nil {
+		t.Fatalf("format %d %v, want 2", v, err)
+	}
+	before := f.Dump()
+	if err := Replace(ctx, f, "test", 1, "", fill); !errors.Is(err, formatversion.ErrNewer) {
+		t.Errorf("replace a newer table: %v, want ErrNewer", err)
+	}
+	if f.Dump() != before {
+		t.Error("a newer table was changed")
+	}
+	if err := Replace(ctx, f, "test", 3, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := f.Read(ctx); err != nil || c.Exists {
+		t.Errorf("replace with nothing: %+v %v, want no table", c, err)
 	}
 }

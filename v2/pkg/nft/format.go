@@ -78,3 +78,25 @@ func checkFormat(ctx context.Context, t Table, kind string, known int) error {
 	}
 	return formatversion.Check("nftables table "+TableID{t.Family(), t.Name()}.String(), v, known)
 }
+
+// Replace replaces table t in one transaction (deleted and made again)
+// with a table commented comment, its format set (kind, version) and what
+// fill adds; with a nil fill it only deletes t. A table of a newer format
+// than version is refused (a *formatversion.NewerError) and left
+// unchanged. It suits the small tables that hold nothing but what is
+// rendered at each sync.
+func Replace(ctx context.Context, t Table, kind string, version int, comment string, fill func(*knftables.Transaction)) error {
+	if err := t.CheckFormat(ctx, kind, version); err != nil {
+		return err
+	}
+	tx := t.NewTransaction()
+	// Adding first makes the delete succeed when there is no table.
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	if fill != nil {
+		tx.Add(&knftables.Table{Comment: knftables.PtrTo(comment)})
+		tx.Add(NewFormatSet(kind, version))
+		fill(tx)
+	}
+	return t.Run(ctx, tx)
+}

@@ -28,9 +28,15 @@ func TestElementsReadOverNetlinkAreThoseNftLists(t *testing.T) {
 		l.node.Exec("nft", "add", "element", "inet", "vcoil-services", e)
 	}
 	r := ri.(*renderer)
+	// nft's own listing, through knftables, in the node's namespace.
+	var lister knftables.Interface
 	var names []string
-	if err := r.kernel.do(func() error {
-		all, err := r.kernel.nft.ListAll(t.Context())
+	if err := l.node.Do(func() error {
+		var err error
+		if lister, err = knftables.New(knftables.InetFamily, "vcoil-services"); err != nil {
+			return err
+		}
+		all, err := lister.ListAll(t.Context())
 		names = append(all["set"], all["map"]...)
 		return err
 	}); err != nil {
@@ -46,14 +52,14 @@ func TestElementsReadOverNetlinkAreThoseNftLists(t *testing.T) {
 			kind = "map"
 		}
 		var want []*knftables.Element
-		if err := r.kernel.do(func() error {
+		if err := l.node.Do(func() error {
 			var err error
-			want, err = r.kernel.nft.ListElements(t.Context(), kind, name)
+			want, err = lister.ListElements(t.Context(), kind, name)
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := r.kernel.listElements(kind, name)
+		got, err := r.table.Elements(t.Context(), name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -1,181 +1,71 @@
 package nftables
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"maps"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	gnft "github.com/google/nftables"
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
-// kernel runs nft, through knftables, in the node's network namespace.
-// knftables executes the nft binary, and a child process starts in the
-// network namespace of the thread that forks it: every call runs on a
-// thread locked in the namespace (pkg/ns's Do), so that vcoild itself may
-// live in another namespace (as in the lab, with --netns).
-//
-// The elements of the table's sets and maps are read over netlink
-// (elements.go), in the same namespace.
-type kernel struct {
-	netns ns.NetNS // nil: the process's own namespace
-	nsFd  int      // netns's descriptor, 0 for the process's own
-	nft   knftables.Interface
-	nl    *gnft.Conn
-	table string
-	// nftPath is the nft binary, run directly for the plans' scripts.
-	nftPath string
-}
-
-func openKernel(netns ns.NetNS, family knftables.Family, table string) (*kernel, error) {
-	k := &kernel{netns: netns, table: table}
-	var err error
-	if k.nftPath, err = exec.LookPath("nft"); err != nil {
-		return nil, fmt.Errorf("nft binary: %w", err)
-	}
-	var opts []gnft.ConnOption
-	if netns != nil {
-		k.nsFd = int(netns.Fd())
-		opts = append(opts, gnft.WithNetNSFd(k.nsFd))
-	}
-	if k.nl, err = gnft.New(opts...); err != nil {
-		return nil, fmt.Errorf("nftables netlink connection: %w", err)
-	}
-	err = k.do(func() error {
-		var err error
-		k.nft, err = knftables.New(family, table)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nftables table %s %s: %w", family, table, err)
-	}
-	return k, nil
-}
-
-func (k *kernel) do(f func() error) error {
-	if k.netns == nil {
-		return f()
-	}
-	return k.netns.Do(func(ns.NetNS) error { return f() })
-}
-
-func (k *kernel) run(ctx context.Context, tx *knftables.Transaction) error {
-	return k.do(func() error { return k.nft.Run(ctx, tx) })
-}
-
-// runScript runs an nft script (plan.script) as one transaction; with
-// check, nft only checks it (the kernel too, without committing).
-func (k *kernel) runScript(ctx context.Context, script string, check bool) error {
-	args := []string{"-f", "-"}
-	if check {
-		args = append([]string{"--check"}, args...)
-	}
-	return k.do(func() error {
-		cmd := exec.CommandContext(ctx, k.nftPath, args...)
-		cmd.Stdin = strings.NewReader(script)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("nft: %w: %s", err, strings.TrimSpace(stderr.String()))
-		}
-		return nil
-	})
-}
-
-// listElements lists the elements of one of the renderer's sets or maps
-// over netlink.
-func (k *kernel) listElements(kind, name string) ([]*knftables.Element, error) {
-	elems, err := netlinkElements(k.nl, k.table, name)
-	if err != nil {
-		return nil, fmt.Errorf("list %s %s of table %s: %w", kind, name, k.table, err)
-	}
-	return elems, nil
+// table is the renderer's nftables table (nft.Table: the kernel's, or a
+// Fake in tests). Its sets and maps are read over netlink, by the layouts
+// of elements.go: any nft listing of the table, even of one chain, reads
+// and prints every element, which takes seconds at ten thousand services.
+type table interface {
+	Name() string
+	NewTransaction() *knftables.Transaction
+	RunScript(ctx context.Context, script string) error
+	CheckScript(ctx context.Context, script string) error
+	Read(ctx context.Context) (*nft.Contents, error)
+	Elements(ctx context.Context, set string) ([]*knftables.Element, error)
+	Delete(ctx context.Context) error
+	Close()
 }
 
 // read lists the table: its objects, its rules' IDs and the elements of the
 // sets and maps vcoil writes (not the affinity maps, which the packet path
 // fills). It is Resync's way of adopting a table a previous vcoild left.
-// It reads over netlink: any nft listing of the table, even of one chain,
-// reads and prints every element, which takes seconds at ten thousand
-// services.
-func (k *kernel) read(ctx context.Context) (tableObjects, *ruleset, error) {
+func read(ctx context.Context, tbl table) (tableObjects, *ruleset, error) {
 	t := tableObjects{sets: map[string]bool{}, chains: map[string][]string{}}
 	r := newRuleset()
-	if err := ctx.Err(); err != nil {
+	c, err := tbl.Read(ctx)
+	if err != nil {
 		return t, nil, err
 	}
-	table, err := k.nl.ListTableOfFamily(k.table, gnft.TableFamilyINet)
-	if errors.Is(err, unix.ENOENT) {
+	if !c.Exists {
 		return t, r, nil
 	}
-	if err != nil {
-		return t, nil, fmt.Errorf("list table %s: %w", k.table, err)
-	}
 	t.exists = true
-	sets, err := k.nl.GetSets(table)
-	if err != nil {
-		return t, nil, fmt.Errorf("list the sets of table %s: %w", k.table, err)
-	}
 	// A table of a newer format is left as it is: its objects may mean
 	// something this vcoild does not know.
-	hasFormat := slices.ContainsFunc(sets, func(s *gnft.Set) bool { return s.Name == formatversion.NFTSet })
-	t.format, err = formatversion.NFTVersion("inet "+k.table, formatKind, hasFormat, func() (c string, err error) {
-		err = k.do(func() error {
-			c, err = formatversion.ReadNFTSetComment(ctx, "inet", k.table)
-			return err
-		})
-		return c, err
-	})
-	if err != nil {
+	id := nft.TableID{Family: knftables.InetFamily, Name: tbl.Name()}
+	if t.format, err = nft.FormatOf(id, c, formatKind); err != nil {
 		return t, nil, err
 	}
-	if err := formatversion.Check("nftables table inet "+k.table, t.format, formatversion.ServiceTable); err != nil {
+	if err := formatversion.Check("nftables table "+id.String(), t.format, formatversion.ServiceTable); err != nil {
 		return t, nil, err
 	}
-	for _, s := range sets {
+	for name, s := range c.Sets {
 		if !s.Anonymous { // the vmaps written inline in rules
-			t.sets[s.Name] = s.IsMap
+			t.sets[name] = s.Map
 		}
 	}
-	chains, err := k.nl.ListChainsOfTableFamily(gnft.TableFamilyINet)
-	if err != nil {
-		return t, nil, fmt.Errorf("list the chains of table %s: %w", k.table, err)
-	}
-	for _, c := range chains {
-		if c.Table != nil && c.Table.Name == k.table {
-			t.chains[c.Name] = []string{}
-		}
-	}
-	rules, err := ruleComments(k.nsFd, k.table)
-	if err != nil {
-		return t, nil, fmt.Errorf("list the rules of table %s: %w", k.table, err)
-	}
-	for _, rule := range rules {
-		if _, ok := t.chains[rule.chain]; ok {
-			t.chains[rule.chain] = append(t.chains[rule.chain], rule.comment)
-		}
+	for name, ch := range c.Chains {
+		t.chains[name] = ch.Rules
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.sets)) {
 		set, fam, index, ok := parseSetName(name)
 		if !ok {
 			continue // the affinity maps, which the packet path fills, or strangers
 		}
-		kind := "set"
-		if t.sets[name] {
-			kind = "map"
-		}
-		elems, err := k.listElements(kind, name)
+		elems, err := tbl.Elements(ctx, name)
 		if err != nil {
 			return t, nil, err
 		}

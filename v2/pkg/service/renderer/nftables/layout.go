@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -216,8 +217,7 @@ func (l layout) objects(node *service.Node, uses map[use]int) objects {
 
 	// Sets and maps. The empty set format carries the table's format
 	// version (formatversion.ServiceTable) in its comment.
-	o.Sets[formatversion.NFTSet] = &knftables.Set{Name: formatversion.NFTSet, Type: "ipv4_addr",
-		Comment: new(formatversion.NFTComment(formatKind, formatversion.ServiceTable))}
+	o.Sets[nft.FormatSet] = nft.NewFormatSet(formatKind, formatversion.ServiceTable)
 	for _, fam := range families {
 		for _, name := range []string{setServices, setExternalLocal} {
 			o.Sets[name+fam] = &knftables.Map{Name: name + fam, Type: frontend(fam) + " : verdict"}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -73,9 +74,12 @@ type Renderer interface {
 type renderer struct {
 	log     logr.Logger
 	layout  layout
-	kernel  *kernel
+	table   table
 	netns   ns.NetNS
 	nl      *netlink.Handle
+	// deleteFlows deletes the conntrack entries of flows a transaction
+	// made stale (conntrack.go, over nl).
+	deleteFlows func(*staleFlows) (uint, error)
 	metrics *metrics
 	// fullResync is Config.FullResyncPeriod.
 	fullResync time.Duration
@@ -101,27 +105,9 @@ func New(cfg Config, log logr.Logger) (Renderer, error) {
 	if cfg.Table == "" {
 		cfg.Table = constants.ServiceTable
 	}
-	if cfg.MasqueradeMark == 0 {
-		cfg.MasqueradeMark = constants.ServiceMasqueradeMark
-	}
-	if bits.OnesCount32(cfg.MasqueradeMark) != 1 {
-		return nil, fmt.Errorf("masquerade mark %#x: want a single bit", cfg.MasqueradeMark)
-	}
-	if cfg.PodIfPrefix == "" {
-		return nil, errors.New("pod interface prefix is required")
-	}
-	m, err := newMetrics(cfg.Registry)
+	r, err := newRenderer(cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("register the service renderer's metrics: %w", err)
-	}
-	if cfg.FullResyncPeriod <= 0 {
-		cfg.FullResyncPeriod = DefaultFullResyncPeriod
-	}
-	r := &renderer{
-		log:        log,
-		layout:     layout{podIfPrefix: cfg.PodIfPrefix, mark: cfg.MasqueradeMark, dropInvalid: cfg.DropInvalid == nil || *cfg.DropInvalid},
-		metrics:    m,
-		fullResync: cfg.FullResyncPeriod,
+		return nil, err
 	}
 	var nsHandle netns.NsHandle
 	if cfg.Netns != "" {
@@ -139,14 +125,45 @@ func New(cfg Config, log logr.Logger) (Renderer, error) {
 		r.Close()
 		return nil, fmt.Errorf("netfilter netlink socket in %q: %w", cfg.Netns, err)
 	}
-	if r.kernel, err = openKernel(r.netns, knftables.InetFamily, cfg.Table); err != nil {
+	r.deleteFlows = func(s *staleFlows) (uint, error) { return deleteFlows(r.nl, s) }
+	if r.table, err = nft.Open(r.netns, knftables.InetFamily, cfg.Table, layoutOf); err != nil {
 		r.Close()
 		return nil, err
 	}
 	return r, nil
 }
 
+// newRenderer checks cfg and makes a renderer without a table, namespace
+// or conntrack.
+func newRenderer(cfg Config, log logr.Logger) (*renderer, error) {
+	if cfg.MasqueradeMark == 0 {
+		cfg.MasqueradeMark = constants.ServiceMasqueradeMark
+	}
+	if bits.OnesCount32(cfg.MasqueradeMark) != 1 {
+		return nil, fmt.Errorf("masquerade mark %#x: want a single bit", cfg.MasqueradeMark)
+	}
+	if cfg.PodIfPrefix == "" {
+		return nil, errors.New("pod interface prefix is required")
+	}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("register the service renderer's metrics: %w", err)
+	}
+	if cfg.FullResyncPeriod <= 0 {
+		cfg.FullResyncPeriod = DefaultFullResyncPeriod
+	}
+	return &renderer{
+		log:        log,
+		layout:     layout{podIfPrefix: cfg.PodIfPrefix, mark: cfg.MasqueradeMark, dropInvalid: cfg.DropInvalid == nil || *cfg.DropInvalid},
+		metrics:    m,
+		fullResync: cfg.FullResyncPeriod,
+	}, nil
+}
+
 func (r *renderer) Close() {
+	if r.table != nil {
+		r.table.Close()
+	}
 	if r.nl != nil {
 		r.nl.Close()
 	}
@@ -169,7 +186,7 @@ func (r *renderer) Resync(ctx context.Context, state *service.State) (err error)
 		return r.full(ctx, state, r.objs, r.current, false)
 	}
 	listed := time.Now()
-	haveObjs, have, err := r.kernel.read(ctx)
+	haveObjs, have, err := read(ctx, r.table)
 	if err != nil {
 		r.synced = false
 		return err
@@ -443,7 +460,7 @@ func (r *renderer) purgeAffinity(ctx context.Context, p *plan, haveObjs tableObj
 	}
 	for _, name := range slices.Sorted(maps.Keys(check)) {
 		only := check[name]
-		elems, err := r.kernel.listElements("map", name)
+		elems, err := r.table.Elements(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -514,16 +531,16 @@ func union[V any](a, b map[netip.Addr]V) map[netip.Addr]bool {
 // again.
 func (r *renderer) apply(ctx context.Context, p *plan, stale *staleFlows) error {
 	if !p.empty() {
-		script, err := p.script(r.kernel.nft, knftables.InetFamily, r.kernel.table)
+		script, err := p.script(r.table.NewTransaction, knftables.InetFamily, r.table.Name())
 		if err == nil {
-			err = r.kernel.runScript(ctx, script, false)
+			err = r.table.RunScript(ctx, script)
 		}
 		if err != nil {
-			return fmt.Errorf("apply %d changes to nftables table %s: %w", p.changes, r.kernel.table, err)
+			return fmt.Errorf("apply %d changes to nftables table %s: %w", p.changes, r.table.Name(), err)
 		}
 	}
 	if !stale.empty() {
-		n, err := deleteFlows(r.nl, stale)
+		n, err := r.deleteFlows(stale)
 		if err != nil {
 			r.log.Error(err, "Stale UDP conntrack entries kept")
 		} else if n > 0 {
@@ -535,12 +552,7 @@ func (r *renderer) apply(ctx context.Context, p *plan, stale *staleFlows) error 
 
 func (r *renderer) Remove(ctx context.Context) error {
 	r.synced = false
-	tx := r.kernel.nft.NewTransaction()
-	tx.Delete(&knftables.Table{})
-	if err := r.kernel.run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-		return fmt.Errorf("delete nftables table %s: %w", r.kernel.table, err)
-	}
-	return nil
+	return r.table.Delete(ctx)
 }
 
 // RemoveKubeProxyTables deletes the tables kube-proxy's nftables mode
@@ -557,14 +569,14 @@ func RemoveKubeProxyTables(ctx context.Context, netnsPath string) error {
 		defer n.Close()
 	}
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		k, err := openKernel(n, fam, "kube-proxy")
+		t, err := nft.Open(n, fam, "kube-proxy", nil)
 		if err != nil {
 			return err
 		}
-		tx := k.nft.NewTransaction()
-		tx.Delete(&knftables.Table{})
-		if err := k.run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-			return fmt.Errorf("delete nftables table %s kube-proxy: %w", fam, err)
+		err = t.Delete(ctx)
+		t.Close()
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -161,10 +161,10 @@ const elementsPerCommand = 1000
 // cannot do: it writes one command per element, and nft parses ten
 // thousand services' 110,000 commands in seconds more than the same
 // elements in 110 commands.
-func (p *plan) script(nft knftables.Interface, family knftables.Family, table string) (string, error) {
+func (p *plan) script(newTx func() *knftables.Transaction, family knftables.Family, table string) (string, error) {
 	var b strings.Builder
 	objects := func(steps ...[]func(*knftables.Transaction)) error {
-		tx := nft.NewTransaction()
+		tx := newTx()
 		for _, step := range steps {
 			for _, op := range step {
 				op(tx)

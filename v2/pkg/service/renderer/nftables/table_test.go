@@ -122,7 +122,7 @@ func TestSCTPServicesPassNftCheck(t *testing.T) {
 	for k, f := range want.frontends {
 		p.frontendDiff(k, nil, f)
 	}
-	tx, err := p.script(r.kernel.nft, knftables.InetFamily, r.kernel.table)
+	tx, err := p.script(r.table.NewTransaction, knftables.InetFamily, r.table.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestSCTPServicesPassNftCheck(t *testing.T) {
 	if !backends.MatchString(tx) || !strings.Contains(tx, "sctp . 30999") {
 		t.Fatalf("the transaction has no SCTP elements:\n%s", tx)
 	}
-	if err := r.kernel.runScript(t.Context(), tx, true); err != nil {
+	if err := r.table.CheckScript(t.Context(), tx); err != nil {
 		t.Fatalf("nft --check of SCTP services: %v\n%s", err, tx)
 	}
 }
