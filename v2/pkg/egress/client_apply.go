@@ -16,6 +16,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
 // ApplyClient makes the pod's netns (a path such as /var/run/netns/x or
@@ -62,12 +63,8 @@ func ApplyClient(ctx context.Context, netnsPath string, cfg ClientConfig) error 
 }
 
 func (k *kernel) applyClient(ctx context.Context, p clientPlan) error {
-	nft, err := k.nft()
-	if err != nil {
-		return err
-	}
 	// A newer vcoil's egress set this pod up: change nothing.
-	if err := k.checkNFTFormat(ctx, nft); err != nil {
+	if err := k.checkNFTFormat(ctx); err != nil {
 		return err
 	}
 	// Removals of what no longer belongs first (rules before the routes and
@@ -95,7 +92,7 @@ func (k *kernel) applyClient(ctx context.Context, p clientPlan) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return k.syncClientNFT(ctx, nft, p.nft)
+	return k.syncClientNFT(ctx, p.nft)
 }
 
 // syncClientLinks deletes the package's links that are not in want or
@@ -442,38 +439,33 @@ const clampComment = "vcoil egress: clamp TCP MSS to the tunnel's MTU"
 // an application that sets its own MSS, or a pod that forwards, would not.
 const clampRule = `oifname "` + allLinksPat + `" tcp flags syn / syn,rst tcp option maxseg size set rt mtu`
 
-// syncClientNFT makes the pod's egress table (nft), whose format the
-// caller checked.
-func (k *kernel) syncClientNFT(ctx context.Context, nft knftables.Interface, want bool) error {
+// syncClientNFT makes the pod's egress table, whose format the caller
+// checked.
+func (k *kernel) syncClientNFT(ctx context.Context, want bool) error {
 	if !want {
-		return k.deleteNFTable(ctx, nft)
+		return k.deleteNFTable(ctx)
 	}
-	var rules []*knftables.Rule
-	var sets []string
-	err := k.do(func() error {
-		var err error
-		if rules, err = nft.ListRules(ctx, "postrouting"); err != nil {
-			return err
-		}
-		sets, err = nft.List(ctx, "sets")
+	t, err := k.nftTable()
+	if err != nil {
 		return err
-	})
-	if err == nil && len(rules) == 1 && rules[0].Comment != nil && *rules[0].Comment == clampComment && slices.Contains(sets, formatversion.NFTSet) {
-		return nil
 	}
-	if err != nil && !knftables.IsNotFound(err) {
+	c, err := t.Read(ctx)
+	if err != nil {
 		return fmt.Errorf("list nftables table %s in %s: %w", constants.EgressNFTable, k.Path, err)
+	}
+	if ch := c.Chains["postrouting"]; ch != nil && slices.Equal(ch.Rules, []string{clampComment}) && c.Sets[nft.FormatSet] != nil {
+		return nil
 	}
 	// A format 1 table (the same rule, without the format set) gets the
 	// set in this transaction; the rule is replaced in the same one.
-	tx := nft.NewTransaction()
+	tx := t.NewTransaction()
 	tx.Add(&knftables.Table{})
-	tx.Add(formatversion.KnftSet(nftKind, formatversion.KernelTable))
+	tx.Add(nft.NewFormatSet(nftKind, formatversion.KernelTable))
 	tx.Add(&knftables.Chain{Name: "postrouting", Type: knftables.PtrTo(knftables.FilterType),
 		Hook: knftables.PtrTo(knftables.PostroutingHook), Priority: knftables.PtrTo(knftables.ManglePriority)})
 	tx.Flush(&knftables.Chain{Name: "postrouting"})
 	tx.Add(&knftables.Rule{Chain: "postrouting", Rule: clampRule, Comment: knftables.PtrTo(clampComment)})
-	if err := k.runNFT(ctx, nft, tx); err != nil {
+	if err := t.Run(ctx, tx); err != nil {
 		return fmt.Errorf("nftables table %s in %s: %w", constants.EgressNFTable, k.Path, err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
 // The fixed values of the tunnels.
@@ -46,10 +47,11 @@ var (
 )
 
 // kernel is an open namespace: netlink (routes, links, neighbours, rules),
-// generic netlink (FoU ports) and nft, which runs on a thread inside it.
+// generic netlink (FoU ports) and the egress nftables table.
 type kernel struct {
 	*kernelns.Namespace
-	genl *netlink.Handle // nil until FoU needs it
+	genl  *netlink.Handle // nil until FoU needs it
+	table nft.Table       // nil until opened (nftTable)
 }
 
 func openKernel(path string) (*kernel, error) {
@@ -61,6 +63,9 @@ func openKernel(path string) (*kernel, error) {
 }
 
 func (k *kernel) Close() {
+	if k.table != nil {
+		k.table.Close()
+	}
 	if k.genl != nil {
 		k.genl.Close()
 	}
@@ -80,28 +85,20 @@ func (k *kernel) genetlink() (*netlink.Handle, error) {
 	return k.genl, nil
 }
 
-// nft opens knftables for the egress table; knftables runs the nft binary,
-// which starts in the namespace of the thread that forks it.
-func (k *kernel) nft() (knftables.Interface, error) {
-	var nft knftables.Interface
-	err := k.do(func() error {
-		var err error
-		nft, err = knftables.New(knftables.InetFamily, constants.EgressNFTable)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nftables table %s in %s: %w", constants.EgressNFTable, k.Path, err)
+// nftTable opens the egress table of the namespace.
+func (k *kernel) nftTable() (nft.Table, error) {
+	if k.table == nil {
+		t, err := nft.Open(k.NS, knftables.InetFamily, constants.EgressNFTable, nil)
+		if err != nil {
+			return nil, fmt.Errorf("in %s: %w", k.Path, err)
+		}
+		k.table = t
 	}
-	return nft, nil
+	return k.table, nil
 }
 
 func (k *kernel) do(f func() error) error {
 	return k.NS.Do(func(ns.NetNS) error { return f() })
-}
-
-// runNFT runs a transaction in the namespace.
-func (k *kernel) runNFT(ctx context.Context, nft knftables.Interface, tx *knftables.Transaction) error {
-	return k.do(func() error { return nft.Run(ctx, tx) })
 }
 
 // nftKind names the egress table in its format set's comment ("vcoil
@@ -112,11 +109,12 @@ const nftKind = "egress"
 
 // checkNFTFormat refuses an egress table of a newer format than this
 // vcoil's (formatversion.NewerError): it is neither changed nor deleted.
-func (k *kernel) checkNFTFormat(ctx context.Context, nft knftables.Interface) error {
-	err := k.do(func() error {
-		return formatversion.CheckKnftTable(ctx, nft, knftables.InetFamily, constants.EgressNFTable, nftKind, formatversion.KernelTable)
-	})
+func (k *kernel) checkNFTFormat(ctx context.Context) error {
+	t, err := k.nftTable()
 	if err != nil {
+		return err
+	}
+	if err := t.CheckFormat(ctx, nftKind, formatversion.KernelTable); err != nil {
 		return fmt.Errorf("in %s: %w", k.Path, err)
 	}
 	return nil
@@ -124,11 +122,12 @@ func (k *kernel) checkNFTFormat(ctx context.Context, nft knftables.Interface) er
 
 // deleteNFTable deletes the egress table if it exists. Its callers have
 // checked its format (checkNFTFormat) before changing anything.
-func (k *kernel) deleteNFTable(ctx context.Context, nft knftables.Interface) error {
-	tx := nft.NewTransaction()
-	tx.Add(&knftables.Table{})
-	tx.Delete(&knftables.Table{})
-	if err := k.runNFT(ctx, nft, tx); err != nil {
+func (k *kernel) deleteNFTable(ctx context.Context) error {
+	t, err := k.nftTable()
+	if err != nil {
+		return err
+	}
+	if err := t.Delete(ctx); err != nil {
 		return fmt.Errorf("delete nftables table %s in %s: %w", constants.EgressNFTable, k.Path, err)
 	}
 	return nil

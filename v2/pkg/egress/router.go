@@ -20,6 +20,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
 // RouterConfig configures the router side of one Egress, in a router pod.
@@ -52,7 +53,7 @@ type Router struct {
 
 	mu     sync.Mutex
 	k      *kernel // open from Setup on
-	nft    knftables.Interface
+	nft    nft.Table
 	podIPs []netip.Addr
 	ready  bool
 	dests  []netip.Prefix
@@ -112,13 +113,11 @@ func (r *Router) setup(ctx context.Context) error {
 		r.k = k
 	}
 	k := r.k
-	if r.nft == nil {
-		if r.nft, err = k.nft(); err != nil {
-			return err
-		}
+	if r.nft, err = k.nftTable(); err != nil {
+		return err
 	}
 	// A newer vcoil's router left this namespace: change nothing.
-	if err := k.checkNFTFormat(ctx, r.nft); err != nil {
+	if err := k.checkNFTFormat(ctx); err != nil {
 		return err
 	}
 	uplink, err := k.linkOf(r.podIPs[0])
@@ -158,7 +157,7 @@ func (r *Router) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := k.deleteNFTable(ctx, r.nft); err != nil {
+	if err := k.deleteNFTable(ctx); err != nil {
 		return err
 	}
 	r.installed = map[string]peerEntry{}
@@ -275,7 +274,7 @@ var (
 func (r *Router) writeNFT(ctx context.Context, dests []netip.Prefix) error {
 	tx := r.nft.NewTransaction()
 	tx.Add(&knftables.Table{})
-	tx.Add(formatversion.KnftSet(nftKind, formatversion.KernelTable))
+	tx.Add(nft.NewFormatSet(nftKind, formatversion.KernelTable))
 	tx.Add(&knftables.Set{Name: "dests4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Set{Name: "dests6", Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	chains := []struct {
@@ -297,7 +296,7 @@ func (r *Router) writeNFT(ctx context.Context, dests []netip.Prefix) error {
 		}
 	}
 	addDestElements(tx, dests)
-	if err := r.k.runNFT(ctx, r.nft, tx); err != nil {
+	if err := r.nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("nftables table %s in %s: %w", constants.EgressNFTable, r.k.Path, err)
 	}
 	return nil
@@ -330,7 +329,7 @@ func (r *Router) SetDestinations(ctx context.Context, d []netip.Prefix) error {
 	tx.Flush(&knftables.Set{Name: "dests4"})
 	tx.Flush(&knftables.Set{Name: "dests6"})
 	addDestElements(tx, dests)
-	if err := r.k.runNFT(ctx, r.nft, tx); err != nil {
+	if err := r.nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("set destinations %v of egress router of %s in %s: %w", dests, r.cfg.Egress, r.k.Path, err)
 	}
 	r.dests = dests

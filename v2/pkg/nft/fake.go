@@ -174,8 +174,9 @@ func (f *Fake) references(knft *knftables.Fake) error {
 	}
 	missing := func(words []string) string {
 		for i := 0; i+1 < len(words); i++ {
-			if (words[i] == "jump" || words[i] == "goto") && t.Chains[words[i+1]] == nil {
-				return words[i+1]
+			chain := strings.TrimRight(words[i+1], ",;}")
+			if (words[i] == "jump" || words[i] == "goto") && t.Chains[chain] == nil {
+				return chain
 			}
 		}
 		return ""

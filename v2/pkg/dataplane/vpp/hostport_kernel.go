@@ -9,11 +9,11 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
 // The node's own processes and hostPorts. The node's kernel holds the
@@ -124,21 +124,14 @@ func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT)
 			return err
 		}
 	}
-	return node.NS.Do(func(ns.NetNS) error {
-		nft, err := knftables.New(knftables.IPv4Family, HostPortTable)
-		if err != nil {
-			return fmt.Errorf("nftables table ip %s in %s: %w", HostPortTable, node.Path, err)
-		}
-		// A newer vcoild's table is left as it is.
-		if err := formatversion.CheckKnftTable(ctx, nft, knftables.IPv4Family, HostPortTable, hostPortTableKind, formatversion.KernelTable); err != nil {
-			return fmt.Errorf("in %s: %w", node.Path, err)
-		}
-		tx := nft.NewTransaction()
-		tx.Add(&knftables.Table{})
-		tx.Delete(&knftables.Table{})
-		if len(dnats) > 0 {
-			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: the node's own connections to hostPorts, which VPP serves")})
-			tx.Add(formatversion.KnftSet(hostPortTableKind, formatversion.KernelTable))
+	t, err := nft.Open(node.NS, knftables.IPv4Family, HostPortTable, nil)
+	if err != nil {
+		return fmt.Errorf("in %s: %w", node.Path, err)
+	}
+	defer t.Close()
+	var fill func(*knftables.Transaction)
+	if len(dnats) > 0 {
+		fill = func(tx *knftables.Transaction) {
 			tx.Add(&knftables.Map{Name: "hostports", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service"})
 			for _, h := range dnats {
 				tx.Add(&knftables.Element{Map: "hostports",
@@ -154,9 +147,11 @@ func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT)
 			tx.Add(&knftables.Rule{Chain: "postrouting",
 				Rule: fmt.Sprintf("ip saddr 127.0.0.0/8 ct status dnat oifname %q masquerade", HostInterconnectName)})
 		}
-		if err := nft.Run(ctx, tx); err != nil {
-			return fmt.Errorf("write nftables table ip %s in %s: %w", HostPortTable, node.Path, err)
-		}
-		return nil
-	})
+	}
+	// A newer vcoild's table is left as it is.
+	if err := nft.Replace(ctx, t, hostPortTableKind, formatversion.KernelTable,
+		"vcoil: the node's own connections to hostPorts, which VPP serves", fill); err != nil {
+		return fmt.Errorf("write nftables table ip %s in %s: %w", HostPortTable, node.Path, err)
+	}
+	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -18,6 +17,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/ipnet"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
 // SyncServiceNetwork makes the node's side of the service network net: the
@@ -243,8 +243,8 @@ const serviceTableKind = "vpp-services"
 // newer format is refused (formatversion.NewerError) and left unchanged. The
 // table holds nothing but what is rendered from the ServiceNetwork, so a
 // format 1 table is replaced like any other. knftables runs
-// nft, which starts in the namespace of the thread that forks it: the
-// calls run on a thread inside the node's namespace.
+// nft, which starts in the namespace of the thread that forks it: package
+// nft runs it on a thread inside the node's namespace.
 func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net ServiceNetwork) error {
 	if _, err := exec.LookPath("nft"); err != nil {
 		if !net.Sinks {
@@ -252,22 +252,14 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 		}
 		return fmt.Errorf("the service network's sinks need nft: %w", err)
 	}
-	return node.NS.Do(func(ns.NetNS) error {
-		nft, err := knftables.New(knftables.IPv4Family, ServiceTable)
-		if err != nil {
-			return fmt.Errorf("nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
-		}
-		// A newer vcoild's table is left as it is.
-		if err := formatversion.CheckKnftTable(ctx, nft, knftables.IPv4Family, ServiceTable, serviceTableKind, formatversion.KernelTable); err != nil {
-			return fmt.Errorf("in %s: %w", node.Path, err)
-		}
-		tx := nft.NewTransaction()
-		// Adding first makes the delete succeed when there is no table.
-		tx.Add(&knftables.Table{})
-		tx.Delete(&knftables.Table{})
-		if net.Sinks {
-			tx.Add(&knftables.Table{Comment: knftables.PtrTo("vcoil: refusals of service frontends that VPP sends to the node")})
-			tx.Add(formatversion.KnftSet(serviceTableKind, formatversion.KernelTable))
+	t, err := nft.Open(node.NS, knftables.IPv4Family, ServiceTable, nil)
+	if err != nil {
+		return fmt.Errorf("in %s: %w", node.Path, err)
+	}
+	defer t.Close()
+	var fill func(*knftables.Transaction)
+	if net.Sinks {
+		fill = func(tx *knftables.Transaction) {
 			chains, sets, maps, elements, rules := serviceRules(net)
 			for _, c := range chains {
 				tx.Add(c)
@@ -285,9 +277,11 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 				tx.Add(r)
 			}
 		}
-		if err := nft.Run(ctx, tx); err != nil {
-			return fmt.Errorf("write nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
-		}
-		return nil
-	})
+	}
+	// A newer vcoild's table is left as it is.
+	if err := nft.Replace(ctx, t, serviceTableKind, formatversion.KernelTable,
+		"vcoil: refusals of service frontends that VPP sends to the node", fill); err != nil {
+		return fmt.Errorf("write nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
+	}
+	return nil
 }
