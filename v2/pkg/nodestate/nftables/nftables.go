@@ -6,14 +6,15 @@
 package nftables
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"sigs.k8s.io/knftables"
 
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/nodestate"
 )
 
@@ -25,51 +26,40 @@ type Table struct {
 func (t Table) String() string { return t.Family + " " + t.Name }
 
 // Source fills State.NFTables with tables, in their order, read in the
-// network namespace at netns (vcoild's own when empty). nft starts in the
-// namespace of the thread that forks it, so it runs on a thread locked in
-// the namespace.
+// network namespace at netns (vcoild's own when empty).
 func Source(netns string, tables []Table) nodestate.Source {
 	return nodestate.SourceFunc(func(ctx context.Context, st *nodestate.State) error {
-		nft, err := exec.LookPath("nft")
-		if err != nil {
-			return fmt.Errorf("nft binary: %w", err)
+		var n ns.NetNS
+		if netns != "" {
+			var err error
+			if n, err = ns.GetNS(netns); err != nil {
+				return fmt.Errorf("network namespace %s: %w", netns, err)
+			}
+			defer n.Close()
 		}
-		if netns == "" {
-			return fill(ctx, nft, tables, st)
-		}
-		n, err := ns.GetNS(netns)
-		if err != nil {
-			return fmt.Errorf("network namespace %s: %w", netns, err)
-		}
-		defer n.Close()
-		return n.Do(func(ns.NetNS) error { return fill(ctx, nft, tables, st) })
+		return fill(ctx, n, tables, st)
 	})
 }
 
-func fill(ctx context.Context, nft string, tables []Table, st *nodestate.State) error {
-	out, err := run(ctx, nft, "list", "tables")
+func fill(ctx context.Context, n ns.NetNS, tables []Table, st *nodestate.State) error {
+	present, err := nft.ListTables(n)
 	if err != nil {
 		return err
 	}
-	present := map[Table]bool{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		// "table inet vcoil-policy"
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "table" {
-			present[Table{Family: f[1], Name: f[2]}] = true
-		}
-	}
 	var errs []string
 	for _, t := range tables {
-		if !present[t] {
+		id := nft.TableID{Family: knftables.Family(t.Family), Name: t.Name}
+		if !slices.Contains(present, id) {
 			continue
 		}
-		text, err := run(ctx, nft, "list", "table", t.Family, t.Name)
+		text, err := tableText(ctx, n, id)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
-		st.NFTables = append(st.NFTables, nodestate.NFTable{Family: t.Family, Name: t.Name, Text: text})
+		if text != "" { // deleted meanwhile
+			st.NFTables = append(st.NFTables, nodestate.NFTable{Family: t.Family, Name: t.Name, Text: text})
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
@@ -77,13 +67,11 @@ func fill(ctx context.Context, nft string, tables []Table, st *nodestate.State) 
 	return nil
 }
 
-func run(ctx context.Context, nft string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, nft, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+func tableText(ctx context.Context, n ns.NetNS, id nft.TableID) (string, error) {
+	tbl, err := nft.Open(n, id.Family, id.Name, nil)
 	if err != nil {
-		return "", fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return "", err
 	}
-	return string(out), nil
+	defer tbl.Close()
+	return tbl.Text(ctx)
 }
