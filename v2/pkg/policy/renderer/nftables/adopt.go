@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -95,7 +96,7 @@ func (r *Renderer) adopt(kt *kernelTable) (purge bool, err error) {
 // adoptTable is adopt; it returns why the table cannot be adopted.
 func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 	if kt.format != formatComment {
-		if v, ok := formatversion.ParseNFTComment(formatKind, kt.format); ok {
+		if v, ok := nft.ParseFormatComment(formatKind, kt.format); ok {
 			if err := formatversion.Check("nftables table inet "+r.cfg.Table, v, formatVersion); err != nil {
 				return "", err
 			}
@@ -197,7 +198,7 @@ func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
 			c.hostPorts[f] = append(c.hostPorts[f], hp)
 		}
 		for _, e := range set(g.hosts(f)).elems {
-			a, err := netip.ParseAddr(fmt.Sprint(e))
+			a, err := addrOf(e)
 			if err != nil {
 				return nil, fmt.Errorf("set %s: %w", g.hosts(f), err)
 			}
@@ -254,6 +255,70 @@ func intervalsOf(s *kernelSet) ([]interval, error) {
 		out = append(out, iv)
 	}
 	return normalize(out), nil
+}
+
+// The elements of a set come as list reads them: a key's fields as nft
+// writes them.
+
+func addrOf(key []string) (netip.Addr, error) {
+	if len(key) != 1 {
+		return netip.Addr{}, fmt.Errorf("unexpected element %q", strings.Join(key, " . "))
+	}
+	return netip.ParseAddr(key[0])
+}
+
+// intervalOf decodes an element of an address interval set: an address, a
+// prefix or a range.
+func intervalOf(key []string) (interval, error) {
+	if len(key) != 1 {
+		return interval{}, fmt.Errorf("unexpected interval element %q", strings.Join(key, " . "))
+	}
+	return parseInterval(key[0])
+}
+
+// parseInterval reads interval.elem.
+func parseInterval(s string) (interval, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return prefixInterval(p), nil
+	}
+	if a, b, ok := strings.Cut(s, "-"); ok {
+		first, err := netip.ParseAddr(a)
+		if err != nil {
+			return interval{}, err
+		}
+		last, err := netip.ParseAddr(b)
+		return interval{first, last}, err
+	}
+	a, err := netip.ParseAddr(s)
+	return interval{a, a}, err
+}
+
+// hostPortOf decodes an element of a hostPorts set.
+func hostPortOf(key []string) (hostPort, error) {
+	if len(key) != 3 {
+		return hostPort{}, fmt.Errorf("unexpected element %q", strings.Join(key, " . "))
+	}
+	a, err := netip.ParseAddr(key[0])
+	if err != nil {
+		return hostPort{}, err
+	}
+	proto, ok := parseProtocol(key[1])
+	if !ok {
+		return hostPort{}, fmt.Errorf("element %q: protocol %s", strings.Join(key, " . "), key[1])
+	}
+	port, err := strconv.ParseUint(key[2], 10, 16)
+	if err != nil {
+		return hostPort{}, fmt.Errorf("element %q: port %s", strings.Join(key, " . "), key[2])
+	}
+	return hostPort{addr: a, proto: proto, port: uint16(port)}, nil
+}
+
+// selfElemOf decodes an element "a . a" of a self set.
+func selfElemOf(key []string) (netip.Addr, error) {
+	if len(key) != 2 || key[0] != key[1] {
+		return netip.Addr{}, fmt.Errorf("unexpected element %q", strings.Join(key, " . "))
+	}
+	return netip.ParseAddr(key[0])
 }
 
 func parseProtocol(v any) (renderer.Protocol, bool) {

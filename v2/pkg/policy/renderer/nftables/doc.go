@@ -13,7 +13,7 @@
 //
 // Each Render is one nft transaction. The renderer keeps a mirror of what
 // the kernel holds and writes only the difference; it reads the table
-// (nft's JSON) only at its first Render and after a failed one, to adopt
+// (over netlink) only at its first Render and after a failed one, to adopt
 // what an earlier vcoild left without disturbing traffic. A table it
 // cannot read is replaced in one transaction, so no pod is ever left
 // unfiltered; a table of a newer format is refused.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -51,9 +52,9 @@ const (
 	// setFormat (nft's JSON shows no table or chain comments): a vcoild
 	// adopts a table of its own version and refuses one of a newer one.
 	formatVersion = formatversion.PolicyTable
-	setFormat     = formatversion.NFTSet
+	setFormat     = nft.FormatSet
 	formatKind    = "policy"
-	formatComment = "vcoil policy v1" // formatversion.NFTComment(formatKind, formatVersion)
+	formatComment = "vcoil policy v1" // nft.FormatComment(formatKind, formatVersion)
 	// logRate bounds the drop log: at most this many lines per second
 	// over the whole table, so that a flood cannot fill the kernel log.
 	logRate = "10/second burst 20 packets"

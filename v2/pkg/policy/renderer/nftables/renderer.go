@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -101,11 +100,18 @@ func New(cfg Config) (*Renderer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return withKernel(cfg, k)
+}
+
+// withKernel is a Renderer of table cfg.Table through k (a Fake's in
+// tests); it closes k when it fails.
+func withKernel(cfg Config, k *kernel) (*Renderer, error) {
 	r := &Renderer{
 		cfg: cfg, log: cfg.Log, k: k,
 		pods: map[renderer.PodID]*podWant{}, owners: map[netip.Addr]renderer.PodID{},
 	}
 	r.resetMirror()
+	var err error
 	if r.metrics, err = newMetrics(cfg.Registry, r); err != nil {
 		k.close()
 		return nil, fmt.Errorf("register the nftables policy renderer's metrics: %w", err)
@@ -184,22 +190,22 @@ const maxNetlinkOps = 2000
 func (r *Renderer) apply(ctx context.Context, p *plan, st *steps) error {
 	if p.purge || (p.base && !p.newTable) || len(st.ops) > maxNetlinkOps {
 		if s := st.text(r.cfg.Table); s != "" {
-			return r.k.runScript(ctx, s)
+			return r.k.t.RunScript(ctx, s)
 		}
 		return nil
 	}
 	if st.before != "" {
-		if err := r.k.runScript(ctx, st.before); err != nil {
+		if err := r.k.t.RunScript(ctx, st.before); err != nil {
 			return err
 		}
 	}
 	if len(st.ops) > 0 {
-		if err := r.k.applyElements(st.ops); err != nil {
+		if err := r.k.t.ApplyElements(ctx, netlinkOps(st.ops)); err != nil {
 			return err
 		}
 	}
 	if st.after != "" {
-		return r.k.runScript(ctx, st.after)
+		return r.k.t.RunScript(ctx, st.after)
 	}
 	return nil
 }
@@ -305,13 +311,7 @@ func RemoveTable(ctx context.Context, netnsPath, table string) error {
 		return err
 	}
 	defer k.close()
-	if _, err := k.nftCmd(ctx, "", "list", "table", "inet", table); err != nil {
-		if strings.Contains(err.Error(), "No such file or directory") {
-			return nil
-		}
-		return fmt.Errorf("look for table inet %s: %w", table, err)
-	}
-	if _, err := k.nftCmd(ctx, "", "delete", "table", "inet", table); err != nil {
+	if err := k.t.Delete(ctx); err != nil {
 		return fmt.Errorf("delete table inet %s: %w", table, err)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -54,7 +55,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 	st := &steps{}
 	var b strings.Builder
 	objects := func(build func(tx *knftables.Transaction)) error {
-		tx := r.k.nft.NewTransaction()
+		tx := r.k.t.NewTransaction()
 		build(tx)
 		if tx.NumOperations() == 0 {
 			return nil
@@ -77,7 +78,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 		}
 		if p.base {
 			tx.Add(&knftables.Table{Comment: knftables.PtrTo(formatComment)})
-			tx.Add(&knftables.Set{Name: setFormat, Type: "ipv4_addr", Comment: knftables.PtrTo(formatComment)})
+			tx.Add(nft.NewFormatSet(formatKind, formatVersion))
 			for d, names := range dirMaps {
 				for f, name := range names {
 					tx.Add(&knftables.Map{Name: name, Type: addrType(f) + " : verdict",

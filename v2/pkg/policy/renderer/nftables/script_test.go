@@ -42,10 +42,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr/testr"
-	"sigs.k8s.io/knftables"
-
-	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -74,17 +70,11 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
-// scriptRenderer is a Renderer without a kernel: it plans and writes
-// scripts (step), never runs them.
+// scriptRenderer is a Renderer of an empty fake table: step plans and
+// writes its scripts, never runs them.
 func scriptRenderer(t *testing.T, logDrops bool) *Renderer {
-	table := constants.PolicyTable
-	r := &Renderer{
-		cfg: Config{Table: table, LogDrops: logDrops}, log: testr.New(t),
-		k:    &kernel{nft: knftables.NewFake(knftables.InetFamily, table), table: table},
-		pods: map[renderer.PodID]*podWant{}, owners: map[netip.Addr]renderer.PodID{},
-	}
-	r.resetMirror()
-	return r
+	t.Helper()
+	return fakeRenderer(t, newFake(), logDrops)
 }
 
 // step plans txn as Render does and returns the transaction's script, then
