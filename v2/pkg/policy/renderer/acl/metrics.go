@@ -4,36 +4,34 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vcoil/vcoil/v2/pkg/rendermetrics"
 )
 
 // metrics of the renderer (vcoil_vpp_policy_*), registered with
-// Config.Registry.
+// Config.Registry: the sync metrics every renderer exports, the ACLs held
+// and the requests sent.
 type metrics struct {
+	syncs    *rendermetrics.Syncs
 	acls     *prometheus.GaugeVec
-	duration *prometheus.HistogramVec
 	requests prometheus.Counter
-	failures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	syncs, err := rendermetrics.New(reg, "vpp_policy", "the VPP ACL policy renderer")
+	if err != nil {
+		return nil, err
+	}
 	m := &metrics{
+		syncs: syncs,
 		acls: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "acls",
 			Help: "ACLs the VPP ACL policy renderer holds in VPP, by kind (local: one per local table; global; reflective).",
-		}, []string{"kind"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "render_duration_seconds",
-			Help:    "Time the VPP ACL policy renderer took to apply a transaction (render) or to sync everything (resync).",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"kind"}),
 		requests: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "acl_requests_total",
 			Help: "ACL add, replace and delete requests the VPP ACL policy renderer sent to VPP.",
 		}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "render_failures_total",
-			Help: "Transactions (render) and syncs (resync) of the VPP ACL policy renderer that failed.",
-		}, []string{"kind"}),
 	}
 	for _, k := range []string{"local", "global", "reflective"} {
 		m.acls.WithLabelValues(k)
@@ -41,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.acls, m.duration, m.requests, m.failures} {
+	for _, c := range []prometheus.Collector{m.acls, m.requests} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -49,11 +47,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(op string, start time.Time, err error) {
-	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	if err != nil {
-		m.failures.WithLabelValues(op).Inc()
-	}
+// observe records a transaction (Render: update) or a sync of everything
+// (Resync: resync).
+func (m *metrics) observe(kind rendermetrics.Kind, start time.Time, err error) {
+	m.syncs.Observe(kind, start, err)
 }
 
 func (m *metrics) sent(n int) { m.requests.Add(float64(n)) }

@@ -125,7 +125,7 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	defer func(start time.Time) { r.metrics.observe("render", start, err) }(time.Now())
+	defer func(start time.Time) { r.metrics.observe("update", start, err) }(time.Now())
 	changes, err := r.cache.Apply(txn)
 	if err != nil {
 		return fmt.Errorf("VPP ACL policy renderer: %w", err)

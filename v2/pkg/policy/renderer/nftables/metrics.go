@@ -6,13 +6,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vcoil/vcoil/v2/pkg/rendermetrics"
 )
 
-// metrics of the renderer, registered with Config.Registry.
+// metrics of the renderer (vcoil_policy_*), registered with
+// Config.Registry: the sync metrics every renderer exports, and the
+// table's state read at each scrape.
 type metrics struct {
-	duration *prometheus.HistogramVec
-	errors   *prometheus.CounterVec
-	r        *Renderer
+	syncs *rendermetrics.Syncs
+	r     *Renderer
 }
 
 var (
@@ -31,38 +34,26 @@ var (
 )
 
 func newMetrics(reg prometheus.Registerer, r *Renderer) (*metrics, error) {
-	m := &metrics{
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "vcoil", Subsystem: "policy", Name: "render_duration_seconds",
-			Help:    "Time the nftables policy renderer took to apply a transaction, by kind (resync, update).",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"kind"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "vcoil", Subsystem: "policy", Name: "render_errors_total",
-			Help: "Transactions the nftables policy renderer failed to apply, by kind.",
-		}, []string{"kind"}),
-		r: r,
+	syncs, err := rendermetrics.New(reg, "policy", "the nftables policy renderer")
+	if err != nil {
+		return nil, err
 	}
+	m := &metrics{syncs: syncs, r: r}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.errors, m} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := reg.Register(m); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
 func (m *metrics) observe(start time.Time, resync bool, err error) {
-	kind := "update"
+	kind := rendermetrics.Update
 	if resync {
-		kind = "resync"
+		kind = rendermetrics.Resync
 	}
-	m.duration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	if err != nil {
-		m.errors.WithLabelValues(kind).Inc()
-	}
+	m.syncs.Observe(kind, start, err)
 }
 
 // Describe and Collect make the table's state a collector: it is read at

@@ -4,31 +4,25 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vcoil/vcoil/v2/pkg/rendermetrics"
 )
 
-// metrics of the renderer, registered with Config.Registry.
+// metrics of the renderer (vcoil_service_*), registered with
+// Config.Registry: the sync metrics every renderer exports, and the
+// table's objects.
 type metrics struct {
-	duration *prometheus.HistogramVec
-	errors   *prometheus.CounterVec
-	last     prometheus.Gauge
-	objects  *prometheus.GaugeVec
+	syncs   *rendermetrics.Syncs
+	objects *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	syncs, err := rendermetrics.New(reg, "service", "the nftables service renderer")
+	if err != nil {
+		return nil, err
+	}
 	m := &metrics{
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "vcoil", Subsystem: "service", Name: "sync_duration_seconds",
-			Help:    "Time the nftables service renderer took to apply a Resync or an Update, by kind (resync, update).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"kind"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "vcoil", Subsystem: "service", Name: "sync_errors_total",
-			Help: "Resyncs and Updates of the nftables service renderer that failed, by kind.",
-		}, []string{"kind"}),
-		last: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "vcoil", Subsystem: "service", Name: "last_sync_timestamp_seconds",
-			Help: "Unix time of the last successful Resync or Update of the nftables service renderer.",
-		}),
+		syncs: syncs,
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "vcoil", Subsystem: "service", Name: "nftables_objects",
 			Help: "Objects in the renderer's nftables table, by kind (elements, rules, chains).",
@@ -37,21 +31,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.errors, m.last, m.objects} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := reg.Register(m.objects); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
-func (m *metrics) observe(kind string, start time.Time, err error) {
-	m.duration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	if err != nil {
-		m.errors.WithLabelValues(kind).Inc()
-		return
-	}
-	m.last.SetToCurrentTime()
+func (m *metrics) observe(kind rendermetrics.Kind, start time.Time, err error) {
+	m.syncs.Observe(kind, start, err)
 }
 
 func (m *metrics) table(elements int, o objects) {
