@@ -7,20 +7,14 @@
 // every artifact.
 //
 // It does not read or write any artifact: each owner marks and checks its
-// own, with the helpers here.
+// own, with the helpers here (nftables tables: package nft's format set).
 package formatversion
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
-
-	"sigs.k8s.io/knftables"
 )
 
 // The current version of each artifact. A version is raised when a vcoild
@@ -74,81 +68,6 @@ func Check(object string, found, known int) error {
 	return nil
 }
 
-// NFTSet is the name of the empty set that carries an nftables table's
-// format in its comment: nft's JSON output shows no table or chain
-// comments, and a set's comment survives every listing.
-const NFTSet = "format"
-
-// NFTComment is the format set's comment of a table of kind (a word:
-// "services", "policy", "egress") and version v.
-func NFTComment(kind string, v int) string { return "vcoil " + kind + " v" + strconv.Itoa(v) }
-
-// ParseNFTComment reads the version of a format set's comment; false when
-// the comment is not one of kind's.
-func ParseNFTComment(kind, comment string) (int, bool) {
-	s, ok := strings.CutPrefix(comment, "vcoil "+kind+" v")
-	if !ok {
-		return 0, false
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v < 1 || strconv.Itoa(v) != s {
-		return 0, false
-	}
-	return v, true
-}
-
-// NFTVersion is the format of an existing table: 1 when it has no format
-// set (hasSet false: the tables vcoil wrote before format versions), else
-// the version the set's comment says, which comment reads. A format set
-// whose comment is not kind's is an error: the table is not the one
-// expected, and is left alone.
-func NFTVersion(table, kind string, hasSet bool, comment func() (string, error)) (int, error) {
-	if !hasSet {
-		return 1, nil
-	}
-	c, err := comment()
-	if err != nil {
-		return 0, fmt.Errorf("read the format of nftables table %s: %w", table, err)
-	}
-	v, ok := ParseNFTComment(kind, c)
-	if !ok {
-		return 0, fmt.Errorf("nftables table %s: its format set says %q, not a version of a vcoil %s table", table, c, kind)
-	}
-	return v, nil
-}
-
-// ReadNFTSetComment returns the comment of the format set of table (of
-// family: "inet", "ip") with `nft -j list set`, in the network namespace
-// of the calling thread. It is nft's JSON and not netlink because the
-// netlink library vcoil uses does not decode set comments; the set is
-// empty, so the listing is small whatever the table holds.
-func ReadNFTSetComment(ctx context.Context, family, table string) (string, error) {
-	out, err := exec.CommandContext(ctx, "nft", "-j", "list", "set", family, table, NFTSet).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return "", fmt.Errorf("nft -j list set %s %s %s: %w: %s", family, table, NFTSet, err, strings.TrimSpace(string(ee.Stderr)))
-		}
-		return "", fmt.Errorf("nft -j list set %s %s %s: %w", family, table, NFTSet, err)
-	}
-	var doc struct {
-		Nftables []map[string]json.RawMessage `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return "", fmt.Errorf("decode nft's JSON listing of set %s %s %s: %w", family, table, NFTSet, err)
-	}
-	for _, obj := range doc.Nftables {
-		if raw, ok := obj["set"]; ok {
-			var set struct{ Name, Comment string }
-			if err := json.Unmarshal(raw, &set); err != nil {
-				return "", fmt.Errorf("decode nft's JSON listing of set %s %s %s: %w", family, table, NFTSet, err)
-			}
-			return set.Comment, nil
-		}
-	}
-	return "", fmt.Errorf("nft listed no set %s in table %s %s", NFTSet, family, table)
-}
-
 // VPP tags. A tag's first word names its kind ("vcoil", "vcoil-hp",
 // "vcoil-svc"…); from version 2 on, the word ends with "@" and the version
 // ("vcoil@2 c0ffee eth0"), and the rest of the tag is the kind's. A first
@@ -192,34 +111,4 @@ func CheckTag(what, tag string) error {
 		return Check(fmt.Sprintf("%s, tag %q,", what, tag), v, VPPTag)
 	}
 	return nil
-}
-
-// CheckKnftTable refuses the table that nft manages (knftables, bound to
-// family and table) when its format set says a newer version than known
-// (a NewerError naming the table). A missing table, and a table without a
-// format set (format 1), pass. It runs nft: call it on a thread in the
-// table's network namespace, before the transaction that replaces the
-// table.
-func CheckKnftTable(ctx context.Context, nft knftables.Interface, family knftables.Family, table, kind string, known int) error {
-	sets, err := nft.List(ctx, "sets")
-	if knftables.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list the sets of nftables table %s %s: %w", family, table, err)
-	}
-	name := string(family) + " " + table
-	v, err := NFTVersion(name, kind, slices.Contains(sets, NFTSet), func() (string, error) {
-		return ReadNFTSetComment(ctx, string(family), table)
-	})
-	if err != nil {
-		return err
-	}
-	return Check("nftables table "+name, v, known)
-}
-
-// KnftSet is the format set of a table of kind in version v, for a
-// knftables transaction.
-func KnftSet(kind string, v int) *knftables.Set {
-	return &knftables.Set{Name: NFTSet, Type: "ipv4_addr", Comment: knftables.PtrTo(NFTComment(kind, v))}
 }

@@ -77,14 +77,3 @@ func TestCheckTagRefusesOnlyNewerTagsOfVcoil(t *testing.T) {
 		t.Fatalf("CheckTag of a newer tag = %#v", err)
 	}
 }
-
-func TestNFTCommentsRoundTrip(t *testing.T) {
-	if v, ok := ParseNFTComment("services", NFTComment("services", 7)); !ok || v != 7 {
-		t.Fatalf("ParseNFTComment = %d %v", v, ok)
-	}
-	for _, c := range []string{"", "vcoil policy v1", "vcoil services v", "vcoil services v0", "vcoil services v1x"} {
-		if _, ok := ParseNFTComment("services", c); ok {
-			t.Errorf("ParseNFTComment(%q) accepted", c)
-		}
-	}
-}

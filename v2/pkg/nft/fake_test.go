@@ -90,3 +90,14 @@ func TestReplaceRefusesANewerTableAndReplacesAnOlder(t *testing.T) {
 		t.Errorf("replace with nothing: %+v %v, want no table", c, err)
 	}
 }
+
+func TestFormatCommentsRoundTrip(t *testing.T) {
+	if v, ok := ParseFormatComment("services", FormatComment("services", 7)); !ok || v != 7 {
+		t.Fatalf("ParseFormatComment = %d %v", v, ok)
+	}
+	for _, c := range []string{"", "vcoil policy v1", "vcoil services v", "vcoil services v0", "vcoil services v1x"} {
+		if _, ok := ParseFormatComment("services", c); ok {
+			t.Errorf("ParseFormatComment(%q) accepted", c)
+		}
+	}
+}

@@ -8,12 +8,13 @@ import (
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
 func TestTheFormatCommentIsTheSharedSpelling(t *testing.T) {
-	if got := formatversion.NFTComment(formatKind, formatVersion); got != formatComment {
-		t.Fatalf("formatversion.NFTComment = %q, the table is written with %q", got, formatComment)
+	if got := nft.FormatComment(formatKind, formatVersion); got != formatComment {
+		t.Fatalf("nft.FormatComment = %q, the table is written with %q", got, formatComment)
 	}
 }
 
