@@ -78,14 +78,14 @@ vcoil_cni_request_duration_seconds_bucket{node="n2", verb="ADD", le="10"} 0+100x
 vcoil_cni_request_duration_seconds_bucket{node="n2", verb="ADD", le="+Inf"} 0+100x40`,
 		[]map[string]string{{"node": "n1"}}},
 	{"failing service syncs alert on Linux and VPP nodes", "VcoilServiceSyncFailing", `
-vcoil_service_sync_errors_total{node="n1", kind="update"} 0+1x40
+vcoil_service_sync_failures_total{node="n1", kind="update"} 0+1x40
 vcoil_vpp_services_sync_failures_total{node="n2", kind="resync"} 0+1x40
-vcoil_service_sync_errors_total{node="n3", kind="update"} 2x40`,
+vcoil_service_sync_failures_total{node="n3", kind="update"} 2x40`,
 		[]map[string]string{{"node": "n1"}, {"node": "n2"}}},
 	{"failing policy renders alert on Linux and VPP nodes", "VcoilPolicyRenderFailing", `
-vcoil_policy_render_errors_total{node="n1", kind="update"} 0+1x40
-vcoil_vpp_policy_render_failures_total{node="n2", kind="render"} 0+1x40
-vcoil_vpp_policy_render_failures_total{node="n3", kind="render"} 4x40`,
+vcoil_policy_sync_failures_total{node="n1", kind="update"} 0+1x40
+vcoil_vpp_policy_sync_failures_total{node="n2", kind="update"} 0+1x40
+vcoil_vpp_policy_sync_failures_total{node="n3", kind="update"} 4x40`,
 		[]map[string]string{{"node": "n1"}, {"node": "n2"}}},
 	{"a vcoild without VPP alerts", "VcoilVPPLost", `
 vcoil_vpp_connected{node="n1"} 1x20 0x20
