@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,11 +63,12 @@ func (f *Fake) FailNext(err error) {
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.knft.Dump()
+	return verdictCommaHeld.ReplaceAllString(f.knft.Dump(), "$1 $2,")
 }
 
 // KnftTable is the table as knftables' Fake holds it (nil when it does not
-// exist), for tests to inspect; it must not be changed.
+// exist), for tests to inspect; it must not be changed. A rule's inline
+// verdict map is held with a space before each comma ("goto c ,").
 func (f *Fake) KnftTable() *knftables.FakeTable {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -198,16 +200,104 @@ func (f *Fake) references(knft *knftables.Fake) error {
 	return nil
 }
 
-// copyOf is a copy of the fake's namespace, to apply a script to.
+// copyOf is a copy of the fake's namespace, to apply a change to. It is
+// made of the objects themselves: knftables' Fake.ParseDump cannot read
+// back a rule with a quoted string ("iifname != \"vcoil*\"").
 func (f *Fake) copyOf() (*knftables.Fake, error) {
 	next := knftables.NewFake(f.id.Family, f.id.Name)
-	if d := f.knft.Dump(); d != "" {
-		if err := next.ParseDump(d); err != nil {
-			return nil, fmt.Errorf("copy the fake table: %w", err)
+	t := f.knft.Table
+	if t == nil {
+		return next, nil
+	}
+	tx := next.NewTransaction()
+	table := t.Table
+	table.Handle = nil
+	tx.Add(&table)
+	for _, name := range slices.Sorted(maps.Keys(t.Chains)) {
+		c := t.Chains[name].Chain
+		c.Handle = nil
+		tx.Add(&c)
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Sets)) {
+		s := t.Sets[name].Set
+		s.Handle = nil
+		tx.Add(&s)
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Maps)) {
+		m := t.Maps[name].Map
+		m.Handle = nil
+		tx.Add(&m)
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Counters)) {
+		c := t.Counters[name].Counter
+		c.Handle = nil
+		tx.Add(&c)
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Chains)) {
+		for _, r := range t.Chains[name].Rules {
+			rule := *r
+			rule.Handle, rule.Index = nil, nil
+			tx.Add(&rule)
 		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Sets)) {
+		for _, e := range t.Sets[name].Elements {
+			elem := *e
+			tx.Add(&elem)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Maps)) {
+		for _, e := range t.Maps[name].Elements {
+			elem := *e
+			tx.Add(&elem)
+		}
+	}
+	if err := next.Run(context.Background(), tx); err != nil {
+		return nil, fmt.Errorf("copy the fake table: %w", err)
 	}
 	return next, nil
 }
+
+// parseRule reads "chain [index N] [handle N] rule [comment "c"]", what
+// follows the table in an add rule statement.
+func parseRule(rest string) (*knftables.Rule, error) {
+	chain, text, ok := strings.Cut(strings.TrimSpace(rest), " ")
+	if !ok || strings.TrimSpace(text) == "" {
+		return nil, fmt.Errorf("syntax error, unexpected end of rule")
+	}
+	r := &knftables.Rule{Chain: chain}
+	for _, kw := range []string{"index", "handle"} {
+		if after, found := strings.CutPrefix(text, kw+" "); found {
+			n, tail, _ := strings.Cut(after, " ")
+			v, err := strconv.Atoi(n)
+			if err != nil {
+				return nil, fmt.Errorf("syntax error: %s %q", kw, n)
+			}
+			if kw == "index" {
+				r.Index = &v
+			} else {
+				r.Handle = &v
+			}
+			text = tail
+		}
+	}
+	// nft's comments cannot hold a quote: the last comment "..." is the
+	// rule's when nothing follows it.
+	if i := strings.LastIndex(text, ` comment "`); i >= 0 && strings.HasSuffix(text, `"`) &&
+		!strings.Contains(text[i+len(` comment "`):len(text)-1], `"`) {
+		r.Comment = knftables.PtrTo(text[i+len(` comment "`) : len(text)-1])
+		text = text[:i]
+	}
+	// knftables' Fake looks the word after a goto or jump up as a chain:
+	// "goto c," of an inline vmap is held as "goto c ," (Dump undoes it).
+	r.Rule = verdictComma.ReplaceAllString(strings.TrimSpace(text), "$1 $2 ,")
+	return r, nil
+}
+
+var (
+	verdictComma     = regexp.MustCompile(`\b(goto|jump) ([^\s,]+),`)
+	verdictCommaHeld = regexp.MustCompile(`\b(goto|jump) (\S+) ,`)
+)
 
 // script applies script to next, statement by statement.
 func (f *Fake) script(ctx context.Context, next *knftables.Fake, script string) error {
@@ -250,6 +340,17 @@ func (f *Fake) statement(ctx context.Context, knft *knftables.Fake, line string)
 	switch {
 	case kind == "element":
 		return f.elementStatement(ctx, knft, verb, name, line)
+	case kind == "rule" && (verb == "add" || verb == "insert"):
+		_, rest, _ := strings.Cut(line, " "+words[3]+" ")
+		r, err := parseRule(rest)
+		if err != nil {
+			return err
+		}
+		if verb == "add" {
+			tx.Add(r)
+		} else {
+			tx.Insert(r)
+		}
 	case verb == "add" || (verb == "create" && !f.has(knft, kind, name)):
 		return knft.ParseDump("add" + strings.TrimPrefix(line, verb))
 	case verb == "create":

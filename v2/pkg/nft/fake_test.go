@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -43,7 +44,7 @@ func TestFakeRefusesWhatTheKernelWould(t *testing.T) {
 		"add element inet t in4 { 10.1.0.9 : jump nope }", // no such chain
 		"add element inet other s { 10.0.0.1 }",           // another table
 		"create set inet t h4 { type ipv4_addr ; }",       // exists
-		"insert rule inet t g1 drop",                      // not applied by the fake
+		"rename chain inet t g1 g3",                       // not applied by the fake
 	} {
 		before := f.Dump()
 		var e *Error
@@ -99,5 +100,36 @@ func TestFormatCommentsRoundTrip(t *testing.T) {
 		if _, ok := ParseFormatComment("services", c); ok {
 			t.Errorf("ParseFormatComment(%q) accepted", c)
 		}
+	}
+}
+
+// Rules with quoted strings and inline verdict maps, as the service
+// renderer writes them, are held as written and keep their chains in use.
+func TestFakeHoldsRulesAsWritten(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake(knftables.InetFamily, "t", nil)
+	rule := `iifname != "vcoil*" numgen random mod 2 vmap { 0 : goto e0, 1 : jump e1 }`
+	script := "add table inet t\nadd chain inet t e0\nadd chain inet t e1\nadd chain inet t pick\n" +
+		"add rule inet t pick " + rule + ` comment "585f42a227e6"` + "\n"
+	if err := f.RunScript(ctx, script); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Dump(); !strings.Contains(d, "add rule inet t pick "+rule+` comment "585f42a227e6"`) {
+		t.Errorf("the rule is not held as written:\n%s", d)
+	}
+	c, err := f.Read(ctx)
+	if err != nil || len(c.Chains["pick"].Rules) != 1 || c.Chains["pick"].Rules[0] != "585f42a227e6" {
+		t.Fatalf("read: %+v %v", c, err)
+	}
+	var e *Error
+	if err := f.RunScript(ctx, "delete chain inet t e0\n"); !errors.As(err, &e) || !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("deleting a chain a rule jumps to: %v, want EBUSY", err)
+	}
+	// A copy (every write makes one) keeps the rule.
+	if err := f.RunScript(ctx, "add chain inet t other\n"); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Dump(); !strings.Contains(d, rule) {
+		t.Errorf("the rule changed in a copy:\n%s", d)
 	}
 }
