@@ -72,15 +72,15 @@ type Renderer interface {
 }
 
 type renderer struct {
-	log     logr.Logger
-	layout  layout
-	table   table
-	netns   ns.NetNS
-	nl      *netlink.Handle
+	log    logr.Logger
+	layout layout
+	table  table
+	netns  ns.NetNS
+	nl     *netlink.Handle
 	// deleteFlows deletes the conntrack entries of flows a transaction
 	// made stale (conntrack.go, over nl).
 	deleteFlows func(*staleFlows) (uint, error)
-	metrics *metrics
+	metrics     *metrics
 	// fullResync is Config.FullResyncPeriod.
 	fullResync time.Duration
 
