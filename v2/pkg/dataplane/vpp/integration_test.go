@@ -129,21 +129,6 @@ func TestRealVPPWiresPodsThatTalkAndSurviveARestart(t *testing.T) {
 	}
 }
 
-// restartVPP kills and starts the real VPP v and waits until the driver d
-// has synced it as incarnation want.
-func restartVPP(ctx context.Context, t *testing.T, v *vpptest.VPP, d vpp.Dataplane, want vpp.Incarnation) {
-	t.Helper()
-	v.Restart()
-	select {
-	case inc := <-d.Resynced():
-		if inc != want {
-			t.Fatalf("incarnation after VPP's restart %d, want %d", inc, want)
-		}
-	case <-ctx.Done():
-		t.Fatal("no new incarnation after VPP's restart")
-	}
-}
-
 func echo(ctx context.Context, ns *netnstest.NS, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

@@ -151,7 +151,7 @@ func TestRealVPPServicesAPI(t *testing.T) {
 		t.Fatalf("NAT interfaces: %v", podIf)
 	}
 
-	restartVPP(ctx, t, v, d, 2)
+	vpptest.RestartAndAwait(ctx, t, v, d.Resynced(), 2)
 	if err := ch.SendRequest(&acl.ACLAddReplace{ACLIndex: ^uint32(0), Tag: "vcoil-test", Count: 1, R: []acl_types.ACLRule{permit}}).ReceiveReply(reply); err == nil {
 		t.Fatal("the old incarnation's channel still works")
 	}

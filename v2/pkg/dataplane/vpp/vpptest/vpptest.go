@@ -242,6 +242,25 @@ func (v *VPP) Restart() {
 	}
 }
 
+// RestartAndAwait kills and starts VPP (Restart) and waits until the
+// driver that uses it announces, on resynced (its Resynced channel), that it
+// has synced the new VPP as incarnation want. It fails t if the driver
+// announces another incarnation or ctx ends first. The incarnation's type is
+// a type parameter because the driver's own tests use this package, which
+// therefore cannot import the driver.
+func RestartAndAwait[I comparable](ctx context.Context, t testing.TB, v *VPP, resynced <-chan I, want I) {
+	t.Helper()
+	v.Restart()
+	select {
+	case inc := <-resynced:
+		if inc != want {
+			t.Fatalf("incarnation after VPP's restart %v, want %v", inc, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("no new incarnation after VPP's restart")
+	}
+}
+
 // PID is the process ID of nsenter's child, VPP (nsenter execs it).
 func (v *VPP) PID() int {
 	v.mu.Lock()

@@ -520,7 +520,15 @@ func TestRealVPPServices(t *testing.T) {
 // "<name> <its address>\n", then its bytes echoed; a UDP datagram gets
 // "<name> <its address>".
 func serveNamed(t *testing.T, ns *netnstest.NS, name string) {
-	l := ns.Listen("tcp4", ":8080")
+	serveNamedOn(t, ns, name, netip.IPv4Unspecified())
+}
+
+// serveNamedOn is serveNamed on addr:8080 only. Bound to addr, UDP answers
+// leave from the address asked (an unbound socket answers from the
+// kernel's choice, which NAT would not match), and several servers can
+// share a namespace.
+func serveNamedOn(t *testing.T, ns *netnstest.NS, name string, addr netip.Addr) {
+	l := ns.Listen("tcp4", netip.AddrPortFrom(addr, 8080).String())
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -538,7 +546,7 @@ func serveNamed(t *testing.T, ns *netnstest.NS, name string) {
 	var pc net.PacketConn
 	ns.Run(func() error {
 		var err error
-		pc, err = net.ListenPacket("udp4", ":8080")
+		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(addr, 8080).String())
 		return err
 	})
 	t.Cleanup(func() { _ = pc.Close() })

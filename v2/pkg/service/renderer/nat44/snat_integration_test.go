@@ -1,13 +1,9 @@
-package vpp_test
+package nat44_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,8 +60,8 @@ func TestRealVPPSNAT(t *testing.T) {
 	ext.AddAddr("lo", snatRemotePod.String()+"/32")
 	ext.IP("route", "add", "10.100.0.0/24", "via", snatUplink.Addr().String())
 	ext.IP("route", "add", "10.96.0.0/12", "via", snatUplink.Addr().String())
-	serveWhoami(t, ext, "internet", snatInternet)
-	serveWhoami(t, ext, "remote", snatRemotePod)
+	serveNamedOn(t, ext, "internet", snatInternet)
+	serveNamedOn(t, ext, "remote", snatRemotePod)
 	// A fixed MAC, as a NIC has: ext keeps it in its ARP cache across
 	// VPP's restart.
 	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup hw-addr 02:fe:00:00:00:01")
@@ -114,7 +110,7 @@ func TestRealVPPSNAT(t *testing.T) {
 		if _, err := d.SetupPod(ctx, p); err != nil {
 			t.Fatalf("SetupPod %s: %v", name, err)
 		}
-		serveWhoami(t, ns, name, netip.IPv4Unspecified())
+		serveNamed(t, ns, name)
 		pods[name] = pod{ns, p}
 	}
 	a, b := pods["a"], pods["b"]
@@ -164,7 +160,7 @@ func TestRealVPPSNAT(t *testing.T) {
 			{"the gateway reaches the NodePort", ext, "tcp", netip.AddrPortFrom(snatUplink.Addr(), snatNodePort), "a", netip.Addr{}},
 		} {
 			poll.Eventually(t, 20*time.Second, func() error {
-				name, seen, err := whoami(ctx, c.from, c.network, c.target)
+				name, seen, err := ask(ctx, c.from, c.network, c.target, netip.Addr{})
 				if err != nil {
 					return fmt.Errorf("%s: %s: %w", when, c.what, err)
 				}
@@ -188,7 +184,7 @@ func TestRealVPPSNAT(t *testing.T) {
 		defer ch.Close()
 		var paths []string
 		err = vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0}}, func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} }, func(m *ip.IPRouteDetails) {
-			if m.Route.Prefix == prefix("10.96.0.0/12") {
+			if m.Route.Prefix == vppapi.Prefix(netip.MustParsePrefix("10.96.0.0/12")) {
 				for _, p := range m.Route.Paths {
 					paths = append(paths, fmt.Sprint(p.SwIfIndex))
 				}
@@ -203,7 +199,7 @@ func TestRealVPPSNAT(t *testing.T) {
 	}
 	check(t, "first start")
 
-	restartVPP(ctx, t, v, d, 2)
+	vpptest.RestartAndAwait(ctx, t, v, d.Resynced(), 2)
 	if err := r.Resync(ctx, state); err != nil {
 		t.Fatalf("Resync after the restart: %v", err)
 	}
@@ -234,69 +230,6 @@ func TestRealVPPSNAT(t *testing.T) {
 type allocations []dataplane.Pod
 
 func (a allocations) Pods() ([]dataplane.Pod, error) { return a, nil }
-
-// serveWhoami serves TCP and UDP on addr:8080 in ns: a client gets
-// "<name> <its address:port>\n". UDP is bound to addr, so that answers
-// leave from the address asked (an unbound socket answers from the
-// kernel's choice, which NAT would not match).
-func serveWhoami(t *testing.T, ns *netnstest.NS, name string, addr netip.Addr) {
-	l := ns.Listen("tcp4", netip.AddrPortFrom(addr, 8080).String())
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
-			_ = c.Close()
-		}
-	}()
-	var pc net.PacketConn
-	ns.Run(func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(addr, 8080).String())
-		return err
-	})
-	t.Cleanup(func() { _ = pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo([]byte(fmt.Sprintf("%s %s\n", name, from)), from)
-		}
-	}()
-}
-
-// whoami connects from ns to target over network ("tcp" or "udp") and
-// returns the server's name and the source address it saw.
-func whoami(ctx context.Context, ns *netnstest.NS, network string, target netip.AddrPort) (string, netip.Addr, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := ns.Dial(ctx, network+"4", target.String())
-	if err != nil {
-		return "", netip.Addr{}, fmt.Errorf("connect to %s/%s from %s: %w", target, network, ns, err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if network == "udp" {
-		if _, err := conn.Write([]byte("who")); err != nil {
-			return "", netip.Addr{}, err
-		}
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return "", netip.Addr{}, fmt.Errorf("answer of %s/%s to %s: %w", target, network, ns, err)
-	}
-	f := strings.Fields(line)
-	if len(f) != 2 {
-		return "", netip.Addr{}, fmt.Errorf("%s/%s answered %q to %s", target, network, line, ns)
-	}
-	ap, err := netip.ParseAddrPort(f[1])
-	return f[0], ap.Addr(), err
-}
 
 // logSNATState logs VPP's NAT sessions, interfaces, tables and pipes, for
 // a failed test.

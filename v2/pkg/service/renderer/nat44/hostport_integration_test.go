@@ -1,4 +1,4 @@
-package vpp_test
+package nat44_test
 
 import (
 	"context"
@@ -75,7 +75,7 @@ func TestRealVPPHostPorts(t *testing.T) {
 			t.Fatalf("SetupPod %s: %v", p.ContainerID, err)
 		}
 	}
-	serveWhoami(t, nsA, "a", netip.IPv4Unspecified())
+	serveNamed(t, nsA, "a")
 
 	state := &service.State{Node: service.Node{Name: "node", NATLoopback: []netip.Addr{loopback}}, Services: map[service.ID]*service.Service{}}
 	render := func(d vpp.Dataplane) {
@@ -107,7 +107,7 @@ func TestRealVPPHostPorts(t *testing.T) {
 			{"pod a reaches its own hostPort, from the NAT loopback", nsA, "tcp", tcpPort, loopback},
 		} {
 			poll.Eventually(t, 20*time.Second, func() error {
-				name, seen, err := whoami(ctx, c.from, c.network, c.target)
+				name, seen, err := ask(ctx, c.from, c.network, c.target, netip.Addr{})
 				if err != nil {
 					return fmt.Errorf("%s: %s: %w", when, c.what, err)
 				}
@@ -120,7 +120,7 @@ func TestRealVPPHostPorts(t *testing.T) {
 	}
 	check(t, "first start")
 
-	restartVPP(ctx, t, v, d, 2)
+	vpptest.RestartAndAwait(ctx, t, v, d.Resynced(), 2)
 	render(d)
 	check(t, "after VPP's restart")
 
@@ -142,7 +142,7 @@ func TestRealVPPHostPorts(t *testing.T) {
 	if err := d.TeardownPod(ctx, dataplane.Pod{PodKey: a.PodKey}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := whoami(ctx, ext, "tcp", tcpPort); err == nil {
+	if _, _, err := ask(ctx, ext, "tcp", tcpPort, netip.Addr{}); err == nil {
 		t.Error("the hostPort still answers after the pod's DEL")
 	}
 	if err := ext.Ping(ctx, uplink.Addr().String()); err != nil {
@@ -191,8 +191,8 @@ func TestRealVPPHostPortsWithoutTheServiceProxy(t *testing.T) {
 			t.Fatalf("SetupPod %s: %v", p.ContainerID, err)
 		}
 	}
-	serveWhoami(t, nsA, "a", netip.IPv4Unspecified())
-	serveWhoami(t, nsB, "b", netip.IPv4Unspecified())
+	serveNamed(t, nsA, "a")
+	serveNamed(t, nsB, "b")
 	for _, c := range []struct {
 		what   string
 		target netip.AddrPort
@@ -202,7 +202,7 @@ func TestRealVPPHostPortsWithoutTheServiceProxy(t *testing.T) {
 		{"the outside client reaches pod b directly", netip.AddrPortFrom(b.IPv4, 8080), "b"},
 	} {
 		poll.Eventually(t, 20*time.Second, func() error {
-			name, seen, err := whoami(ctx, ext, "tcp", c.target)
+			name, seen, err := ask(ctx, ext, "tcp", c.target, netip.Addr{})
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.what, err)
 			}
