@@ -115,9 +115,9 @@ func (f *Fake) Check(ctx context.Context, tx *knftables.Transaction) error {
 // tx applies tx statement by statement, as the kernel does: knftables'
 // Fake checks references only when they are added.
 func (f *Fake) tx(ctx context.Context, next *knftables.Fake, tx *knftables.Transaction) error {
-	text := tx.String()
-	if i := strings.Index(text, "# ERROR: "); i >= 0 {
-		return &Error{Table: f.id.String(), Message: strings.TrimSpace(text[i+len("# ERROR: "):])}
+	text, err := Script(tx)
+	if err != nil {
+		return &Error{Table: f.id.String(), Message: err.Error(), Err: err}
 	}
 	return f.script(ctx, next, text)
 }
@@ -213,26 +213,11 @@ func (f *Fake) copyOf() (*knftables.Fake, error) {
 	table := t.Table
 	table.Handle = nil
 	tx.Add(&table)
-	for _, name := range slices.Sorted(maps.Keys(t.Chains)) {
-		c := t.Chains[name].Chain
-		c.Handle = nil
-		tx.Add(&c)
-	}
-	for _, name := range slices.Sorted(maps.Keys(t.Sets)) {
-		s := t.Sets[name].Set
-		s.Handle = nil
-		tx.Add(&s)
-	}
-	for _, name := range slices.Sorted(maps.Keys(t.Maps)) {
-		m := t.Maps[name].Map
-		m.Handle = nil
-		tx.Add(&m)
-	}
-	for _, name := range slices.Sorted(maps.Keys(t.Counters)) {
-		c := t.Counters[name].Counter
-		c.Handle = nil
-		tx.Add(&c)
-	}
+	// Objects first, then what refers to them.
+	addEach(tx, t.Chains, func(c *knftables.FakeChain) knftables.Object { o := c.Chain; o.Handle = nil; return &o })
+	addEach(tx, t.Sets, func(s *knftables.FakeSet) knftables.Object { o := s.Set; o.Handle = nil; return &o })
+	addEach(tx, t.Maps, func(m *knftables.FakeMap) knftables.Object { o := m.Map; o.Handle = nil; return &o })
+	addEach(tx, t.Counters, func(c *knftables.FakeCounter) knftables.Object { o := c.Counter; o.Handle = nil; return &o })
 	for _, name := range slices.Sorted(maps.Keys(t.Chains)) {
 		for _, r := range t.Chains[name].Rules {
 			rule := *r
@@ -241,21 +226,28 @@ func (f *Fake) copyOf() (*knftables.Fake, error) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.Sets)) {
-		for _, e := range t.Sets[name].Elements {
-			elem := *e
-			tx.Add(&elem)
-		}
+		addElements(tx, t.Sets[name].Elements)
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.Maps)) {
-		for _, e := range t.Maps[name].Elements {
-			elem := *e
-			tx.Add(&elem)
-		}
+		addElements(tx, t.Maps[name].Elements)
 	}
 	if err := next.Run(context.Background(), tx); err != nil {
 		return nil, fmt.Errorf("copy the fake table: %w", err)
 	}
 	return next, nil
+}
+
+func addEach[T any](tx *knftables.Transaction, m map[string]T, obj func(T) knftables.Object) {
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		tx.Add(obj(m[name]))
+	}
+}
+
+func addElements(tx *knftables.Transaction, elems []*knftables.Element) {
+	for _, e := range elems {
+		elem := *e
+		tx.Add(&elem)
+	}
 }
 
 // parseRule reads "chain [index N] [handle N] rule [comment "c"]", what

@@ -15,6 +15,8 @@ package nft
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 )
@@ -127,3 +129,15 @@ type TableID struct {
 }
 
 func (t TableID) String() string { return string(t.Family) + " " + t.Name }
+
+// Script is tx's text, for a script that carries more than knftables
+// writes (elements batched per command); an error when knftables refused
+// one of tx's operations, which Transaction.String only appends as a
+// comment that nft would ignore.
+func Script(tx *knftables.Transaction) (string, error) {
+	text := tx.String()
+	if i := strings.Index(text, "# ERROR: "); i >= 0 {
+		return "", errors.New(strings.TrimSpace(text[i+len("# ERROR: "):]))
+	}
+	return text, nil
+}

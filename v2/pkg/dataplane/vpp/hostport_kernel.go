@@ -11,9 +11,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
-	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
 // The node's own processes and hostPorts. The node's kernel holds the
@@ -124,11 +122,6 @@ func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT)
 			return err
 		}
 	}
-	t, err := nft.Open(node.NS, knftables.IPv4Family, HostPortTable, nil)
-	if err != nil {
-		return fmt.Errorf("in %s: %w", node.Path, err)
-	}
-	defer t.Close()
 	var fill func(*knftables.Transaction)
 	if len(dnats) > 0 {
 		fill = func(tx *knftables.Transaction) {
@@ -148,10 +141,6 @@ func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT)
 				Rule: fmt.Sprintf("ip saddr 127.0.0.0/8 ct status dnat oifname %q masquerade", HostInterconnectName)})
 		}
 	}
-	// A newer vcoild's table is left as it is.
-	if err := nft.Replace(ctx, t, hostPortTableKind, formatversion.KernelTable,
-		"vcoil: the node's own connections to hostPorts, which VPP serves", fill); err != nil {
-		return fmt.Errorf("write nftables table ip %s in %s: %w", HostPortTable, node.Path, err)
-	}
-	return nil
+	return replaceNodeTable(ctx, node, HostPortTable, hostPortTableKind,
+		"vcoil: the node's own connections to hostPorts, which VPP serves", fill)
 }

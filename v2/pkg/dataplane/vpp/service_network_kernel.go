@@ -252,11 +252,6 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 		}
 		return fmt.Errorf("the service network's sinks need nft: %w", err)
 	}
-	t, err := nft.Open(node.NS, knftables.IPv4Family, ServiceTable, nil)
-	if err != nil {
-		return fmt.Errorf("in %s: %w", node.Path, err)
-	}
-	defer t.Close()
 	var fill func(*knftables.Transaction)
 	if net.Sinks {
 		fill = func(tx *knftables.Transaction) {
@@ -278,10 +273,22 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 			}
 		}
 	}
-	// A newer vcoild's table is left as it is.
-	if err := nft.Replace(ctx, t, serviceTableKind, formatversion.KernelTable,
-		"vcoil: refusals of service frontends that VPP sends to the node", fill); err != nil {
-		return fmt.Errorf("write nftables table ip %s in %s: %w", ServiceTable, node.Path, err)
+	return replaceNodeTable(ctx, node, ServiceTable, serviceTableKind,
+		"vcoil: refusals of service frontends that VPP sends to the node", fill)
+}
+
+// replaceNodeTable replaces the node's table ip name in one transaction
+// with a table of kind (formatversion.KernelTable) holding what fill adds,
+// or deletes it when fill is nil (nft.Replace). A newer vcoild's table is
+// refused and left as it is.
+func replaceNodeTable(ctx context.Context, node *kernelns.Namespace, name, kind, comment string, fill func(*knftables.Transaction)) error {
+	t, err := nft.Open(node.NS, knftables.IPv4Family, name, nil)
+	if err != nil {
+		return fmt.Errorf("in %s: %w", node.Path, err)
+	}
+	defer t.Close()
+	if err := nft.Replace(ctx, t, kind, formatversion.KernelTable, comment, fill); err != nil {
+		return fmt.Errorf("write nftables table ip %s in %s: %w", name, node.Path, err)
 	}
 	return nil
 }

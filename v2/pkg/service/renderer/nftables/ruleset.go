@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
 // ruleset is the content of the table's sets and maps, by frontend: what
@@ -173,14 +173,9 @@ func (p *plan) script(newTx func() *knftables.Transaction, family knftables.Fami
 		if tx.NumOperations() == 0 {
 			return nil
 		}
-		// A transaction that knftables refused ends with the reason as a
-		// comment (Transaction.String), which nft would ignore.
-		text := tx.String()
-		if i := strings.Index(text, "# ERROR: "); i >= 0 {
-			return errors.New(strings.TrimSpace(text[i+len("# ERROR: "):]))
-		}
+		text, err := nft.Script(tx)
 		b.WriteString(text)
-		return nil
+		return err
 	}
 	elements := func(verb string, ops []elementOp, withValues bool) {
 		for start := 0; start < len(ops); {
