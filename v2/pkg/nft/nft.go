@@ -5,12 +5,16 @@
 // into ones that name the table and the failing statement, and a Fake that
 // does all of it in memory for tests without root.
 //
-// Writes go through nft (knftables, or a raw script for the bulk element
-// commands knftables cannot batch): nft is the only tool that parses rules.
-// Reads go over netlink: any nft listing prints every element of the table,
-// which takes seconds at ten thousand services, while the kernel hands
-// them over in milliseconds. The price is decoding the kernel's bytes,
-// which the package does by the layouts its user declares (Layouts).
+// Tables, chains and rules are written through nft (knftables, or a raw
+// script for the element commands of many elements knftables cannot
+// batch): nft is the only tool that parses rules. Element changes alone
+// may go over netlink instead (ApplyElements), as one transaction: nft
+// loads every interval set of the namespace before any element command.
+// Reads go over netlink: any nft listing prints every element of the
+// table, which takes seconds at ten thousand services, while the kernel
+// hands them over in milliseconds. The price is encoding and decoding the
+// kernel's bytes, which the package does by the layouts its user declares
+// (Layouts).
 package nft
 
 import (

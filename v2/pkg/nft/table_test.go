@@ -290,3 +290,20 @@ func TestKernel(t *testing.T) {
 		t.Errorf("tables after delete: %v %v", tables, err)
 	}
 }
+
+func TestKernelCountersCarryTheirValues(t *testing.T) {
+	netnstest.RequireRoot(t)
+	n := netnstest.New(t, "nftctr")
+	tbl, err := Open(n.NetNS(), knftables.InetFamily, "c", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	if err := tbl.RunScript(t.Context(), "add table inet c\nadd counter inet c denied { packets 5 bytes 300 }\n"); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := tbl.Counters(t.Context())
+	if err != nil || len(cs) != 1 || cs[0] != (Counter{Name: "denied", Packets: 5, Bytes: 300}) {
+		t.Errorf("counters %+v %v, want denied 5 packets 300 bytes", cs, err)
+	}
+}

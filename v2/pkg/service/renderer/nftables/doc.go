@@ -7,10 +7,10 @@
 // elements itself, up to a thousand per nft command, because knftables
 // writes one command per element and nft parses ten thousand services'
 // 110,000 commands a second and more slower than the same elements in 110.
-// The table is read over netlink (google/nftables, and a dump of the rules'
-// comments), never with nft, which reads and prints every element for any
-// listing: the reader decodes only the layouts of the renderer's own sets
-// and maps (elements.go).
+// The table is an nft.Table: nft runs the scripts, and the table is read
+// over netlink, never with nft, which reads and prints every element for
+// any listing; package nft decodes only the layouts of the renderer's own
+// sets and maps (elements.go).
 //
 // The table's chains do not depend on the number of services: services and
 // endpoints are elements of verdict maps and DNAT maps, so a sync of ten
