@@ -24,11 +24,11 @@
 // nft transaction.
 //
 // The table carries its format version in the comment of an empty set
-// named format ("vcoil services v2", format.ServiceTable). A table without
+// named format ("vcoil services v2", formatversion.ServiceTable). A table without
 // it was written before format versions (version 1) and is adopted like
 // any other, in place: the first Resync adds the set in the transaction
 // that applies its differences. A table of a newer version is refused
-// (format.NewerError) and left unchanged.
+// (formatversion.NewerError) and left unchanged.
 //
 // It does not watch Kubernetes, apply traffic policies or topology (the
 // processor did), serve health check node ports, or set conntrack sysctls.
