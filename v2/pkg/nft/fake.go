@@ -503,14 +503,7 @@ func (f *Fake) ApplyElements(ctx context.Context, ops []ElementOp) error {
 	}, true)
 }
 
-func (f *Fake) layout(set string) (Layout, error) {
-	if f.layouts != nil {
-		if l, ok := f.layouts(set); ok {
-			return l, nil
-		}
-	}
-	return Layout{}, fmt.Errorf("nftables table %s: set %s has no declared layout", f.id, set)
-}
+func (f *Fake) layout(set string) (Layout, error) { return f.layouts.of(f.id, set) }
 
 func (f *Fake) Read(ctx context.Context) (*Contents, error) {
 	f.mu.Lock()

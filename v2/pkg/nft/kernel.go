@@ -172,13 +172,16 @@ func (k *kernel) gnftSet(name string) *gnft.Set {
 	return &gnft.Set{Name: name, Table: &gnft.Table{Name: k.id.Name, Family: gnft.TableFamily(nfproto[k.id.Family])}}
 }
 
-func (k *kernel) layout(set string) (Layout, error) {
-	if k.layouts != nil {
-		if l, ok := k.layouts(set); ok {
+func (k *kernel) layout(set string) (Layout, error) { return k.layouts.of(k.id, set) }
+
+// of is the layout of set in table id, an error for a set without one.
+func (ls Layouts) of(id TableID, set string) (Layout, error) {
+	if ls != nil {
+		if l, ok := ls(set); ok {
 			return l, nil
 		}
 	}
-	return Layout{}, fmt.Errorf("nftables table %s: set %s has no declared layout", k.id, set)
+	return Layout{}, fmt.Errorf("nftables table %s: set %s has no declared layout", id, set)
 }
 
 // ApplyElements sends ops as one netlink batch, grouping the consecutive
