@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	gnft "github.com/google/nftables"
 	"sigs.k8s.io/knftables"
 )
 
@@ -566,22 +567,15 @@ func (f *Fake) Elements(ctx context.Context, set string) ([]*knftables.Element, 
 		return nil, fmt.Errorf("nftables table %s: list set %s: %w", f.id, set, syscall.ENOENT)
 	}
 	// Through the kernel's encoding and back, as the kernel lists them.
-	var out []*knftables.Element
+	var raw []gnft.SetElement
 	for _, e := range elems {
-		raw, err := l.encode(e.Key, e.Value)
+		r, err := l.encode(e.Key, e.Value)
 		if err != nil {
 			return nil, fmt.Errorf("nftables table %s: set %s: %w", f.id, set, err)
 		}
-		decoded, err := l.decode(raw)
-		if err != nil {
-			return nil, fmt.Errorf("nftables table %s: set %s: %w", f.id, set, err)
-		}
-		for _, d := range decoded {
-			d.Set, d.Map = e.Set, e.Map
-			out = append(out, d)
-		}
+		raw = append(raw, r...)
 	}
-	return out, nil
+	return l.elements(f.id, set, raw)
 }
 
 func (f *Fake) Counters(ctx context.Context) ([]Counter, error) {

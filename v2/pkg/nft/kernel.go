@@ -260,9 +260,15 @@ func (k *kernel) Elements(ctx context.Context, set string) ([]*knftables.Element
 	if err != nil {
 		return nil, fmt.Errorf("nftables table %s: list set %s: %w", k.id, set, err)
 	}
+	return l.elements(k.id, set, raw)
+}
+
+// elements decodes the kernel's elements of set in table id, as
+// knftables elements of the set or map.
+func (l Layout) elements(id TableID, set string, raw []gnft.SetElement) ([]*knftables.Element, error) {
 	elems, err := l.decode(raw)
 	if err != nil {
-		return nil, fmt.Errorf("nftables table %s: set %s: %w", k.id, set, err)
+		return nil, fmt.Errorf("nftables table %s: set %s: %w", id, set, err)
 	}
 	for _, e := range elems {
 		if l.Value != nil {
