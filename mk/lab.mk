@@ -163,6 +163,13 @@ lab-exec: ## run CMD in the control plane's network namespace with KUBECONFIG se
 
 # ---- the demo ----
 
+# A new demo lab is dual-stack, as make test's (TEST_LAB_IP_FAMILY): make
+# test after make demo then runs every row of the e2e suite in the demo's
+# lab. LAB_IP_FAMILY=ipv4 asks for IPv4 only; a lab already up keeps its
+# family (its state records it).
+DEMO_IP_FAMILY ?= dual
+demo: LAB_IP_FAMILY := $(or $(LAB_IP_FAMILY),$(if $(wildcard $(LAB_STATE_DIR)/ip-family),,$(DEMO_IP_FAMILY)))
+
 .PHONY: demo
 demo: lab-up ## README's "run it": the lab with vcoil, a sample app across the nodes, its connectivity matrix; stays up until make demo-down
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) demo
@@ -200,6 +207,9 @@ lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab (report in _
 
 # make e2e is part of make test: the lab comes up, the suite runs, and the
 # lab goes down again — unless it was already up (a demo), which it leaves.
+# A lab up of another IP family than LAB_IP_FAMILY (an IPv4 lab, and make
+# test's dual stack) does not count: lab up replaces it, saying so, and it
+# goes down after the suite like a lab of make e2e's own.
 .PHONY: e2e
 e2e: lab-check-vpp ## the local cluster up, the e2e suite against it (report in _out/lab/e2e), the cluster down; as root
 	@was_up=0; $(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) status >/dev/null 2>&1 && was_up=1; \

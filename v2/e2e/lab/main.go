@@ -171,6 +171,9 @@ func inspectCommands(cfg *cluster.Config) []*cobra.Command {
 			if !cfg.IsUp() {
 				return errors.New("the lab is not up")
 			}
+			if other := cfg.OtherIPFamily(); other != "" {
+				return fmt.Errorf("the lab is up, but its IP family is %s, not %s (--ip-family)", other, cfg.Topology.IPFamily)
+			}
 			if p := cfg.Health(); len(p) > 0 {
 				return fmt.Errorf("the lab is unhealthy:\n  %s", strings.Join(p, "\n  "))
 			}

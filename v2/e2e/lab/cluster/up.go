@@ -124,6 +124,12 @@ func (c Config) upAlready() bool {
 	if !c.IsUp() {
 		return false
 	}
+	// Asked for another family (make test's dual-stack lab after an IPv4
+	// demo), the lab must be made again: a family is chosen at start.
+	if other := c.OtherIPFamily(); other != "" {
+		c.say("the running lab's IP family is %s and %s is asked for (LAB_IP_FAMILY): replacing the lab, with everything running in it", other, c.Topology.IPFamily)
+		return false
+	}
 	if problems := c.Health(); len(problems) == 0 {
 		c.say("the lab is already up (it runs the images imported when it came up: make lab-reload runs changed code)")
 		c.PrintAccess()

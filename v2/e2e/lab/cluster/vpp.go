@@ -69,6 +69,20 @@ func (c Config) RecordedIPFamily() string {
 	return strings.TrimSpace(string(b))
 }
 
+// OtherIPFamily returns the running lab's IP family when it is not the one
+// c asks for (--ip-family), else "". A lab recorded without a family is
+// an IPv4 lab.
+func (c Config) OtherIPFamily() string {
+	running := c.RecordedIPFamily()
+	if running == "" {
+		running = topology.IPFamilyIPv4
+	}
+	if !c.IsUp() || running == c.Topology.IPFamily {
+		return ""
+	}
+	return running
+}
+
 // vppDaemonName names a node's VPP supervisor (its pid file and log).
 func vppDaemonName(n topology.Node) string { return n.Name + "-vpp" }
 
