@@ -23,7 +23,7 @@ import (
 func (c Config) buildNetwork() error {
 	topo := c.Topology
 	for _, ns := range topo.Netns() {
-		if err := runAll([]string{"ip", "netns", "add", ns}, ip(ns, "link", "set", "lo", "up")); err != nil {
+		if err := runAll([]string{"ip", "netns", "add", ns}, ip(ns, "link", "set", "lo", "up"), kernelDefaults(ns)); err != nil {
 			return err
 		}
 	}
@@ -116,4 +116,19 @@ func (c Config) buildNetwork() error {
 		)
 	}
 	return runAll(cmds...)
+}
+
+// kernelDefaults sets in a new lab namespace the kernel's own values of the
+// settings it would otherwise copy from the machine's root namespace (all
+// of IPv4's, and IPv6's too where net.core.devconf_inherit_init_net is 1):
+// on a Docker host or a Kubernetes node the control plane and the external
+// host would forward, and every namespace filter by reverse path. Whatever
+// routes turns forwarding on below. -e: a kernel without IPv6 has no such
+// keys.
+func kernelDefaults(ns string) []string {
+	return inNetns(ns, "sysctl", "-q", "-e", "-w",
+		"net.ipv4.ip_forward=0",
+		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0", "net.ipv4.conf.lo.rp_filter=0",
+		"net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.default.disable_ipv6=0",
+		"net.ipv6.conf.all.forwarding=0", "net.ipv6.conf.default.forwarding=0")
 }
