@@ -518,11 +518,19 @@ func expectPeerEntries(t *testing.T, kind egress.Kind, router *netnstest.NS, pre
 // every table, neighbours and nftables.
 func snapshot(t *testing.T, ns *netnstest.NS) string {
 	t.Helper()
+	// IPv6 duplicate address detection ends on its own time and then adds
+	// the address's local route: wait for it, so that two snapshots differ
+	// only by what the code under test did.
+	poll.Eventually(t, 10*time.Second, func() error {
+		if out := strings.TrimSpace(ns.IP("-6", "addr", "show", "tentative")); out != "" {
+			return fmt.Errorf("addresses still tentative in %s:\n%s", ns, out)
+		}
+		return nil
+	})
 	var b strings.Builder
-	// Sections are sorted, and IPv6 duplicate address detection, which
-	// ends on its own time, is left out.
+	// Sections are sorted.
 	section := func(title, out string) {
-		lines := strings.Split(strings.ReplaceAll(out, "tentative ", ""), "\n")
+		lines := strings.Split(out, "\n")
 		slices.Sort(lines)
 		fmt.Fprintf(&b, "# %s\n%s\n", title, strings.Join(lines, "\n"))
 	}
