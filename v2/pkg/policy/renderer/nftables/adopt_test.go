@@ -15,15 +15,14 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
-// newFake is an empty namespace in memory for the renderer's table (a
-// QuotingFake: the group chains' rules hold quoted strings).
-func newFake() *nft.QuotingFake {
-	return nft.NewQuotingFake(knftables.InetFamily, constants.PolicyTable, elementLayout)
+// newFake is an empty namespace in memory for the renderer's table.
+func newFake() *nft.Fake {
+	return nft.NewFake(knftables.InetFamily, constants.PolicyTable, elementLayout)
 }
 
 // fakeRenderer is a Renderer of f's table, as a vcoild (re)starting over
 // it: its first Render adopts what f holds.
-func fakeRenderer(t *testing.T, f *nft.QuotingFake, logDrops bool) *Renderer {
+func fakeRenderer(t *testing.T, f *nft.Fake, logDrops bool) *Renderer {
 	t.Helper()
 	r, err := withKernel(Config{Table: constants.PolicyTable, LogDrops: logDrops, Log: testr.New(t)}, &kernel{t: f})
 	if err != nil {
