@@ -9,51 +9,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
-	"net/netip"
 	"os"
-	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/pkg/checkpoint"
 	"github.com/vcoil/vcoil/v2/pkg/cniinstall"
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/daemon"
-	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/linux"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
-	"github.com/vcoil/vcoil/v2/pkg/egress"
-	egressagent "github.com/vcoil/vcoil/v2/pkg/egress/agent"
-	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
-	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
-	"github.com/vcoil/vcoil/v2/pkg/nodestate"
-	statenft "github.com/vcoil/vcoil/v2/pkg/nodestate/nftables"
-	"github.com/vcoil/vcoil/v2/pkg/policy/agent"
-	policyrenderer "github.com/vcoil/vcoil/v2/pkg/policy/renderer"
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
-	polnft "github.com/vcoil/vcoil/v2/pkg/policy/renderer/nftables"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
-	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
 )
 
 type flags struct {
@@ -226,20 +198,14 @@ func installCommand() *cobra.Command {
 	return cmd
 }
 
+// run checks the flags, builds the dataplane, cleans up what an earlier
+// vcoild left and will not be kept up, wires the parts the flags turn on
+// and the daemon into the manager, and runs it until ctx ends. Nothing is
+// changed on the node before every flag was checked.
 func run(ctx context.Context, f flags) error {
-	if f.nodeName == "" {
-		return errors.New("--node-name (or $NODE_NAME) is required")
+	if err := f.check(); err != nil {
+		return err
 	}
-	// Each exporter of the export table removes every route of its
-	// protocol that it did not ask for: with one protocol, the blocks'
-	// and the LoadBalancer addresses' would remove each other's.
-	if p := f.services.lbExportProtocol; p == f.exportProtocol || p == constants.PodRouteProtocol {
-		return fmt.Errorf("--lb-export-protocol %d: must differ from --export-protocol (%d) and from the pod routes' protocol (%d)", p, f.exportProtocol, constants.PodRouteProtocol)
-	}
-	if err := nodestate.CheckAddr(f.stateAddr); err != nil {
-		return fmt.Errorf("--state-addr %q: %w", f.stateAddr, err)
-	}
-	log := ctrl.Log.WithName("setup")
 	scheme, err := kubescheme.New()
 	if err != nil {
 		return err
@@ -259,482 +225,40 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
-	exporter, err := routes.NewExporter(routes.ExporterConfig{Netns: f.netns, Table: f.exportTable, Protocol: f.exportProtocol}, ctrl.Log.WithName("export"))
+	exporter, direct, err := f.blockRoutes()
 	if err != nil {
 		return err
 	}
-	var direct daemon.DirectRouter
-	if f.directRouting {
-		d, err := routes.NewDirectRouter(routes.DirectConfig{Netns: f.netns, Table: f.directTable, RulePriority: f.directRulePriority, Protocol: f.exportProtocol}, ctrl.Log.WithName("direct"))
-		if err != nil {
-			return err
-		}
-		direct = d
-	}
-
-	services, err := serviceProxyOn(ctx, cfg, scheme, f)
+	services, err := f.serviceProxyOn(ctx, cfg, scheme)
 	if err != nil {
 		return err
 	}
-	byObject := map[client.Object]cache.ByObject{
-		// Only this node's requests; every block (for direct routes).
-		&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
-	}
-	if f.policies.enabled || f.egress {
-		// Pods trimmed to what the policies and the egress side read.
-		maps.Copy(byObject, agent.CacheOptions())
-	}
-	if services {
-		maps.Copy(byObject, proxy.CacheOptions(f.nodeName, f.directRouting))
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
-		HealthProbeBindAddress: f.healthAddr,
-		Cache:                  cache.Options{ByObject: byObject},
-	})
+	mgr, err := f.newManager(cfg, scheme, services)
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	if err := proxy.RemoveTables(ctx, f.netns, !services && f.dataplane == "linux", f.services.removeKubeProxyTables, ctrl.Log.WithName("services")); err != nil {
 		return err
 	}
-	if !services && vppDP != nil {
-		// A VPP node that stopped serving drops the service network an
-		// earlier vcoild made (service routes, sinks, the nftables table):
-		// the dataplane's first sync removes it.
-		if err := vppDP.SetServiceNetwork(ctx, vpp.ServiceNetwork{}); err != nil {
-			return err
-		}
+	if err := proxy.CleanUp(ctx, serviceOpts, services); err != nil {
+		return err
 	}
-	if !services || !f.services.lbAnnounce {
-		// A node that stopped serving (or announcing) must stop attracting
-		// the traffic of what it announced before.
-		if err := proxy.WithdrawLoadBalancers(ctx, f.lbExport(), ctrl.Log.WithName("services")); err != nil {
-			return err
-		}
-	}
-	// A VPP restart concerns both the services and the policies: the
-	// dataplane announces it on one channel, which restarts fans out.
-	restarts := &vppRestarts{}
-	if vppDP != nil {
-		restarts.dp = vppDP
-		restarts.events = nodeevents.New(mgr.GetEventRecorder("vcoild"), f.nodeName)
-		restarts.services = make(chan vpp.Incarnation, 1)
-		serviceOpts.VPP = restartsOf{Dataplane: vppDP, ch: restarts.services}
-		if err := mgr.Add(restarts); err != nil {
-			return err
-		}
-	}
-	// parts are the node state's sources of the parts that run on this
-	// node (services, policies, egress).
-	var parts []nodestate.Named
-	if services {
-		if serviceOpts.VPP != nil && len(serviceOpts.NAT44.ServiceCIDRs) == 0 {
-			log.Info("no --service-cidr: the node's own processes (the kubelet's probes, hostNetwork pods) will not reach Services through VPP")
-		}
-		p, err := proxy.Setup(ctx, mgr, serviceOpts)
-		if err != nil {
-			return err
-		}
-		if err := mgr.AddReadyzCheck("services", proxy.ReadyCheck(p)); err != nil {
-			return err
-		}
-		parts = append(parts, nodestate.Named{Name: "services", Source: p.StateSource()})
-	}
-	var policies daemon.PodPolicies
-	if !f.policies.enabled && vppDP == nil {
-		// Rules an earlier vcoild left would go on filtering.
-		if err := polnft.RemoveTable(ctx, f.netns, ""); err != nil {
-			return fmt.Errorf("--network-policies=false: %w", err)
-		}
-	}
-	if f.policies.enabled {
-		a, err := setupPolicies(ctx, mgr, f, vppDP)
-		if err != nil {
-			return err
-		}
-		policies = a
-		parts = append(parts, nodestate.Named{Name: "policies", Source: a.StateSource()})
-		if err := mgr.AddReadyzCheck("policies", a.Ready); err != nil {
-			return err
-		}
-		if vppDP != nil {
-			restarts.policies = a
-		}
-	}
-	var egressClients daemon.PodEgress
-	if f.egress {
-		a, err := setupEgress(ctx, mgr, f)
-		if err != nil {
-			return err
-		}
-		egressClients = a
-		parts = append(parts, nodestate.Named{Name: "egress", Source: a.StateSource()})
-		if err := mgr.AddReadyzCheck("egress", a.Ready); err != nil {
-			return err
-		}
+	parts, err := f.setupParts(ctx, mgr, services, serviceOpts, vppDP)
+	if err != nil {
+		return err
 	}
 	d, err := daemon.Setup(mgr, daemon.Options{
 		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
 		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
-		BlockRequestTimeout: f.blockRequestTimeout,
-		Registry:            metrics.Registry,
-		Policies:            policies,
-		Egress:              egressClients,
+		BlockRequestTimeout: f.blockRequestTimeout, Registry: metrics.Registry,
+		Policies: parts.policies, Egress: parts.egress,
 	})
 	if err != nil {
 		return err
 	}
-	if err := addStateServer(mgr, f, dp, d, parts); err != nil {
+	if err := addStateServer(mgr, f, dp, d, parts.state); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("starting vcoild", "node", f.nodeName, "dataplane", dp.Name(), "socket", f.socket, "services", services)
+	ctrl.Log.WithName("setup").Info("starting vcoild", "node", f.nodeName, "dataplane", dp.Name(), "socket", f.socket, "services", services)
 	return mgr.Start(ctx)
-}
-
-// addStateServer serves the node's state on --state-addr (nothing when it
-// is empty): the daemon's pods and blocks with their dataplane interfaces,
-// the parts that run on this node, VPP's objects on VPP, and vcoil's
-// nftables tables in the node's namespace.
-func addStateServer(mgr ctrl.Manager, f flags, dp dataplane.Dataplane, d *daemon.Daemon, parts []nodestate.Named) error {
-	sources := []nodestate.Named{{Name: "daemon", Source: d.StateSource()}}
-	if l, ok := dp.(daemon.InterfaceLister); ok {
-		sources = append(sources, nodestate.Named{Name: "interfaces", Source: daemon.PodInterfaces(l)})
-	}
-	sources = append(sources, parts...)
-	if v, ok := dp.(vpp.Dataplane); ok {
-		sources = append(sources, nodestate.Named{Name: "vpp", Source: v.StateSource()})
-	}
-	sources = append(sources, nodestate.Named{Name: "nftables", Source: statenft.Source(f.netns, []statenft.Table{
-		{Family: "inet", Name: constants.PolicyTable},
-		{Family: "inet", Name: constants.ServiceTable},
-		{Family: "ip", Name: vpp.ServiceTable},
-		{Family: "ip", Name: vpp.HostPortTable},
-	})})
-	srv, err := nodestate.NewServer(nodestate.ServerConfig{
-		Addr: f.stateAddr, Flag: "--state-addr", Node: f.nodeName, Dataplane: dp.Name(),
-		Sources: sources, Log: ctrl.Log.WithName("state"),
-	})
-	if err != nil {
-		return err
-	}
-	return mgr.Add(srv)
-}
-
-// setupPolicies runs the NetworkPolicy stack with the dataplane's renderer:
-// nftables on the Linux dataplane, VPP's ACLs on VPP.
-func setupPolicies(ctx context.Context, mgr ctrl.Manager, f flags, vppDP vpp.Dataplane) (*agent.Agent, error) {
-	log := ctrl.Log.WithName("policies")
-	var r policyrenderer.Renderer
-	name := "nftables"
-	if vppDP != nil {
-		ar, err := acl.New(vppDP, acl.Config{Registry: metrics.Registry, StatsSocket: f.vpp.statsSocket}, log.WithName("acl"))
-		if err != nil {
-			return nil, fmt.Errorf("network policies: %w", err)
-		}
-		r, name = ar, "vpp-acl"
-	} else {
-		nr, err := polnft.New(polnft.Config{Netns: f.netns, LogDrops: f.policies.logDrops, Registry: metrics.Registry, Log: log.WithName("nftables")})
-		if err != nil {
-			return nil, fmt.Errorf("network policies: %w", err)
-		}
-		r = nr
-	}
-	return agent.Setup(ctx, mgr, agent.Options{
-		NodeName: f.nodeName, Renderer: r, RendererName: name,
-		Reader: mgr.GetAPIReader(), Log: log,
-		Known: func() (map[types.NamespacedName][]netip.Addr, error) {
-			return knownPods(daemon.CheckpointDir(f.stateDir))
-		},
-	})
-}
-
-// setupEgress runs the client side of Egresses: the tunnels in the pods'
-// netns (docs/egress.md).
-func setupEgress(ctx context.Context, mgr ctrl.Manager, f flags) (*egressagent.Agent, error) {
-	var cidrs []netip.Prefix
-	for _, s := range slices.Concat(f.vpp.clusterCIDRs, f.services.serviceCIDRs) {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("--cluster-cidr or --service-cidr %q: %w", s, err)
-		}
-		cidrs = append(cidrs, p.Masked())
-	}
-	return egressagent.Setup(ctx, mgr, egressagent.Options{
-		NodeName: f.nodeName, Apply: egress.ApplyClient, FoU: egress.FoUAvailable,
-		Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vcoild"),
-		ClusterCIDRs: cidrs, Log: ctrl.Log.WithName("egress"),
-		Known: func() (map[types.NamespacedName]egressagent.Pod, error) {
-			entries, err := checkpointEntries(daemon.CheckpointDir(f.stateDir))
-			if err != nil {
-				return nil, err
-			}
-			out := map[types.NamespacedName]egressagent.Pod{}
-			for _, e := range entries {
-				if e.Name == "" || e.Netns == "" {
-					continue
-				}
-				p := egressagent.Pod{Netns: e.Netns}
-				for _, a := range []netip.Addr{e.IPv4, e.IPv6} {
-					if a.IsValid() {
-						p.IPs = append(p.IPs, a)
-					}
-				}
-				out[types.NamespacedName{Namespace: e.Namespace, Name: e.Name}] = p
-			}
-			return out, nil
-		},
-	})
-}
-
-// checkpointEntries reads the checkpoint for the agents' first view of
-// the node's pods. Files of a newer format are left to the daemon, which
-// holds and reports them (docs/operations.md, "Formats and upgrades"): an
-// agent failing here would make vcoild exit before it could say why.
-func checkpointEntries(dir string) ([]checkpoint.Entry, error) {
-	store, err := checkpoint.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := store.Load()
-	if err != nil && !errors.Is(err, formatversion.ErrNewer) {
-		return nil, err
-	}
-	return entries, nil
-}
-
-// knownPods reads the pods' addresses from vcoild's checkpoint.
-func knownPods(dir string) (map[types.NamespacedName][]netip.Addr, error) {
-	entries, err := checkpointEntries(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := map[types.NamespacedName][]netip.Addr{}
-	for _, e := range entries {
-		if e.Name == "" {
-			continue
-		}
-		key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
-		for _, a := range []netip.Addr{e.IPv4, e.IPv6} {
-			if a.IsValid() && !slices.Contains(out[key], a) {
-				out[key] = append(out[key], a)
-			}
-		}
-	}
-	return out, nil
-}
-
-// vppRestarts reads the VPP dataplane's announcements of a new
-// incarnation and hands each to the service proxy (its own channel) and to
-// the policy agent, each of which must render again into the new VPP. It
-// records the dataplane's connection events as Events on the Node.
-type vppRestarts struct {
-	dp       vpp.Dataplane
-	services chan vpp.Incarnation
-	policies *agent.Agent
-	events   *nodeevents.Recorder
-}
-
-func (v *vppRestarts) Start(ctx context.Context) error {
-	log := ctrl.Log.WithName("vpp-restarts")
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e := <-v.dp.ConnectionEvents():
-			if e.Warning {
-				v.events.Warning(e.Reason, "Resync", e.Note)
-			} else {
-				v.events.Normal(e.Reason, "Resync", e.Note)
-			}
-		case inc := <-v.dp.Resynced():
-			// Only the latest matters: replace one the proxy did not read.
-			select {
-			case <-v.services:
-			default:
-			}
-			v.services <- inc
-			if v.policies != nil {
-				log.Info("VPP synced a new incarnation; resyncing the network policies", "incarnation", inc)
-				if err := v.policies.Resync(ctx); err != nil {
-					log.Error(err, "cannot resync the network policies after a VPP restart; pods' ADDs and the next change retry")
-					v.events.Warning(vpp.ReasonResyncFailed, "Resync", fmt.Sprintf(
-						"network policies not resynced into VPP (incarnation %d): %v; the next policy change or pod ADD retries", inc, err))
-				}
-			}
-		}
-	}
-}
-
-// restartsOf is the VPP dataplane with the service proxy's own channel of
-// new incarnations.
-type restartsOf struct {
-	vpp.Dataplane
-	ch chan vpp.Incarnation
-}
-
-func (r restartsOf) Resynced() <-chan vpp.Incarnation { return r.ch }
-
-// newDataplane builds the chosen dataplane and the routes it needs for the
-// node's own blocks; the VPP dataplane registers its metrics with reg.
-func newDataplane(f flags, reg prometheus.Registerer) (dataplane.Dataplane, daemon.BlockExporter, error) {
-	switch f.dataplane {
-	case "linux":
-		dp, err := linux.New(linux.Config{NodeNetns: f.netns, PodTable: f.podTable, PodRulePriority: f.podRulePriority, MTU: f.mtu}, ctrl.Log.WithName("linux"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("linux dataplane: %w", err)
-		}
-		local, err := routes.NewLocalBlocks(routes.LocalBlocksConfig{Netns: f.netns, Table: f.podTable, Protocol: f.exportProtocol}, ctrl.Log.WithName("local-blocks"))
-		if err != nil {
-			return nil, nil, err
-		}
-		return dp, local, nil
-	case "vpp":
-		cfg, err := f.vppConfig()
-		if err != nil {
-			return nil, nil, err
-		}
-		cfg.Registry = reg
-		dp, err := vpp.New(cfg, ctrl.Log.WithName("vpp"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("vpp dataplane: %w", err)
-		}
-		return dp, dp.Blocks(), nil
-	}
-	return nil, nil, fmt.Errorf("--dataplane %q: want linux or vpp", f.dataplane)
-}
-
-// vppConfig is the VPP dataplane's configuration from the flags; a bad
-// value names its flag.
-func (f flags) vppConfig() (vpp.Config, error) {
-	cfg := vpp.Config{
-		APISocket: f.vpp.apiSocket, NodeNetns: f.netns, MTU: f.mtu, GSO: f.vpp.gso,
-		Allocations:  daemon.Allocations{StateDir: f.stateDir},
-		PodInterface: vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
-		Uplink: f.vpp.uplink, NATSessions: f.vpp.natSessions,
-	}
-	for _, s := range f.vpp.uplinkAddresses {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return cfg, fmt.Errorf("--vpp-uplink-address %q: %w", s, err)
-		}
-		cfg.UplinkAddresses = append(cfg.UplinkAddresses, p)
-	}
-	for flag, s := range map[string]struct {
-		in  string
-		out *netip.Addr
-	}{"--vpp-uplink-gateway-ipv4": {f.vpp.uplinkGatewayIPv4, &cfg.UplinkGatewayIPv4}, "--vpp-uplink-gateway-ipv6": {f.vpp.uplinkGatewayIPv6, &cfg.UplinkGatewayIPv6}} {
-		if s.in == "" {
-			continue
-		}
-		a, err := netip.ParseAddr(s.in)
-		if err != nil {
-			return cfg, fmt.Errorf("%s %q: %w", flag, s.in, err)
-		}
-		*s.out = a
-	}
-	if f.vpp.snat {
-		switch {
-		case f.vpp.uplink == "":
-			return cfg, errors.New("--vpp-snat needs --vpp-uplink: replies come back through it")
-		case !cfg.UplinkGatewayIPv4.IsValid():
-			return cfg, errors.New("--vpp-snat needs --vpp-uplink-gateway-ipv4: translated traffic leaves through it")
-		case len(f.vpp.clusterCIDRs) == 0:
-			return cfg, errors.New("--vpp-snat needs --cluster-cidr: without it, traffic to other nodes' pods would be translated too")
-		}
-		cfg.SNAT = &vpp.SNATConfig{}
-		for _, s := range f.vpp.clusterCIDRs {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return cfg, fmt.Errorf("--cluster-cidr %q: %w", s, err)
-			}
-			cfg.SNAT.ClusterCIDRs = append(cfg.SNAT.ClusterCIDRs, p)
-		}
-		if !slices.ContainsFunc(cfg.SNAT.ClusterCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() }) {
-			return cfg, errors.New("--cluster-cidr has no IPv4 prefix: --vpp-snat translates IPv4 only")
-		}
-	}
-	return cfg, nil
-}
-
-// serviceProxyOn decides whether vcoild serves Services on this node: the
-// flag and the Node's vcoil.io/service-proxy label, read once at start
-// from the apiserver.
-func serviceProxyOn(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, f flags) (bool, error) {
-	log := ctrl.Log.WithName("services")
-	if !f.services.enabled {
-		log.Info("not serving Services: --service-proxy=false")
-		return false, nil
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return false, fmt.Errorf("apiserver client: %w", err)
-	}
-	var node corev1.Node
-	var last error
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = c.Get(ctx, client.ObjectKey{Name: f.nodeName}, &node)
-		if last != nil {
-			log.Info("reading this node's Node for its service proxy label; retrying", "node", f.nodeName, "error", last.Error())
-		}
-		return last == nil, nil
-	})
-	if err != nil && last != nil {
-		err = last
-	}
-	if err != nil {
-		return false, fmt.Errorf("read Node %q: %w", f.nodeName, err)
-	}
-	if proxy.DisabledOn(&node) {
-		log.Info("not serving Services: the Node is labelled "+proxy.LabelServiceProxy+"="+proxy.Disabled, "node", f.nodeName)
-		return false, nil
-	}
-	return true, nil
-}
-
-// lbExport places the announced LoadBalancer addresses: the blocks' export
-// table, the LoadBalancer protocol.
-func (f flags) lbExport() routes.ExporterConfig {
-	return routes.ExporterConfig{Netns: f.netns, Table: f.exportTable, Protocol: f.services.lbExportProtocol, What: proxy.LBRoutes}
-}
-
-// options are the service proxy's options from the flags; dp is the VPP
-// dataplane when vcoild runs on it (nil on Linux). A bad value names its
-// flag.
-func (s serviceFlags) options(f flags, dp vpp.Dataplane) (proxy.Options, error) {
-	o := proxy.Options{
-		NodeName: f.nodeName, Netns: f.netns, PodIfPrefix: linux.HostIfPrefix,
-		HealthAddr: s.healthAddr, StatusAddr: s.statusAddr,
-		Conntrack: s.conntrack, Registry: metrics.Registry, Log: ctrl.Log.WithName("services"),
-	}
-	o.Conntrack.Netns = f.netns
-	o.AnnounceLoadBalancers, o.LBExport = s.lbAnnounce, f.lbExport()
-	o.Processor.MinSyncPeriod, o.Processor.SyncPeriod = s.minSyncPeriod, s.syncPeriod
-	for _, c := range s.nodePortAddresses {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return o, fmt.Errorf("--nodeport-addresses %q: %w", c, err)
-		}
-		o.NodePortCIDRs = append(o.NodePortCIDRs, p.Masked())
-	}
-	if dp == nil {
-		return o, nil
-	}
-	o.VPP, o.PodIfPrefix = dp, ""
-	if w := f.vpp.localBackendWeight; w < 1 || w > 255 {
-		return o, fmt.Errorf("--vpp-local-backend-weight %d: want 1..255", w)
-	}
-	o.NAT44 = nat44.Config{LocalWeight: uint8(f.vpp.localBackendWeight), Registry: metrics.Registry}
-	for _, in := range s.serviceCIDRs {
-		p, err := netip.ParsePrefix(in)
-		if err != nil {
-			return o, fmt.Errorf("--service-cidr %q: %w", in, err)
-		}
-		o.NAT44.ServiceCIDRs = append(o.NAT44.ServiceCIDRs, p.Masked())
-	}
-	return o, nil
 }

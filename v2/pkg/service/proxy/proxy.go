@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -61,6 +62,9 @@ type Options struct {
 	// Conntrack settings, applied once at start (not with VPP: its NAT
 	// sessions are not the kernel's connections).
 	Conntrack conntrack.Config
+	// RemoveKubeProxyTables makes CleanUp delete the nftables tables
+	// kube-proxy leaves behind (for a migration).
+	RemoveKubeProxyTables bool
 	// VPP, when set, is the node's VPP dataplane: Services are rendered
 	// into its NAT44-ED plugin (configured by NAT44) instead of the
 	// kernel's nftables, and a VPP restart triggers a resync at once.
@@ -278,10 +282,64 @@ func ReadyCheck(p *processor.Processor) func(*http.Request) error {
 	}
 }
 
-// RemoveTables deletes what a service proxy left in the node's namespace:
+// CleanUp removes at start what an earlier vcoild (or kube-proxy) left in
+// the node's network that this one will not keep up; serving says whether
+// this node serves Services (Setup follows). A node that does not serve
+// them drops vcoil's own service table (Linux) or the service network it
+// made in VPP and the node's kernel (VPP: the dataplane's first sync
+// removes it), and a node that does not announce LoadBalancer addresses
+// withdraws those it announced before, which would go on attracting their
+// traffic. kube-proxy's tables go with opts.RemoveKubeProxyTables, served
+// or not.
+func CleanUp(ctx context.Context, opts Options, serving bool) error {
+	if err := removeTables(ctx, opts.Netns, !serving && opts.VPP == nil, opts.RemoveKubeProxyTables, opts.Log); err != nil {
+		return err
+	}
+	if !serving && opts.VPP != nil {
+		if err := opts.VPP.SetServiceNetwork(ctx, vpp.ServiceNetwork{}); err != nil {
+			return err
+		}
+	}
+	if !serving || !opts.AnnounceLoadBalancers {
+		cfg := opts.LBExport
+		cfg.Netns = opts.Netns
+		if err := WithdrawLoadBalancers(ctx, cfg, opts.Log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ServesNode says whether the service proxy serves Node nodeName: not when
+// the Node is labelled LabelServiceProxy=Disabled. It reads the Node once,
+// at start, retrying for up to two minutes while it cannot.
+func ServesNode(ctx context.Context, c client.Reader, nodeName string, log logr.Logger) (bool, error) {
+	var node corev1.Node
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = c.Get(ctx, client.ObjectKey{Name: nodeName}, &node)
+		if last != nil {
+			log.Info("reading this node's Node for its service proxy label; retrying", "node", nodeName, "error", last.Error())
+		}
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		err = last
+	}
+	if err != nil {
+		return false, fmt.Errorf("read Node %q: %w", nodeName, err)
+	}
+	if DisabledOn(&node) {
+		log.Info("not serving Services: the Node is labelled "+LabelServiceProxy+"="+Disabled, "node", nodeName)
+		return false, nil
+	}
+	return true, nil
+}
+
+// removeTables deletes what a service proxy left in the node's namespace:
 // vcoil's own table (when vcoil does not serve services there) and, when
 // kubeProxy is set, kube-proxy's nftables tables (for a migration).
-func RemoveTables(ctx context.Context, netns string, own, kubeProxy bool, log logr.Logger) error {
+func removeTables(ctx context.Context, netns string, own, kubeProxy bool, log logr.Logger) error {
 	if own {
 		nft, err := nftables.New(nftables.Config{Netns: netns, PodIfPrefix: "-"}, log)
 		if err != nil {
