@@ -2,11 +2,9 @@ package nftables
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -49,30 +47,6 @@ func (k *kernel) close() {
 		k.netns.Close()
 		k.netns = nil
 	}
-}
-
-// nftCmd answers the metrics' reading of the drop counters, `nft -j list
-// counters table inet <table>`, in nft's JSON, from the counters read over
-// netlink: the renderer runs no nft command of its own.
-func (k *kernel) nftCmd(ctx context.Context, _ string, args ...string) ([]byte, error) {
-	if !slices.Equal(args, []string{"-j", "list", "counters", "table", "inet", k.t.Name()}) {
-		return nil, fmt.Errorf("nft %s: not a listing of the table's counters", strings.Join(args, " "))
-	}
-	cs, err := k.t.Counters(ctx)
-	if err != nil {
-		return nil, err
-	}
-	type counter struct {
-		Name           string `json:"name"`
-		Packets, Bytes uint64
-	}
-	doc := struct {
-		Nftables []map[string]counter `json:"nftables"`
-	}{}
-	for _, c := range cs {
-		doc.Nftables = append(doc.Nftables, map[string]counter{"counter": {Name: c.Name, Packets: c.Packets, Bytes: c.Bytes}})
-	}
-	return json.Marshal(doc)
 }
 
 // errNoTable is what listing reports when the table does not exist.

@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,27 +90,15 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRules, prometheus.GaugeValue, float64(rules))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := r.k.nftCmd(ctx, "", "-j", "list", "counters", "table", "inet", r.cfg.Table)
+	// A failed read leaves only the denied packets out of this scrape:
+	// the gauges above are the renderer's own state.
+	counters, err := r.k.t.Counters(ctx)
 	if err != nil {
 		return
 	}
-	var doc struct {
-		Nftables []struct {
-			Counter *struct {
-				Name    string `json:"name"`
-				Packets float64
-			} `json:"counter"`
-		} `json:"nftables"`
-	}
-	if json.Unmarshal(out, &doc) != nil {
-		return
-	}
-	for _, o := range doc.Nftables {
-		if o.Counter == nil {
-			continue
-		}
-		if dir, ok := dirs[o.Counter.Name]; ok {
-			ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, o.Counter.Packets, o.Counter.Name, dir)
+	for _, c := range counters {
+		if dir, ok := dirs[c.Name]; ok {
+			ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(c.Packets), c.Name, dir)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,7 @@ type trafficLab struct {
 	addrs  map[string]string        // a, b, c, r, x1, x2
 	cache  *pcache.Cache
 	svc    svcnft.Renderer
+	reg    *prometheus.Registry // the policy renderer's metrics
 }
 
 var labPods = []struct {
@@ -94,7 +96,8 @@ func newTrafficLab(t *testing.T) *trafficLab {
 		l.serve(l.remote, l.addrs[n])
 	}
 
-	r, err := New(Config{Netns: l.node.Path(), Log: testr.New(t)})
+	l.reg = prometheus.NewRegistry()
+	r, err := New(Config{Netns: l.node.Path(), Registry: l.reg, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,6 +270,30 @@ func (l *trafficLab) deletePolicy(t *testing.T, namespace, name string) {
 	}
 }
 
+// deniedPackets sums vcoil_policy_denied_packets_total of direction dir,
+// as a scrape reads the kernel's counters.
+func (l *trafficLab) deniedPackets(t *testing.T, dir string) float64 {
+	t.Helper()
+	families, err := l.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range families {
+		if mf.GetName() != "vcoil_policy_denied_packets_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "direction" && lp.GetValue() == dir {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
 func policy(namespace, name string, selector map[string]string, ingress []networkingv1.NetworkPolicyIngressRule, egress []networkingv1.NetworkPolicyEgressRule, types ...networkingv1.PolicyType) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
@@ -307,6 +334,9 @@ func TestPoliciesFilterRealTrafficForEveryKindOfPeer(t *testing.T) {
 			l.expect(t, false, c, "b", 8080)
 		}
 		l.expect(t, false, "a", "b", 5353, "udp")
+		if n := l.deniedPackets(t, "ingress"); n == 0 {
+			t.Error("the denied packets reached no ingress group's counter")
+		}
 		l.expect(t, true, "node", "b", 8080)
 		l.expect(t, true, "b", "a", 8080) // b's egress is not isolated
 		l.expect(t, true, "c", "a", 8080)
