@@ -208,14 +208,25 @@ func protoText(p byte) string {
 
 // parseRange reads an address, a prefix or a range "a-b" of f's family.
 func parseRange(s string, f Field) (lo, hi netip.Addr, err error) {
+	lo, hi, err = ParseRange(s)
+	if err == nil && lo.Is4() != (f == IPv4Interval) {
+		err = fmt.Errorf("range %q of the wrong family or empty", s)
+	}
+	return lo, hi, err
+}
+
+// ParseRange reads an element of an address interval set as nft lists it
+// (RangeText's forms): an address, a prefix or a range "a-b", of one
+// family and not empty.
+func ParseRange(s string) (lo, hi netip.Addr, err error) {
 	defer func() {
-		if err == nil && (lo.Is4() != (f == IPv4Interval) || hi.Is4() != lo.Is4() || hi.Less(lo)) {
+		if err == nil && (hi.Is4() != lo.Is4() || hi.Less(lo)) {
 			err = fmt.Errorf("range %q of the wrong family or empty", s)
 		}
 	}()
 	if p, err := netip.ParsePrefix(s); err == nil {
 		p = p.Masked()
-		return p.Addr(), lastOf(p), nil
+		return p.Addr(), LastAddr(p), nil
 	}
 	if a, b, ok := strings.Cut(s, "-"); ok {
 		lo, err1 := netip.ParseAddr(strings.TrimSpace(a))
@@ -232,9 +243,9 @@ func parseRange(s string, f Field) (lo, hi netip.Addr, err error) {
 	return a, a, nil
 }
 
-// rangeText writes lo-hi as nft lists it: an address, a prefix, or a
-// range.
-func rangeText(lo, hi netip.Addr) string {
+// RangeText writes the addresses lo to hi as nft lists them in an
+// interval set: an address, a prefix, or a range "a-b".
+func RangeText(lo, hi netip.Addr) string {
 	if lo == hi {
 		return lo.String()
 	}
@@ -243,15 +254,15 @@ func rangeText(lo, hi netip.Addr) string {
 		if p.Masked().Addr() != lo {
 			break
 		}
-		if lastOf(p) == hi {
+		if LastAddr(p) == hi {
 			return p.String()
 		}
 	}
 	return lo.String() + "-" + hi.String()
 }
 
-// lastOf is the last address of prefix p.
-func lastOf(p netip.Prefix) netip.Addr {
+// LastAddr is the last address of prefix p.
+func LastAddr(p netip.Prefix) netip.Addr {
 	b := p.Addr().AsSlice()
 	for i := p.Bits(); i < len(b)*8; i++ {
 		b[i/8] |= 0x80 >> (i % 8)
@@ -370,11 +381,11 @@ func (l Layout) decodeIntervals(raw []gnft.SetElement) ([]*knftables.Element, er
 		if m.end {
 			continue
 		}
-		hi := lastOf(netip.PrefixFrom(m.a, 0))
+		hi := LastAddr(netip.PrefixFrom(m.a, 0))
 		if i+1 < len(marks) && marks[i+1].end {
 			hi = marks[i+1].a.Prev()
 		}
-		out = append(out, &knftables.Element{Key: []string{rangeText(m.a, hi)}})
+		out = append(out, &knftables.Element{Key: []string{RangeText(m.a, hi)}})
 	}
 	return out, nil
 }
@@ -406,7 +417,7 @@ func decodeFields(fields []Field, b, end []byte) ([]string, error) {
 			if len(end) >= off+n {
 				hi, _ = netip.AddrFromSlice(end[off : off+n])
 			}
-			out = append(out, rangeText(lo, hi))
+			out = append(out, RangeText(lo, hi))
 		case Verdict:
 			s, err := verdictText(v)
 			if err != nil {

@@ -273,24 +273,8 @@ func intervalOf(key []string) (interval, error) {
 	if len(key) != 1 {
 		return interval{}, fmt.Errorf("unexpected interval element %q", strings.Join(key, " . "))
 	}
-	return parseInterval(key[0])
-}
-
-// parseInterval reads interval.elem.
-func parseInterval(s string) (interval, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return prefixInterval(p), nil
-	}
-	if a, b, ok := strings.Cut(s, "-"); ok {
-		first, err := netip.ParseAddr(a)
-		if err != nil {
-			return interval{}, err
-		}
-		last, err := netip.ParseAddr(b)
-		return interval{first, last}, err
-	}
-	a, err := netip.ParseAddr(s)
-	return interval{a, a}, err
+	first, last, err := nft.ParseRange(key[0])
+	return interval{first, last}, err
 }
 
 // hostPortOf decodes an element of a hostPorts set.

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -104,32 +105,12 @@ type interval struct {
 
 func prefixInterval(p netip.Prefix) interval {
 	p = p.Masked()
-	return interval{first: p.Addr(), last: lastAddr(p)}
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
+	return interval{first: p.Addr(), last: nft.LastAddr(p)}
 }
 
 // elem is the interval as an nft set element: an address, a prefix or a
 // range.
-func (iv interval) elem() string {
-	if iv.first == iv.last {
-		return iv.first.String()
-	}
-	for bits := 0; bits <= iv.first.BitLen(); bits++ {
-		p := netip.PrefixFrom(iv.first, bits)
-		if p.Masked().Addr() == iv.first && lastAddr(p) == iv.last {
-			return p.String()
-		}
-	}
-	return iv.first.String() + "-" + iv.last.String()
-}
+func (iv interval) elem() string { return nft.RangeText(iv.first, iv.last) }
 
 // normalize sorts ivs and merges overlapping and adjacent intervals.
 func normalize(ivs []interval) []interval {

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -60,9 +59,9 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 		if tx.NumOperations() == 0 {
 			return nil
 		}
-		text := tx.String()
-		if i := strings.Index(text, "# ERROR: "); i >= 0 {
-			return errors.New(strings.TrimSpace(text[i+len("# ERROR: "):]))
+		text, err := nft.Script(tx)
+		if err != nil {
+			return err
 		}
 		b.WriteString(text)
 		return nil
