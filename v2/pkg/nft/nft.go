@@ -145,3 +145,52 @@ func Script(tx *knftables.Transaction) (string, error) {
 	}
 	return text, nil
 }
+
+// elementsPerCommand bounds the elements of one command WriteElements
+// writes, to keep its lines of a reasonable length; nft's cost is per
+// element beyond that.
+const elementsPerCommand = 1000
+
+// WriteElements appends ops to b as element commands of table id, for a
+// script: consecutive ops of one set and one kind (add or delete) share a
+// command ("add element inet t m { k1 : v1, k2 : v2 }"), which knftables
+// cannot do. It writes one command per element, and nft parses ten
+// thousand services' 110,000 commands seconds slower than the same
+// elements in 110.
+func WriteElements(b *strings.Builder, id TableID, ops []ElementOp) {
+	for start := 0; start < len(ops); {
+		first := ops[start]
+		end := start + 1
+		for end < len(ops) && end-start < elementsPerCommand && ops[end].Set == first.Set && ops[end].Delete == first.Delete {
+			end++
+		}
+		verb := "add"
+		if first.Delete {
+			verb = "delete"
+		}
+		b.WriteString(verb + " element " + string(id.Family) + " " + id.Name + " " + first.Set + " { ")
+		for i, op := range ops[start:end] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeConcat(b, op.Key)
+			if !op.Delete && len(op.Value) > 0 {
+				b.WriteString(" : ")
+				writeConcat(b, op.Value)
+			}
+		}
+		b.WriteString(" }\n")
+		start = end
+	}
+}
+
+// writeConcat writes an element's fields as nft concatenates them, without
+// joining them first: a script may hold a hundred thousand elements.
+func writeConcat(b *strings.Builder, fields []string) {
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteString(" . ")
+		}
+		b.WriteString(f)
+	}
+}

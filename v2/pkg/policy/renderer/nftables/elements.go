@@ -6,29 +6,6 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/nft"
 )
 
-// elemOp is one element to add to or delete from a set or map, in nft's
-// text: the renderer writes it either into an nft script (a table's
-// creation or replacement, one transaction with the objects) or over
-// netlink (every other change). nft loads the elements of every interval
-// set of the namespace before any element command, which costs a quarter
-// of a second at a thousand pods (docs/policy.md); a netlink batch is one
-// transaction too and costs what it changes.
-type elemOp struct {
-	del  bool
-	set  string
-	elem string
-}
-
-// netlinkOps are ops as package nft sends them.
-func netlinkOps(ops []elemOp) []nft.ElementOp {
-	out := make([]nft.ElementOp, len(ops))
-	for i, op := range ops {
-		key, value := nft.SplitElement(op.elem)
-		out[i] = nft.ElementOp{Delete: op.del, Set: op.set, Key: key, Value: value}
-	}
-	return out
-}
-
 // elementLayout is the layout of the elements of the renderer's set or map
 // name (nft.Layouts): how they are encoded over netlink, and read back.
 func elementLayout(name string) (nft.Layout, bool) {

@@ -186,7 +186,7 @@ const maxNetlinkOps = 2000
 // apply runs the plan's steps. A table replaced, or whose base is
 // rewritten, is one nft transaction, elements included; other plans (a new
 // table too: nothing was filtered before it) write their objects with nft
-// and their elements over netlink (elemOp), each step safe alone.
+// and their elements over netlink (steps), each step safe alone.
 func (r *Renderer) apply(ctx context.Context, p *plan, st *steps) error {
 	if p.purge || (p.base && !p.newTable) || len(st.ops) > maxNetlinkOps {
 		if s := st.text(r.cfg.Table); s != "" {
@@ -200,7 +200,7 @@ func (r *Renderer) apply(ctx context.Context, p *plan, st *steps) error {
 		}
 	}
 	if len(st.ops) > 0 {
-		if err := r.k.t.ApplyElements(ctx, netlinkOps(st.ops)); err != nil {
+		if err := r.k.t.ApplyElements(ctx, st.ops); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,39 +11,27 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
-// elementsPerCommand bounds the elements of one nft command; knftables
-// writes one command per element, which nft parses many times slower.
-const elementsPerCommand = 1000
-
 // steps is a plan as the kernel gets it: objects to create (before),
 // element changes, objects to delete (after). New groups are complete
 // before any address jumps to them, and groups are deleted only after no
 // address jumps to them, so that each step is safe on its own.
+//
+// The element changes go into an nft script (a table's creation or
+// replacement, one transaction with the objects) or over netlink (every
+// other change): nft loads the elements of every interval set of the
+// namespace before any element command, which costs a quarter of a second
+// at a thousand pods (docs/policy.md); a netlink batch is one transaction
+// too and costs what it changes.
 type steps struct {
 	before, after string
-	ops           []elemOp
+	ops           []nft.ElementOp
 }
 
 // text is the whole as one nft script.
 func (s *steps) text(table string) string {
 	var b strings.Builder
 	b.WriteString(s.before)
-	for start := 0; start < len(s.ops); {
-		end := start
-		for end < len(s.ops) && end-start < elementsPerCommand && s.ops[end].set == s.ops[start].set && s.ops[end].del == s.ops[start].del {
-			end++
-		}
-		verb := "add"
-		if s.ops[start].del {
-			verb = "delete"
-		}
-		elems := make([]string, 0, end-start)
-		for _, op := range s.ops[start:end] {
-			elems = append(elems, op.elem)
-		}
-		fmt.Fprintf(&b, "%s element inet %s %s { %s }\n", verb, table, s.ops[start].set, strings.Join(elems, ", "))
-		start = end
-	}
+	nft.WriteElements(&b, nft.TableID{Family: knftables.InetFamily, Name: table}, s.ops)
 	b.WriteString(s.after)
 	return b.String()
 }
@@ -68,7 +55,8 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 	}
 	elements := func(verb, set string, elems []string) {
 		for _, e := range elems {
-			st.ops = append(st.ops, elemOp{del: verb == "delete", set: set, elem: e})
+			key, value := nft.SplitElement(e)
+			st.ops = append(st.ops, nft.ElementOp{Delete: verb == "delete", Set: set, Key: key, Value: value})
 		}
 	}
 	err := objects(func(tx *knftables.Transaction) {
