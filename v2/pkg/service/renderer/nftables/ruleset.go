@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -140,27 +139,15 @@ func objectsHeld(o objects) tableObjects {
 // deletions of elements before the chains they jump to.
 type plan struct {
 	addSets, addChains, rules, delSets, delChains []func(*knftables.Transaction)
-	delElems, addElems, purge                     []elementOp
+	delElems, addElems, purge                     []nft.ElementOp
 	// changes counts the operations that change the table.
 	changes int
 }
 
-// elementOp is an element to add (with its value, for a map) or delete.
-type elementOp struct {
-	set        string
-	key, value []string
-}
-
-// elementsPerCommand bounds the elements of one nft command, to keep its
-// lines of a reasonable length; nft's cost is per element beyond that.
-const elementsPerCommand = 1000
-
 // script writes the plan as nft's input, one transaction. Sets, chains and
-// rules are written by knftables; elements are written here, many per
-// command ("add element inet t m { k1 : v1, k2 : v2 }"), which knftables
-// cannot do: it writes one command per element, and nft parses ten
-// thousand services' 110,000 commands in seconds more than the same
-// elements in 110 commands.
+// rules are written by knftables; elements by nft.WriteElements, many per
+// command, which knftables cannot do (nft parses ten thousand services'
+// 110,000 commands in seconds more than the same elements in 110).
 func (p *plan) script(newTx func() *knftables.Transaction, family knftables.Family, table string) (string, error) {
 	var b strings.Builder
 	objects := func(steps ...[]func(*knftables.Transaction)) error {
@@ -177,58 +164,34 @@ func (p *plan) script(newTx func() *knftables.Transaction, family knftables.Fami
 		b.WriteString(text)
 		return err
 	}
-	elements := func(verb string, ops []elementOp, withValues bool) {
-		for start := 0; start < len(ops); {
-			set := ops[start].set
-			end := start
-			for end < len(ops) && ops[end].set == set && end-start < elementsPerCommand {
-				end++
-			}
-			fmt.Fprintf(&b, "%s element %s %s %s { ", verb, family, table, set)
-			for i, e := range ops[start:end] {
-				if i > 0 {
-					b.WriteString(", ")
-				}
-				writeJoined(&b, e.key)
-				if withValues && len(e.value) > 0 {
-					b.WriteString(" : ")
-					writeJoined(&b, e.value)
-				}
-			}
-			b.WriteString(" }\n")
-			start = end
-		}
-	}
+	id := nft.TableID{Family: family, Name: table}
+	elements := func(ops []nft.ElementOp) { nft.WriteElements(&b, id, ops) }
 	if err := objects(p.addSets, p.addChains, p.rules); err != nil {
 		return "", err
 	}
 	sortBySet(p.delElems)
 	sortBySet(p.addElems)
 	sortBySet(p.purge)
-	elements("delete", p.delElems, false)
-	elements("add", p.addElems, true)
+	elements(p.delElems)
+	elements(p.addElems)
 	// An affinity entry is added before it is deleted (plan.purgeAffinity).
-	elements("add", p.purge, true)
-	elements("delete", p.purge, false)
+	elements(p.purge)
+	deletes := make([]nft.ElementOp, len(p.purge))
+	for i, op := range p.purge {
+		op.Delete = true
+		deletes[i] = op
+	}
+	elements(deletes)
 	if err := objects(p.delSets, p.delChains); err != nil {
 		return "", err
 	}
 	return b.String(), nil
 }
 
-func writeJoined(b *strings.Builder, parts []string) {
-	for i, s := range parts {
-		if i > 0 {
-			b.WriteString(" . ")
-		}
-		b.WriteString(s)
-	}
-}
-
 // sortBySet groups element operations by set, keeping their order within
 // a set.
-func sortBySet(ops []elementOp) {
-	slices.SortStableFunc(ops, func(a, b elementOp) int { return strings.Compare(a.set, b.set) })
+func sortBySet(ops []nft.ElementOp) {
+	slices.SortStableFunc(ops, func(a, b nft.ElementOp) int { return strings.Compare(a.Set, b.Set) })
 }
 
 func (p *plan) empty() bool { return p.changes == 0 }
@@ -331,12 +294,12 @@ func (p *plan) hairpinDiff(a netip.Addr, had, want bool) {
 }
 
 func (p *plan) addElem(set string, key, value []string) {
-	p.addElems = append(p.addElems, elementOp{set, key, value})
+	p.addElems = append(p.addElems, nft.ElementOp{Set: set, Key: key, Value: value})
 	p.changes++
 }
 
 func (p *plan) delElem(set string, key []string) {
-	p.delElems = append(p.delElems, elementOp{set: set, key: key})
+	p.delElems = append(p.delElems, nft.ElementOp{Delete: true, Set: set, Key: key})
 	p.changes++
 }
 
@@ -345,7 +308,7 @@ func (p *plan) delElem(set string, key []string) {
 // fails the whole transaction, so it is added first (a no-op while it
 // exists, since the value is the same) and then deleted.
 func (p *plan) purgeAffinity(m string, key, value []string) {
-	p.purge = append(p.purge, elementOp{m, key, value})
+	p.purge = append(p.purge, nft.ElementOp{Set: m, Key: key, Value: value})
 	p.changes++
 }
 
