@@ -25,6 +25,19 @@ const (
 	// comma separated, published by vcoild for the service renderers.
 	AnnotationNATLoopback = "vcoil.io/nat-loopback"
 
+	// AnnotationAllowedSourcePrefixes on a Pod lists prefixes, comma
+	// separated, that the pod may use as source addresses besides its own
+	// (a router, a VPN gateway). Source validation drops every other
+	// source. vcoild reads it at CNI ADD; admission makes it immutable and
+	// refuses it unless every prefix lies inside the pod's Namespace's
+	// AnnotationPermittedSourcePrefixes.
+	AnnotationAllowedSourcePrefixes = "vcoil.io/allowed-source-prefixes"
+	// AnnotationPermittedSourcePrefixes on a Namespace is the cluster
+	// administrator's grant: the prefixes, comma separated, that pods of the
+	// namespace may list in AnnotationAllowedSourcePrefixes. Namespaces are
+	// cluster-scoped, so only those allowed to update Namespaces can grant it.
+	AnnotationPermittedSourcePrefixes = "vcoil.io/permitted-source-prefixes"
+
 	// LoadBalancerClass is the spec.loadBalancerClass vcoil serves; Services
 	// without a class are served too unless vcoil-controller runs with
 	// --lb-class-only.

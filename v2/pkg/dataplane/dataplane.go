@@ -46,6 +46,11 @@ type Pod struct {
 	// portmap plugin chained after vcoil (Linux) ignores them; VPP serves
 	// them itself.
 	PortMappings []PortMapping
+	// SourcePrefixes are the sources the pod may send from besides IPv4 and
+	// IPv6 (the pod's allowed-source-prefixes annotation, already admitted).
+	// Source validation drops a packet from the pod's interface whose source
+	// is neither one of the pod's addresses nor inside one of these.
+	SourcePrefixes []netip.Prefix
 }
 
 // Protocols of a PortMapping, as the CNI portMappings capability spells
