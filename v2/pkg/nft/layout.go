@@ -35,7 +35,14 @@ const (
 	IPv6Interval
 	// Verdict is a verdict map's value ("drop", "jump c", "goto c").
 	Verdict
+	// IfName is an interface name (ifname), written bare or quoted as nft
+	// lists it ("vcoil0123456789"); it is read back bare. It matches the
+	// name exactly: a wildcard ("vcoil*") is no element.
+	IfName
 )
+
+// ifNameSize is the kernel's IFNAMSIZ, the bytes of an ifname field.
+const ifNameSize = 16
 
 // Layout is the key and value of a set or map; Value is nil for a set.
 type Layout struct {
@@ -66,6 +73,8 @@ func (f Field) size(concat bool) int {
 		n = 1
 	case Port:
 		n = 2
+	case IfName:
+		n = ifNameSize
 	}
 	if concat {
 		n = (n + 3) &^ 3
@@ -183,6 +192,14 @@ func encodeField(f Field, s string) ([]byte, error) {
 			return nil, fmt.Errorf("port %q", s)
 		}
 		return binary.BigEndian.AppendUint16(nil, uint16(p)), nil
+	case IfName:
+		name := strings.TrimSuffix(strings.TrimPrefix(s, `"`), `"`)
+		if name == "" || len(name) >= ifNameSize || strings.ContainsAny(name, "\x00\"*") {
+			return nil, fmt.Errorf("interface name %q", s)
+		}
+		b := make([]byte, ifNameSize)
+		copy(b, name)
+		return b, nil
 	}
 	return nil, fmt.Errorf("field %d cannot be encoded alone", f)
 }
@@ -411,6 +428,8 @@ func decodeFields(fields []Field, b, end []byte) ([]string, error) {
 			out = append(out, protoText(v[0]))
 		case Port:
 			out = append(out, strconv.Itoa(int(binary.BigEndian.Uint16(v))))
+		case IfName:
+			out = append(out, strings.TrimRight(string(v), "\x00"))
 		case IPv4Interval, IPv6Interval:
 			lo, _ := netip.AddrFromSlice(v)
 			hi := lo

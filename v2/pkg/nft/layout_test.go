@@ -38,3 +38,24 @@ func TestRangeTextRoundTrips(t *testing.T) {
 		t.Error("parseRange took an IPv6 prefix for an IPv4 interval set")
 	}
 }
+
+// An ifname field holds one exact name of at most 15 bytes, bare or
+// quoted, and reads back bare.
+func TestIfNameFieldsRoundTrip(t *testing.T) {
+	l := Layout{Key: []Field{IfName, IPv4Interval}}
+	for _, name := range []string{"vcoil0123456789", `"vcoil0123456789"`} {
+		raw, err := l.encode([]string{name, "10.0.0.0/24"}, nil)
+		if err != nil {
+			t.Fatalf("encode %s: %v", name, err)
+		}
+		elems, err := l.decode(raw)
+		if err != nil || len(elems) != 1 || elems[0].Key[0] != "vcoil0123456789" || elems[0].Key[1] != "10.0.0.0/24" {
+			t.Errorf("decode of %s: %+v %v", name, elems, err)
+		}
+	}
+	for _, bad := range []string{"", `""`, "vcoil0123456789a", "vcoil*"} {
+		if _, err := l.encode([]string{bad, "10.0.0.1"}, nil); err == nil {
+			t.Errorf("encode accepted interface name %q", bad)
+		}
+	}
+}

@@ -24,6 +24,7 @@ var testLayouts = FixedLayouts(map[string]Layout{
 	"in4":    {Key: []Field{IPv4Addr}, Value: []Field{Verdict}},
 	"be4":    {Key: []Field{IPv4Addr, Proto, Port}, Value: []Field{IPv4Addr, Port}},
 	"allow4": {Key: []Field{IPv4Addr, Proto, Port, IPv4Interval}},
+	"src6":   {Key: []Field{IfName, IPv6Interval}},
 })
 
 // makeTestTable writes the test table as the renderers do: objects with
@@ -41,6 +42,7 @@ func makeTestTable(t *testing.T, tbl Table) {
 	tx.Add(&knftables.Set{Name: "hp4", Type: "ipv4_addr . inet_proto . inet_service"})
 	tx.Add(&knftables.Set{Name: "self6", Type: "ipv6_addr . ipv6_addr"})
 	tx.Add(&knftables.Set{Name: "allow4", Type: "ipv4_addr . inet_proto . inet_service . ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	tx.Add(&knftables.Set{Name: "src6", Type: "ifname . ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Map{Name: "be4", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service"})
 	tx.Add(&knftables.Counter{Name: "g1"})
 	tx.Add(&knftables.Chain{Name: "g1"})
@@ -60,6 +62,7 @@ func makeTestTable(t *testing.T, tbl Table) {
 		"add element inet t in4 { 10.1.0.1 : jump g1, 10.1.0.2 : jump g2 }",
 		"add element inet t be4 { 10.0.0.1 . tcp . 80 : 10.2.0.1 . 8080 }",
 		"add element inet t allow4 { 10.0.0.1 . tcp . 80 . 10.3.0.0/16 }",
+		`add element inet t src6 { "vcoil0123456789" . fd00::1, vcoil0123456789 . fd01::/64 }`,
 		"",
 	}, "\n")
 	if err := tbl.CheckScript(ctx, script); err != nil {
@@ -77,6 +80,9 @@ func makeTestTable(t *testing.T, tbl Table) {
 		{Set: "in4", Key: []string{"10.1.0.3"}, Value: []string{"jump g2"}},
 		{Set: "in4", Key: []string{"10.1.0.2"}, Delete: true},
 		{Set: "h4", Key: []string{"10.9.0.2"}, Delete: true},
+		{Set: "src6", Key: []string{"vcoilabcdef0123", "fd02::/48"}},
+		{Set: "src6", Key: []string{"vcoilabcdef0123", "fd00::1"}},
+		{Set: "src6", Key: []string{"vcoil0123456789", "fd01::/64"}, Delete: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +137,7 @@ func exerciseTable(t *testing.T, tbl Table) {
 			t.Errorf("set %s: %+v, want %+v", name, got, want)
 		}
 	}
-	for _, name := range []string{"h4", "n6", "self6", "allow4"} {
+	for _, name := range []string{"h4", "n6", "self6", "allow4", "src6"} {
 		if c.Sets[name] == nil {
 			t.Errorf("set %s missing", name)
 		}
@@ -161,6 +167,7 @@ func exerciseTable(t *testing.T, tbl Table) {
 		"in4":    {"10.1.0.1 : jump g1", "10.1.0.3 : jump g2"},
 		"be4":    {"10.0.0.1 . tcp . 80 : 10.2.0.1 . 8080"},
 		"allow4": {"10.0.0.1 . tcp . 80 . 10.3.0.0/16"},
+		"src6":   {"vcoil0123456789 . fd00::1", "vcoilabcdef0123 . fd00::1", "vcoilabcdef0123 . fd02::/48"},
 	}
 	for set, w := range want {
 		elems, err := tbl.Elements(ctx, set)
