@@ -247,9 +247,10 @@ var typeNames = map[uint32]string{
 	7: "ipv4_addr", 8: "ipv6_addr", 9: "ether_addr", 10: "ether_type", 11: "arp_op",
 	12: "inet_proto", 13: "inet_service", 14: "icmp_type", 15: "tcp_flag", 19: "mark",
 	20: "iface_index", 21: "iface_type", 22: "realm", 23: "classid", 24: "uid", 25: "gid",
-	26: "ct_state", 27: "ct_dir", 28: "ct_status", 35: "icmpv6_type", 42: "ct_label",
-	44: "dscp", 45: "ecn", 46: "fib_addrtype", 48: "icmpx_code", 51: "boolean",
-	52: "ifname", 53: "igmp_type", 54: "time", 55: "hour", 56: "day",
+	26: "ct_state", 27: "ct_dir", 28: "ct_status", 29: "icmpv6_type", 30: "ct_label",
+	31: "pkttype", 32: "icmp_code", 33: "icmpv6_code", 34: "icmpx_code", 35: "devgroup",
+	36: "dscp", 37: "ecn", 38: "fib_addrtype", 39: "boolean", 40: "ct_event",
+	41: "ifname", 42: "igmp_type", 43: "time", 44: "hour", 45: "day",
 }
 
 // typeName writes a type number as nft does, a concatenation's fields

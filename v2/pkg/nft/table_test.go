@@ -129,6 +129,7 @@ func exerciseTable(t *testing.T, tbl Table) {
 		"hp4":    {Type: "ipv4_addr . inet_proto . inet_service"},
 		"in4":    {Map: true, Type: "ipv4_addr", ValueType: "verdict"},
 		"be4":    {Map: true, Type: "ipv4_addr . inet_proto . inet_service", ValueType: "ipv4_addr . inet_service"},
+		"src6":   {Type: "ifname . ipv6_addr", Interval: true},
 	}
 	for name, want := range wantSets {
 		got := c.Sets[name]
