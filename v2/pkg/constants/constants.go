@@ -146,6 +146,11 @@ const (
 // documents it.
 const PolicyTable = "vcoil-policy"
 
+// SourceTable is the inet table of the Linux dataplane's source validation
+// (package sourceguard); nothing else may write to it.
+// docs/linux-dataplane.md documents it.
+const SourceTable = "vcoil-source"
+
 // Egress router pods, which vcoil-controller runs for every Egress.
 // docs/vcoil-controller.md documents them; change both together.
 const (

@@ -30,6 +30,10 @@ const (
 	// PolicyTable is the version of the policy renderer's nftables table,
 	// which has carried a format set since its first version.
 	PolicyTable = 1
+	// SourceTable is the version of the Linux dataplane's source
+	// validation table (package sourceguard), which has carried a format
+	// set since its first version.
+	SourceTable = 1
 	// KernelTable is the version of the small tables that are replaced
 	// whole at every sync: the VPP dataplane's service network and
 	// hostPort tables, and the egress tables of routers and clients.
