@@ -4,6 +4,12 @@
 // releases blocks whose last address is freed, and acquires the node subnet
 // and publishes its NAT loopback. It keeps no durable state of its own: the
 // blocks live in the apiserver and the allocations in vcoild's checkpoint.
+//
+// Two things are never left for a restart to clean up: a block whose release
+// the apiserver refused stays known (draining) and its release is tried
+// again with backoff; and a BlockRequest answered after its caller stopped
+// waiting gives its block to the pool when the pool needs one, and releases
+// it otherwise.
 package nodeipam
 
 import (
@@ -20,9 +26,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
@@ -78,6 +86,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// PollInterval is how often a pending BlockRequest is read from the cache.
 	PollInterval time.Duration
+	// ReleaseBackoff and ReleaseBackoffCap are the first and the longest
+	// wait before a failed release of a block is tried again.
+	ReleaseBackoff, ReleaseBackoffCap time.Duration
 }
 
 // NodeIPAM is the node's address manager. Safe for concurrent use.
@@ -101,6 +112,15 @@ type NodeIPAM struct {
 	nodeSubnet string // AddressBlock name; "" until acquired
 	loopback   ipam.NATLoopback
 	subnetCIDR ipam.Block
+	// waiting are the BlockRequests a caller waits for, by name: the
+	// request controller leaves them to it.
+	waiting map[string]bool
+	// releasing are the blocks being released, drained in the allocator
+	// until the apiserver has deleted them.
+	releasing map[string]bool
+	// releases is the block controller's queue, once it runs; a failed
+	// release goes back into it, rate limited.
+	releases workqueue.TypedRateLimitingInterface[reconcile.Request]
 }
 
 type acquisition struct {
@@ -116,10 +136,18 @@ func New(c client.Client, reader client.Reader, cfg Config, log logr.Logger) *No
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
+	if cfg.ReleaseBackoff <= 0 {
+		cfg.ReleaseBackoff = time.Second
+	}
+	if cfg.ReleaseBackoffCap < cfg.ReleaseBackoff {
+		cfg.ReleaseBackoffCap = max(5*time.Minute, cfg.ReleaseBackoff)
+	}
 	return &NodeIPAM{
 		client: c, reader: reader, cfg: cfg, log: log,
 		alloc:     ipam.NewNodeAllocator(),
 		acquiring: map[string]*acquisition{},
+		waiting:   map[string]bool{},
+		releasing: map[string]bool{},
 	}
 }
 
@@ -186,23 +214,22 @@ func (m *NodeIPAM) Lookup(addr netip.Addr) (string, int, bool) {
 
 // ReleaseUnused releases every block without allocations (except the node
 // subnet): at start, after the checkpoint was restored, as Coil does.
+// A release the apiserver refuses is logged and tried again with backoff
+// (the block controller's queue); the error is not the caller's to handle.
 func (m *NodeIPAM) ReleaseUnused(ctx context.Context) error {
 	m.mu.Lock()
 	var unused []string
 	for _, b := range m.alloc.Blocks() {
-		if b.InUse == 0 && (!b.NodeSubnet || b.Draining) {
+		if b.InUse == 0 && (!b.NodeSubnet || b.Draining) && !m.releasing[b.Name] {
 			unused = append(unused, b.Name)
-			m.forgetBlockLocked(b.Name)
+			m.retireBlockLocked(b.Name)
 		}
 	}
 	m.mu.Unlock()
-	var errs []error
 	for _, name := range unused {
-		if err := m.releaseBlock(ctx, name); err != nil {
-			errs = append(errs, err)
-		}
+		m.releaseOrRetry(ctx, name)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // EnsureNodeSubnet acquires the node subnet (the node's first block of the
@@ -340,34 +367,40 @@ func (m *NodeIPAM) acquire(pool string, acq *acquisition) {
 	close(acq.done)
 }
 
-// requestBlock creates a BlockRequest, waits for the answer, adds the block
-// to the allocator and deletes the request. It returns the block's name.
+// requestBlock waits for a BlockRequest of pool (an unanswered one of an
+// earlier wait, else a new one), adds its block to the allocator and deletes
+// the request. It returns the block's name. A request that is not answered
+// in time is kept: the request controller adopts or releases its block when
+// it is answered (reconcileRequest).
 func (m *NodeIPAM) requestBlock(ctx context.Context, pool string) (string, error) {
-	m.mu.Lock()
-	uid := m.nodeUID
-	m.mu.Unlock()
-	br := &vcoilv2.BlockRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: m.cfg.NodeName + "-" + pool + "-",
-			Labels:       map[string]string{vcoilv2.LabelNode: m.cfg.NodeName, vcoilv2.LabelPool: pool},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Node", Name: m.cfg.NodeName, UID: types.UID(uid),
-			}},
-		},
-		Spec: vcoilv2.BlockRequestSpec{NodeName: m.cfg.NodeName, PoolName: pool},
-	}
-	if err := m.client.Create(ctx, br); err != nil {
-		return "", fmt.Errorf("create block request for pool %q: %w", pool, err)
+	br, err := m.pendingRequest(ctx, pool)
+	if err != nil {
+		return "", err
 	}
 	start := time.Now()
+	keep := false
 	defer func() {
-		// The request has served its purpose either way.
-		if err := m.client.Delete(context.Background(), br); client.IgnoreNotFound(err) != nil {
-			m.log.Error(err, "cannot delete block request", "request", br.Name)
+		if !keep {
+			// The request has served its purpose.
+			if err := m.client.Delete(context.Background(), br); client.IgnoreNotFound(err) != nil {
+				m.log.Error(err, "cannot delete block request", "request", br.Name)
+			}
+		}
+		m.mu.Lock()
+		delete(m.waiting, br.Name)
+		m.mu.Unlock()
+		if keep {
+			// An answer that came while the caller still waited was left
+			// to it by the request controller: take it now.
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RequestTimeout)
+			defer cancel()
+			if err := m.reconcileRequest(ctx, br.Name); err != nil {
+				m.log.Error(err, "cannot handle the block request left unanswered; the request controller tries again", "request", br.Name)
+			}
 		}
 	}()
 
-	err := wait.PollUntilContextTimeout(ctx, m.cfg.PollInterval, m.cfg.RequestTimeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, m.cfg.PollInterval, m.cfg.RequestTimeout, true, func(ctx context.Context) (bool, error) {
 		err := m.client.Get(ctx, client.ObjectKeyFromObject(br), br)
 		if apierrors.IsNotFound(err) {
 			return false, nil // not in the cache yet
@@ -375,6 +408,7 @@ func (m *NodeIPAM) requestBlock(ctx context.Context, pool string) (string, error
 		return err == nil && br.Done(), err
 	})
 	if err != nil {
+		keep = wait.Interrupted(err) || ctx.Err() != nil
 		if wait.Interrupted(err) {
 			return "", fmt.Errorf("block request %q for pool %q unanswered after %s: %w", br.Name, pool, m.cfg.RequestTimeout, ErrTimeout)
 		}
@@ -399,27 +433,103 @@ func (m *NodeIPAM) requestBlock(ctx context.Context, pool string) (string, error
 	return block.Name, nil
 }
 
-// Free returns an allocation and releases its block when it was the block's
-// last address (never the node subnet).
-func (m *NodeIPAM) Free(ctx context.Context, a ipam.Allocation) error {
+// pendingRequest is the BlockRequest to wait for: an unanswered request of
+// pool that nobody waits for (left by an earlier wait that timed out), so
+// that a node asks for one block of a pool at a time however often its
+// callers give up; else a new request. It is marked as waited for.
+func (m *NodeIPAM) pendingRequest(ctx context.Context, pool string) (*vcoilv2.BlockRequest, error) {
+	var pending vcoilv2.BlockRequestList
+	if err := m.client.List(ctx, &pending, client.MatchingLabels{vcoilv2.LabelNode: m.cfg.NodeName, vcoilv2.LabelPool: pool}); err != nil {
+		return nil, fmt.Errorf("list block requests of pool %q: %w", pool, err)
+	}
 	m.mu.Lock()
-	releasable := m.alloc.Free(a.Block, a.Offset)
-	if releasable {
-		m.forgetBlockLocked(a.Block)
+	for i := range pending.Items {
+		br := &pending.Items[i]
+		if !m.waiting[br.Name] && !br.Done() && br.DeletionTimestamp.IsZero() && br.Spec.NodeName == m.cfg.NodeName {
+			m.waiting[br.Name] = true
+			m.mu.Unlock()
+			return br, nil
+		}
 	}
+	uid := m.nodeUID
 	m.mu.Unlock()
-	if !releasable {
-		return nil
+	br := &vcoilv2.BlockRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: m.cfg.NodeName + "-" + pool + "-",
+			Labels:       map[string]string{vcoilv2.LabelNode: m.cfg.NodeName, vcoilv2.LabelPool: pool},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: m.cfg.NodeName, UID: types.UID(uid),
+			}},
+		},
+		Spec: vcoilv2.BlockRequestSpec{NodeName: m.cfg.NodeName, PoolName: pool},
 	}
-	return m.releaseBlock(ctx, a.Block)
+	if err := m.client.Create(ctx, br); err != nil {
+		return nil, fmt.Errorf("create block request for pool %q: %w", pool, err)
+	}
+	m.mu.Lock()
+	m.waiting[br.Name] = true
+	m.mu.Unlock()
+	return br, nil
 }
 
-// forgetBlockLocked drops a block from the allocator before it is released.
-func (m *NodeIPAM) forgetBlockLocked(name string) {
-	m.alloc.RemoveBlock(name)
+// Free returns an allocation and releases its block when it was the block's
+// last address (never the node subnet). A release the apiserver refuses is logged
+// and tried again with backoff, the block kept (draining) meanwhile.
+func (m *NodeIPAM) Free(ctx context.Context, a ipam.Allocation) error {
+	m.mu.Lock()
+	releasable := m.alloc.Free(a.Block, a.Offset) && !m.releasing[a.Block]
+	if releasable {
+		m.retireBlockLocked(a.Block)
+	}
+	m.mu.Unlock()
+	if releasable {
+		m.releaseOrRetry(ctx, a.Block)
+	}
+	return nil
+}
+
+// retireBlockLocked stops a block from giving addresses before it is
+// released. It stays in the allocator, draining, until the apiserver has
+// deleted it: a release that fails is tried again, not forgotten.
+func (m *NodeIPAM) retireBlockLocked(name string) {
+	m.alloc.Drain(name)
+	m.releasing[name] = true
 	if name == m.nodeSubnet {
 		m.nodeSubnet, m.loopback, m.subnetCIDR = "", ipam.NATLoopback{}, ipam.Block{}
 	}
+}
+
+// release releases a retired block and forgets it once the apiserver has
+// deleted it.
+func (m *NodeIPAM) release(ctx context.Context, name string) error {
+	if err := m.releaseBlock(ctx, name); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.releasing[name] && m.alloc.InUse(name) == 0 {
+		m.alloc.RemoveBlock(name)
+	}
+	delete(m.releasing, name)
+	m.mu.Unlock()
+	return nil
+}
+
+// releaseOrRetry releases a retired block; when that fails, the block
+// controller tries again with backoff (Config.ReleaseBackoff).
+func (m *NodeIPAM) releaseOrRetry(ctx context.Context, name string) {
+	err := m.release(ctx, name)
+	if err == nil {
+		return
+	}
+	m.log.Error(err, "cannot release address block; it gives no addresses and its release is tried again", "block", name)
+	m.mu.Lock()
+	q := m.releases
+	m.mu.Unlock()
+	if q != nil {
+		q.AddRateLimited(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+	// Before the controller runs, it queues every retired block when it
+	// starts (SetupWithManager).
 }
 
 // releaseBlock removes vcoil's finalizer from an AddressBlock and deletes it.
