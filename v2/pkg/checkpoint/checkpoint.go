@@ -46,7 +46,14 @@ type Entry struct {
 	// dataplane that serves them itself (VPP) and must make them again
 	// after a restart.
 	PortMappings []PortMapping `json:"portMappings,omitempty"`
-	Created      time.Time     `json:"created"`
+	// SourcePrefixes are the sources the pod may use besides its addresses
+	// (its allowed-source-prefixes annotation as read at its first ADD), so
+	// that a restarted vcoild wires it identically. The field is optional and
+	// did not raise the format: a vcoild that predates it ignores it and
+	// wires the pod with its own addresses only, which fails closed (the
+	// pod's other sources are dropped) rather than open.
+	SourcePrefixes []netip.Prefix `json:"sourcePrefixes,omitempty"`
+	Created        time.Time      `json:"created"`
 }
 
 // PortMapping is one hostPort of an entry: HostIP (zero: every address of

@@ -79,3 +79,34 @@ func TestLoadSkipsLeftoversAndReportsCorruptFiles(t *testing.T) {
 		t.Fatalf("Load error = %v, want it to name broken.json", err)
 	}
 }
+
+// The pod's source prefixes are an optional field: an entry without them is
+// written without the field, and one with them reads back as it was.
+func TestSourcePrefixesAreKept(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Entry{ContainerID: "sp", IfName: "eth0", Pool: "default", Block: "default-0", Offset: 2, IPv4: netip.MustParseAddr("10.0.0.2"),
+		SourcePrefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("fd00:beef::/64")},
+		Created:        time.Unix(1700000000, 0).UTC()}
+	if err := s.Save(e); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.Get("sp", "eth0")
+	if err != nil || !ok || !reflect.DeepEqual(got, e) {
+		t.Fatalf("Get = %+v %v %v, want %+v", got, ok, err, e)
+	}
+	data, _ := os.ReadFile(filepath.Join(s.Dir(), fileName("sp", "eth0")))
+	if !strings.Contains(string(data), `"sourcePrefixes":["198.51.100.0/24","fd00:beef::/64"]`) {
+		t.Fatalf("file %s lacks the source prefixes", data)
+	}
+	e.ContainerID, e.SourcePrefixes = "plain", nil
+	if err := s.Save(e); err != nil {
+		t.Fatal(err)
+	}
+	data, _ = os.ReadFile(filepath.Join(s.Dir(), fileName("plain", "eth0")))
+	if strings.Contains(string(data), "sourcePrefixes") {
+		t.Fatalf("an entry without source prefixes was written with the field: %s", data)
+	}
+}
