@@ -20,6 +20,10 @@ func (a Allocations) Pods() ([]dataplane.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
+	return podsOf(store)
+}
+
+func podsOf(store *checkpoint.Store) ([]dataplane.Pod, error) {
 	entries, err := store.Load()
 	pods := make([]dataplane.Pod, 0, len(entries))
 	for _, e := range entries {

@@ -121,6 +121,9 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	if err := validateArgs(args, true); err != nil {
 		return nil, err
 	}
+	if err := validateKey(args); err != nil {
+		return nil, err
+	}
 	conf, err := cnicontract.ParseConf(args.StdinData)
 	if err != nil {
 		return nil, cnicontract.ToRPCError(err) // keeps ParseConf's code and the field it names
@@ -148,6 +151,10 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 		if err != nil {
 			return nil, err
 		}
+		prefixes, err := s.sourcePrefixesOf(ctx, args)
+		if err != nil {
+			return nil, err
+		}
 		a, err := s.ipam.Allocate(ctx, pool)
 		if err != nil {
 			cerr := allocationError(pool, args.Args[argPodNamespace], err)
@@ -158,7 +165,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 			ContainerID: args.ContainerId, IfName: args.Ifname, Netns: args.Netns,
 			Namespace: args.Args[argPodNamespace], Name: args.Args[argPodName],
 			Pool: a.Pool, Block: a.Block, Offset: a.Offset, IPv4: a.IPv4, IPv6: a.IPv6,
-			MTU: conf.MTU, PortMappings: checkpointMappings(portMappings), Created: s.now().UTC(),
+			MTU: conf.MTU, PortMappings: checkpointMappings(portMappings), SourcePrefixes: prefixes, Created: s.now().UTC(),
 		}
 		if err := s.store.Save(entry); err != nil {
 			s.freeOrLog(ctx, log, a)
@@ -262,8 +269,13 @@ func (s *Server) release(ctx context.Context, entry checkpoint.Entry, found bool
 	if netns != "" {
 		pod.Netns = netns
 	}
-	if err := s.dp.TeardownPod(ctx, pod); err != nil {
-		return cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "tear down pod interface %s: %v", key(entry.ContainerID, entry.IfName), err)
+	// A key no dataplane accepts was never wired: ADD refuses it (an older
+	// vcoild recorded such keys before their wiring failed), and asking the
+	// dataplane would fail this DEL forever.
+	if pod.PodKey.Validate() == nil {
+		if err := s.dp.TeardownPod(ctx, pod); err != nil {
+			return cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "tear down pod interface %s: %v", key(entry.ContainerID, entry.IfName), err)
+		}
 	}
 	if !found {
 		return nil
@@ -287,6 +299,9 @@ func (s *Server) release(ctx context.Context, entry checkpoint.Entry, found bool
 func (s *Server) Check(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Empty, err error) {
 	defer s.metrics.observe("CHECK", time.Now(), &err)
 	if err := validateArgs(args, true); err != nil {
+		return nil, err
+	}
+	if err := validateKey(args); err != nil {
 		return nil, err
 	}
 	unlock := s.keys.lock(key(args.ContainerId, args.Ifname))
@@ -433,6 +448,24 @@ func validateArgs(args *cnirpc.CNIArgs, needNetns bool) error {
 	return nil
 }
 
+// validateKey checks the container ID and interface name as the CNI
+// library's skel does for the vcoil binary, for clients that talk to the
+// socket directly: a dataplane builds names and tags from them, so a key it
+// cannot wire must be refused before an address is taken, or the undo and
+// every DEL would fail on the same key and the address would leak.
+func validateKey(args *cnirpc.CNIArgs) error {
+	k := dataplane.PodKey{ContainerID: args.ContainerId, IfName: args.Ifname}
+	err := k.Validate()
+	if err == nil {
+		return nil
+	}
+	field := "CNI_IFNAME"
+	if (dataplane.PodKey{ContainerID: k.ContainerID, IfName: "eth0"}).Validate() != nil {
+		field = "CNI_CONTAINERID"
+	}
+	return cniError(cnirpc.ErrorCode_INVALID_ENVIRONMENT_VARIABLES, "", "%s: %v", field, err)
+}
+
 // poolOf reads the pool from the namespace's vcoil.io/pool annotation.
 func (s *Server) poolOf(ctx context.Context, namespace string) (string, error) {
 	if namespace == "" {
@@ -484,7 +517,8 @@ func podOf(e checkpoint.Entry) dataplane.Pod {
 		Netns:     e.Netns,
 		Namespace: e.Namespace, Name: e.Name,
 		IPv4: e.IPv4, IPv6: e.IPv6, MTU: e.MTU,
-		PortMappings: dataplaneMappings(e.PortMappings),
+		PortMappings:   dataplaneMappings(e.PortMappings),
+		SourcePrefixes: e.SourcePrefixes,
 	}
 }
 

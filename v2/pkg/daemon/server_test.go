@@ -94,6 +94,10 @@ func (f *fakeDataplane) Name() string                  { return "fake" }
 func (f *fakeDataplane) Init(context.Context) error    { return nil }
 func (f *fakeDataplane) Healthy(context.Context) error { return nil }
 func (f *fakeDataplane) SetupPod(_ context.Context, p dataplane.Pod) (dataplane.Interfaces, error) {
+	// Like the real dataplanes, which build names and tags from the key.
+	if err := p.PodKey.Validate(); err != nil {
+		return dataplane.Interfaces{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failSetup != nil {
@@ -112,8 +116,8 @@ func (f *fakeDataplane) CheckPod(_ context.Context, p dataplane.Pod) error {
 	return nil
 }
 func (f *fakeDataplane) TeardownPod(_ context.Context, p dataplane.Pod) error {
-	if p.ContainerID == "" || p.IfName == "" {
-		return fmt.Errorf("teardown without a key: %+v", p)
+	if err := p.PodKey.Validate(); err != nil {
+		return fmt.Errorf("teardown: %w", err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"context"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
+	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+)
+
+func createAnnotatedPod(t *testing.T, namespace, name string, annotations map[string]string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c"}}},
+	}
+	if err := env.Client.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+}
+
+// The pod's allowed-source-prefixes annotation, read at ADD, reaches the
+// dataplane and the checkpoint, so that a restarted vcoild (and a VPP
+// dataplane re-making its pods) wires the pod identically; a malformed
+// annotation refuses the ADD before any address is taken.
+func TestAllowedSourcePrefixesReachTheDataplaneAndTheCheckpoint(t *testing.T) {
+	ensureNode(t, "node-sp")
+	state := t.TempDir()
+	dp := newFakeDataplane()
+	n := startNode(t, "node-sp", state, dp)
+	createAnnotatedPod(t, "plain", "pod-s0000001", map[string]string{vcoilv2.AnnotationAllowedSourcePrefixes: "198.51.100.0/24, fd00:beef::/64"})
+	createAnnotatedPod(t, "plain", "pod-s0000002", map[string]string{vcoilv2.AnnotationAllowedSourcePrefixes: "198.51.100.0/24,not-a-prefix"})
+	createAnnotatedPod(t, "plain", "pod-s0000003", nil)
+	want := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("fd00:beef::/64")}
+	k1 := dataplane.PodKey{ContainerID: "s0000001", IfName: "eth0"}
+
+	n.add(t, "s0000001", "plain")
+	if got := dp.pods[k1].SourcePrefixes; !reflect.DeepEqual(got, want) {
+		t.Fatalf("the dataplane got source prefixes %v, want %v", got, want)
+	}
+	e, found, err := n.srv.store.Get("s0000001", "eth0")
+	if err != nil || !found || !reflect.DeepEqual(e.SourcePrefixes, want) {
+		t.Fatalf("checkpoint entry %+v (%v), want source prefixes %v", e, err, want)
+	}
+	n.add(t, "s0000003", "plain")
+	if got := dp.pods[dataplane.PodKey{ContainerID: "s0000003", IfName: "eth0"}].SourcePrefixes; got != nil {
+		t.Fatalf("a pod without the annotation got source prefixes %v", got)
+	}
+
+	_, err = n.srv.Add(context.Background(), n.args("s0000002", "plain"))
+	if cniCode(err) != cnirpc.ErrorCode_INVALID_NETWORK_CONFIG {
+		t.Fatalf("ADD of a pod with a malformed annotation: %v, want INVALID_NETWORK_CONFIG", err)
+	}
+	msg := cnicontract.FromRPCError(err, 0).Msg
+	for _, w := range []string{vcoilv2.AnnotationAllowedSourcePrefixes, "plain/pod-s0000002", "not-a-prefix"} {
+		if !strings.Contains(msg, w) {
+			t.Fatalf("message %q does not name %q", msg, w)
+		}
+	}
+	if _, found, _ := n.srv.store.Get("s0000002", "eth0"); found {
+		t.Fatal("a refused ADD left a checkpoint entry")
+	}
+
+	// A restart: the dataplane is given the recorded prefixes, whatever
+	// the pod says now, and a repeated ADD keeps them.
+	n2 := startNode(t, "node-sp", state, dp)
+	pods, err := podsOf(n2.srv.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored []netip.Prefix
+	for _, p := range pods {
+		if p.PodKey == k1 {
+			restored = p.SourcePrefixes
+		}
+	}
+	if !reflect.DeepEqual(restored, want) {
+		t.Fatalf("after a restart the dataplane is given %v, want %v", restored, want)
+	}
+	delete(dp.pods, k1)
+	n2.add(t, "s0000001", "plain")
+	if got := dp.pods[k1].SourcePrefixes; !reflect.DeepEqual(got, want) {
+		t.Fatalf("a repeated ADD after the restart wired %v, want %v", got, want)
+	}
+}
+
+func TestParseSourcePrefixes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []netip.Prefix
+		bad  string
+	}{
+		{in: "", want: nil},
+		{in: "10.1.0.0/16", want: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}},
+		{in: " 10.1.0.0/16 ,fd00::/8 ", want: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("fd00::/8")}},
+		{in: "10.1.0.1/16", bad: `"10.1.0.1/16"`},
+		{in: "10.1.0.0", bad: `"10.1.0.0"`},
+		{in: "10.1.0.0/16,", bad: "empty"},
+		{in: "::ffff:10.1.0.0/112", bad: `"::ffff:10.1.0.0/112"`},
+	} {
+		got, err := parseSourcePrefixes(c.in)
+		if c.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), c.bad) {
+				t.Errorf("parse %q = %v, %v; want an error naming %s", c.in, got, err, c.bad)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("parse %q = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+}
