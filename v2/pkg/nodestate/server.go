@@ -1,14 +1,17 @@
 package nodestate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,6 +21,20 @@ import (
 // (VPP not answering) is cut off and named in State.Errors, and the State is
 // served with what the others filled.
 const DefaultTimeout = 10 * time.Second
+
+// The server answers any process of the node (the loopback is shared by
+// hostNetwork pods), so its work is capped: one request at a time per peer
+// address, DefaultMaxInFlight collections at once, and a State of at most
+// DefaultMaxResponseBytes. A request beyond a cap is refused at once with
+// 429 and Retry-After: it costs no collection, whose sources read the
+// parts' state under the locks their syncs take.
+const (
+	DefaultMaxInFlight      = 2
+	DefaultMaxResponseBytes = 64 << 20
+)
+
+// retryAfter is what a refused client is told to wait, in seconds.
+const retryAfter = "1"
 
 // ServerConfig wires a Server.
 type ServerConfig struct {
@@ -33,7 +50,13 @@ type ServerConfig struct {
 	Sources []Named
 	// Timeout bounds one collection; 0 means DefaultTimeout.
 	Timeout time.Duration
-	Log     logr.Logger
+	// MaxInFlight caps the collections that run at once, whoever asks;
+	// 0 means DefaultMaxInFlight.
+	MaxInFlight int
+	// MaxResponseBytes caps the encoded State; 0 means
+	// DefaultMaxResponseBytes.
+	MaxResponseBytes int
+	Log              logr.Logger
 }
 
 // Server serves the node's State as JSON on GET Path. It is a
@@ -43,6 +66,12 @@ type Server struct {
 	cfg     ServerConfig
 	version string
 	now     func() time.Time
+
+	// slots holds a token per running collection (MaxInFlight).
+	slots chan struct{}
+	mu    sync.Mutex
+	// busy are the peer addresses (IPs, without port) being served.
+	busy map[string]bool
 }
 
 // NewServer checks cfg (the address must be a loopback one) and returns
@@ -57,7 +86,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Server{cfg: cfg, version: BuildVersion(), now: time.Now}, nil
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	return &Server{
+		cfg: cfg, version: BuildVersion(), now: time.Now,
+		slots: make(chan struct{}, cfg.MaxInFlight), busy: map[string]bool{},
+	}, nil
 }
 
 // CheckAddr accepts "" (off) and host:port addresses whose host is a
@@ -97,7 +135,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen for the node state on %s (%s): %w", s.cfg.Addr, s.cfg.Flag, err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	// A client that sends or reads slowly holds a connection, not a
+	// collection: the timeouts end it.
+	srv := &http.Server{
+		Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: s.cfg.Timeout + 30*time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.cfg.Log.Info("serving the node state", "addr", ln.Addr().String(), "path", Path)
@@ -116,15 +159,69 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Path, func(w http.ResponseWriter, r *http.Request) {
+		done, why := s.admit(r.RemoteAddr)
+		if done == nil {
+			w.Header().Set("Retry-After", retryAfter)
+			http.Error(w, why, http.StatusTooManyRequests)
+			return
+		}
+		defer done()
 		st := s.Collect(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&limitedWriter{w: &buf, max: s.cfg.MaxResponseBytes})
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(st); err != nil {
+			s.cfg.Log.Error(err, "cannot encode the node state", "remote", r.RemoteAddr)
+			http.Error(w, fmt.Sprintf("cannot encode the node state: %v", err), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if _, err := w.Write(buf.Bytes()); err != nil {
 			s.cfg.Log.Error(err, "cannot write the node state", "remote", r.RemoteAddr)
 		}
 	})
 	return mux
+}
+
+// admit takes the peer's turn and a collection slot; done gives them
+// back. A nil done refuses the request, why says which cap it met.
+func (s *Server) admit(remote string) (done func(), why string) {
+	peer := remote
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		peer = host
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[peer] {
+		return nil, "a request of this client is being served: one at a time"
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return nil, fmt.Sprintf("%d requests are being served: try again later", cap(s.slots))
+	}
+	s.busy[peer] = true
+	return func() {
+		s.mu.Lock()
+		delete(s.busy, peer)
+		s.mu.Unlock()
+		<-s.slots
+	}, ""
+}
+
+// limitedWriter fails a write that would pass its limit, so that a State
+// beyond MaxResponseBytes is refused whole rather than sent cut off.
+type limitedWriter struct {
+	w            io.Writer
+	max, written int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.written+len(p) > l.max {
+		return 0, fmt.Errorf("the node state is larger than %d bytes (the server's cap)", l.max)
+	}
+	l.written += len(p)
+	return l.w.Write(p)
 }
 
 // Collect runs the sources in order, within the timeout, and returns the
