@@ -7,7 +7,10 @@
 // Every file carries its format version (Entry.Format, formatversion.Checkpoint):
 // files without one (format 1, written before versions) are read as they
 // are; a file of a newer format is refused with a formatversion.NewerError naming
-// it, and never rewritten or deleted by this code.
+// it, and never rewritten or deleted by this code. A file that cannot be
+// decoded at all (a CorruptError, with what its fields still say) is the
+// caller's to set aside (SetAside, Corrupted, RemoveCorrupt), so that it
+// stops neither a start nor its pod's DEL.
 package checkpoint
 
 import (
@@ -20,7 +23,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/vcoil/vcoil/v2/pkg/atomicfile"
@@ -150,24 +152,13 @@ func (s *Store) Get(containerID, ifName string) (Entry, bool, error) {
 // Load returns every entry. A file that cannot be read or decoded is
 // reported in the error, and the entries that could be read are returned;
 // errors.Is(err, formatversion.ErrNewer) tells that a file is of a newer format,
-// which a caller must not take for a lost entry.
+// which a caller must not take for a lost entry, and errors.Is(err,
+// ErrCorrupt) that a file cannot be decoded (LoadAll tells them apart).
 func (s *Store) Load() ([]Entry, error) {
-	files, err := os.ReadDir(s.dir)
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint directory %s: %w", s.dir, err)
-	}
-	var out []Entry
-	var errs []error
-	for _, f := range files {
-		if f.IsDir() || !strings.HasSuffix(f.Name(), suffix) || strings.HasPrefix(f.Name(), ".") {
-			continue
-		}
-		e, err := read(filepath.Join(s.dir, f.Name()))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, e)
+	out, bad, err := s.LoadAll()
+	errs := []error{err}
+	for _, ce := range bad {
+		errs = append(errs, ce)
 	}
 	return out, errors.Join(errs...)
 }
@@ -182,18 +173,18 @@ func read(path string) (Entry, error) {
 		Format int `json:"format"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
-		return Entry{}, fmt.Errorf("decode checkpoint %s: %w", path, err)
+		return Entry{}, corrupt(path, data, err)
 	}
 	if err := formatversion.Check("checkpoint file "+path, v.Format, formatversion.Checkpoint); err != nil {
 		return Entry{}, err
 	}
 	var f file
 	if err := json.Unmarshal(data, &f); err != nil {
-		return Entry{}, fmt.Errorf("decode checkpoint %s: %w", path, err)
+		return Entry{}, corrupt(path, data, err)
 	}
 	e := f.Entry
 	if e.ContainerID == "" || e.IfName == "" || e.Block == "" {
-		return Entry{}, fmt.Errorf("checkpoint %s lacks its key or block", path)
+		return Entry{}, corrupt(path, data, errors.New("it lacks its key or block"))
 	}
 	return e, nil
 }
