@@ -60,6 +60,7 @@ func TestPodSourcePrefixesNeedTheNamespacesGrant(t *testing.T) {
 	})
 
 	admitted(t, "a pod without the annotation", user.Create(ctx, podWithPrefixes(plain, "plain", "")))
+	admitted(t, "a pod with a blank annotation", user.Create(ctx, podWithPrefixes(plain, "blank", " ")))
 
 	for _, tc := range []struct {
 		name, prefixes string
@@ -72,7 +73,8 @@ func TestPodSourcePrefixesNeedTheNamespacesGrant(t *testing.T) {
 		{"malformed", "10.20.1.0/24,router", false, []string{`"router"`, "CIDR"}},
 		{"host-bits", "10.20.1.7/24", false, []string{`"10.20.1.7/24"`}},
 		{"address", "10.20.1.7", false, []string{`"10.20.1.7"`}},
-		{"empty", ",", false, []string{`""`}},
+		{"empty", "10.20.1.0/24,", false, []string{`""`}},
+		{"ipv4-mapped", "::ffff:10.20.1.0/120", false, []string{`"::ffff:10.20.1.0/120"`}},
 	} {
 		refused(t, tc.name, user.Create(ctx, podWithPrefixes(granted, tc.name, tc.prefixes)), tc.forbidden, tc.parts...)
 	}
