@@ -152,7 +152,8 @@ func (k PodKey) String() string { return k.ContainerID + "/" + k.IfName }
 
 // Validate rejects what no dataplane could wire, naming the field: a bad
 // key, an empty netns path, no address, an address of the wrong family or
-// one that cannot be a pod's. Dataplanes add their own limits (names that
+// one that cannot be a pod's, a source prefix that is not masked or starts
+// at an address that cannot be a pod's. Dataplanes add their own limits (names that
 // must fit, the MTUs they support).
 func (p Pod) Validate() error {
 	if err := p.PodKey.Validate(); err != nil {
@@ -171,10 +172,29 @@ func (p Pod) Validate() error {
 		return fmt.Errorf("IPv6 address %s is not IPv6", p.IPv6)
 	}
 	for _, a := range []netip.Addr{p.IPv4, p.IPv6} {
-		if a.IsValid() && (a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.Zone() != "" ||
-			a == netip.AddrFrom4([4]byte{255, 255, 255, 255})) {
+		if a.IsValid() && !podAddr(a) {
 			return fmt.Errorf("address %s cannot be a pod's: want a unicast address outside link-local, loopback and multicast", a)
 		}
 	}
+	for _, sp := range p.SourcePrefixes {
+		switch {
+		case !sp.IsValid():
+			return fmt.Errorf("source prefix %v is not a prefix", sp)
+		case sp != sp.Masked():
+			return fmt.Errorf("source prefix %s has bits set past its length: want %s", sp, sp.Masked())
+		case sp.Addr().Is4In6():
+			return fmt.Errorf("source prefix %s is an IPv4-mapped IPv6 prefix: write it as IPv4", sp)
+		case !podAddr(sp.Addr()):
+			return fmt.Errorf("source prefix %s cannot be a pod's: want unicast addresses outside link-local, loopback and multicast", sp)
+		}
+	}
 	return nil
+}
+
+// podAddr is true for an address that can be a pod's (or start a prefix of
+// its sources): unicast, outside link-local, loopback and multicast,
+// neither unspecified nor IPv4's broadcast, without a zone.
+func podAddr(a netip.Addr) bool {
+	return !(a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.Zone() != "" ||
+		a == netip.AddrFrom4([4]byte{255, 255, 255, 255}))
 }

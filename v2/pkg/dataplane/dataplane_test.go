@@ -36,6 +36,16 @@ func TestPodValidateNamesTheBadField(t *testing.T) {
 		{"link-local", func(p *Pod) { p.IPv4 = netip.MustParseAddr("169.254.1.1") }, "169.254.1.1 cannot be a pod's"},
 		{"multicast", func(p *Pod) { p.IPv6 = netip.MustParseAddr("ff02::1") }, "ff02::1 cannot be a pod's"},
 		{"zone", func(p *Pod) { p.IPv6 = p.IPv6.WithZone("eth0") }, "cannot be a pod's"},
+		{"source prefixes", func(p *Pod) {
+			p.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:77::/48"), netip.MustParsePrefix("198.51.100.7/32")}
+		}, ""},
+		{"unmasked source prefix", func(p *Pod) { p.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("203.0.113.9/24")} }, "203.0.113.9/24 has bits set"},
+		{"no source prefix", func(p *Pod) { p.SourcePrefixes = []netip.Prefix{{}} }, "is not a prefix"},
+		{"loopback source prefix", func(p *Pod) { p.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} }, "127.0.0.0/8 cannot be a pod's"},
+		{"everything as source prefix", func(p *Pod) { p.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("::/0")} }, "::/0 cannot be a pod's"},
+		{"link-local source prefix", func(p *Pod) { p.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("fe80::/64")} }, "fe80::/64 cannot be a pod's"},
+		{"multicast source prefix", func(p *Pod) { p.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("224.0.0.0/4")} }, "224.0.0.0/4 cannot be a pod's"},
+		{"IPv4-mapped source prefix", func(p *Pod) { p.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("::ffff:203.0.113.0/120")} }, "IPv4-mapped"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := good

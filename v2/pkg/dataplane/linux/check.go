@@ -15,8 +15,9 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
 )
 
-// CheckPod compares the kernel with what SetupPod would make of pod and
-// returns an error listing every difference, or nil.
+// CheckPod compares the kernel with what SetupPod would make of pod, its
+// source validation elements included, and returns an error listing every
+// difference, or nil.
 func (d *linuxDataplane) CheckPod(ctx context.Context, pod dataplane.Pod) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -29,7 +30,7 @@ func (d *linuxDataplane) CheckPod(ctx context.Context, pod dataplane.Pod) error 
 		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
 	}
 	defer closeAll()
-	if err := w.check(); err != nil {
+	if err := errors.Join(w.check(), d.checkSources(ctx, w.host, pod)); err != nil {
 		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 )
 
@@ -53,6 +55,9 @@ type Config struct {
 	// and kept; DefaultMTU while there is no such route. IPv6 needs at least
 	// 1280.
 	MTU int
+	// Registry, when not nil, gets the dataplane's metrics
+	// (vcoil_source_validation_drops_total).
+	Registry prometheus.Registerer
 }
 
 // withDefaults fills the zero fields and rejects values the kernel would

@@ -9,7 +9,9 @@
 //     labelled with an alias holding the key, which holds 169.254.1.1/32
 //     (scope host) and fe80::1/64 so that it answers ARP and NDP for the
 //     gateway; a host route per pod address in the pod table (116), which a
-//     rule at priority 2000 consults before main.
+//     rule at priority 2000 consults before main;
+//   - source validation (package sourceguard): a pod's veth accepts only
+//     packets from the pod's own addresses and allowed prefixes.
 //
 // It does not allocate addresses, export routes to other nodes (package
 // routes does), render services or policies, or NAT. docs/linux-dataplane.md
@@ -29,6 +31,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/kernelns"
+	"github.com/vcoil/vcoil/v2/pkg/sourceguard"
 )
 
 // linuxDataplane keeps no record of pods: every call opens the namespaces it
@@ -43,6 +46,10 @@ type linuxDataplane struct {
 	// default route (Init, or a pod); 0 until then.
 	detectedMTU int
 	mtuFrom     string
+
+	// guardMu guards sources, the source guard opened at its first use.
+	guardMu sync.Mutex
+	sources *sourceguard.Guard
 }
 
 // New returns the Linux dataplane for cfg. It checks that the node namespace
@@ -58,6 +65,11 @@ func New(cfg Config, log logr.Logger) (dataplane.Dataplane, error) {
 		return nil, err
 	}
 	node.Close()
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(sourceMetrics{d}); err != nil {
+			return nil, fmt.Errorf("linux dataplane metrics: %w", err)
+		}
+	}
 	return d, nil
 }
 
@@ -87,9 +99,11 @@ var nodeSysctls = []kernelns.Sysctl{
 	{Key: "net/ipv6/conf/all/forwarding", Value: "1"},
 }
 
-// Init enables forwarding in the node namespace and installs, for IPv4 and
-// IPv6, the rule "from all lookup <PodTable> priority <PodRulePriority>".
-// Running it again changes nothing.
+// Init enables forwarding in the node namespace, installs, for IPv4 and
+// IPv6, the rule "from all lookup <PodTable> priority <PodRulePriority>",
+// and makes or adopts the source validation table, whose elements it
+// reconciles with the pods the node holds (syncSources). Running it again
+// changes nothing.
 func (d *linuxDataplane) Init(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -116,6 +130,9 @@ func (d *linuxDataplane) Init(ctx context.Context) error {
 		}
 		d.log.Info("added pod table rule", "family", f.name, "table", d.cfg.PodTable, "priority", d.cfg.PodRulePriority)
 	}
+	if err := d.syncSources(ctx, node); err != nil {
+		return err
+	}
 	mtu, from, err := d.mtu(node)
 	if err != nil {
 		return err
@@ -126,7 +143,9 @@ func (d *linuxDataplane) Init(ctx context.Context) error {
 }
 
 // Healthy reports what keeps pods from being reachable: a missing rule or
-// forwarding switched off in the node namespace.
+// forwarding switched off in the node namespace; and a missing (or
+// changed) source validation table, which leaves pods free to forge their
+// sources.
 func (d *linuxDataplane) Healthy(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -155,6 +174,9 @@ func (d *linuxDataplane) Healthy(ctx context.Context) error {
 		case v != s.Value:
 			errs = append(errs, fmt.Errorf("sysctl %s is %s, want %s, in %s", s.Key, v, s.Value, node.Path))
 		}
+	}
+	if err := d.sourcesHealthy(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("linux dataplane not ready: %w", errors.Join(errs...))

@@ -30,7 +30,10 @@ type wiring struct {
 // SetupPod wires pod, or leaves it as it is when CheckPod would accept it.
 // Wiring that differs (other addresses, another MTU) is replaced: the veth
 // is deleted and created again. On any error the veth is deleted, and with
-// it everything SetupPod added, since all of it hangs off the veth.
+// it everything SetupPod added, since all of it hangs off the veth. The
+// veth's source validation elements (the pod's addresses and
+// SourcePrefixes) are written before it returns; until then the veth
+// drops whatever the pod sends.
 func (d *linuxDataplane) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Interfaces, error) {
 	if err := ctx.Err(); err != nil {
 		return dataplane.Interfaces{}, err
@@ -47,6 +50,15 @@ func (d *linuxDataplane) SetupPod(ctx context.Context, pod dataplane.Pod) (datap
 	ifs, err := w.setup()
 	if err != nil {
 		return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+	}
+	if err := d.allowSources(ctx, w.host, pod); err != nil {
+		errs := []error{err}
+		if undoErr := w.node.deleteLink(w.host); undoErr != nil {
+			errs = append(errs, fmt.Errorf("remove veth %s: %w", w.host, undoErr))
+		} else if undoErr := d.forgetSources(ctx, w.host); undoErr != nil {
+			errs = append(errs, undoErr)
+		}
+		return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), errors.Join(errs...))
 	}
 	return ifs, nil
 }

@@ -16,7 +16,8 @@ import (
 // TeardownPod deletes the node-side veth named after pod.PodKey. The kernel
 // deletes with it the pod end, the addresses and the routes through it, so
 // neither the pod's namespace nor its addresses are needed: it works when
-// the namespace is gone, and succeeds when there is nothing to delete. A
+// the namespace is gone, and succeeds when there is nothing to delete. The
+// veth's source validation elements, keyed by its name, go too. A
 // veth whose alias records another key is left alone, with an error.
 func (d *linuxDataplane) TeardownPod(ctx context.Context, pod dataplane.Pod) error {
 	if err := ctx.Err(); err != nil {
@@ -37,6 +38,10 @@ func (d *linuxDataplane) TeardownPod(ctx context.Context, pod dataplane.Pod) err
 		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
 	}
 	if host == nil {
+		// The veth may be gone with its namespace, its elements not.
+		if err := d.forgetSources(ctx, name); err != nil {
+			return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
+		}
 		return nil
 	}
 	if err := checkOwner(host, pod.PodKey); err != nil {
@@ -44,6 +49,9 @@ func (d *linuxDataplane) TeardownPod(ctx context.Context, pod dataplane.Pod) err
 	}
 	if err := ignoreGone(node.NL.LinkDel(host)); err != nil {
 		return fmt.Errorf("tear down pod %s: delete veth %s: %w", describe(pod.PodKey), name, err)
+	}
+	if err := d.forgetSources(ctx, name); err != nil {
+		return fmt.Errorf("tear down pod %s: %w", describe(pod.PodKey), err)
 	}
 	d.log.Info("pod torn down", "containerID", pod.ContainerID, "ifname", pod.IfName, "hostIf", name)
 	return nil
@@ -61,7 +69,11 @@ func (d *linuxDataplane) ListPods(ctx context.Context) ([]dataplane.Pod, error) 
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	defer node.Close()
+	return d.listPods(node)
+}
 
+// listPods is ListPods in the open node namespace.
+func (d *linuxDataplane) listPods(node *namespace) ([]dataplane.Pod, error) {
 	links, err := dump(node.NL.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list pods: list links in %s: %w", node.Path, err)
