@@ -33,11 +33,11 @@ import (
 )
 
 // newDataplane builds the chosen dataplane and the routes it needs for the
-// node's own blocks; the VPP dataplane registers its metrics with reg.
+// node's own blocks; either dataplane registers its metrics with reg.
 func newDataplane(f flags, reg prometheus.Registerer) (dataplane.Dataplane, daemon.BlockExporter, error) {
 	switch f.dataplane {
 	case "linux":
-		dp, err := linux.New(linux.Config{NodeNetns: f.netns, PodTable: f.podTable, PodRulePriority: f.podRulePriority, MTU: f.mtu}, ctrl.Log.WithName("linux"))
+		dp, err := linux.New(linux.Config{NodeNetns: f.netns, PodTable: f.podTable, PodRulePriority: f.podRulePriority, MTU: f.mtu, Registry: reg}, ctrl.Log.WithName("linux"))
 		if err != nil {
 			return nil, nil, fmt.Errorf("linux dataplane: %w", err)
 		}
