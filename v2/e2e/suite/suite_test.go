@@ -232,6 +232,13 @@ func (r *report) write(dir string) error {
 // record runs one case as a subtest and reports it.
 func record(t *testing.T, group, name, by string, f func(t *testing.T) error) {
 	t.Helper()
+	recordDetail(t, group, name, by, func(t *testing.T) (string, error) { return "", f(t) })
+}
+
+// recordDetail is record for a case whose passing row has a detail too
+// (what it measured); a failing row's detail is its error.
+func recordDetail(t *testing.T, group, name, by string, f func(t *testing.T) (string, error)) {
+	t.Helper()
 	t.Run(name, func(t *testing.T) {
 		start := time.Now()
 		x := row{Group: group, Name: name, By: by, Status: statusPass}
@@ -243,7 +250,9 @@ func record(t *testing.T, group, name, by string, f func(t *testing.T) error) {
 			}
 			results.add(x)
 		}()
-		if err := f(t); err != nil {
+		detail, err := f(t)
+		x.Detail = detail
+		if err != nil {
 			x.Status, x.Detail = statusFail, err.Error()
 			t.Error(err)
 		}
