@@ -2,6 +2,7 @@
 package config_test
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -189,5 +190,53 @@ func TestVPPOverlaysWriteAConflistWhereVcoilServesHostPorts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The admission policies name vcoil's ServiceAccounts in CEL, which
+// kustomize does not rewrite: the names must be the rendered ones.
+func TestAdmissionPoliciesNameTheRenderedServiceAccounts(t *testing.T) {
+	m, err := testenv.Render("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts := map[string]bool{}
+	for _, o := range m {
+		if o.GetKind() == "ServiceAccount" {
+			accounts["system:serviceaccount:"+o.GetNamespace()+":"+o.GetName()] = true
+		}
+	}
+	named := regexp.MustCompile(`'(system:serviceaccount:[^']*)'`)
+	policies := map[string]bool{}
+	for _, o := range m {
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			decode(t, m, o.GetKind(), o.GetName(), p)
+			policies[p.Name] = true
+			if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
+				t.Errorf("policy %s does not fail closed", p.Name)
+			}
+			for _, c := range p.Spec.MatchConditions {
+				for _, sub := range named.FindAllStringSubmatch(c.Expression, -1) {
+					if !accounts[sub[1]] {
+						t.Errorf("policy %s names %s, which the manifests do not make (they make %v)", p.Name, sub[1], accounts)
+					}
+				}
+			}
+		}
+	}
+	for _, o := range m {
+		if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			decode(t, m, o.GetKind(), o.GetName(), b)
+			if !policies[b.Spec.PolicyName] || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+				t.Errorf("binding %s: policy %s (rendered: %v), actions %v", b.Name, b.Spec.PolicyName, policies, b.Spec.ValidationActions)
+			}
+			delete(policies, b.Spec.PolicyName)
+		}
+	}
+	if len(policies) != 0 {
+		t.Errorf("policies without a binding: %v", policies)
 	}
 }
