@@ -2,6 +2,7 @@ package vpp
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,14 +29,15 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
 		t.Fatal(err)
 	}
-	wantLines(t, "the pod's wiring", h.vpp.take(), []string{
+	wantLines(t, "the pod's wiring", h.vpp.take(), slices.Concat([]string{
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 4 uses 2",
+	}, sourceSetUp(4, "10.100.0.3", ""), []string{
 		"sw_interface_set_flags 4 flags=1",
 		"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 5]",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 4",
 		"sw_interface_dump 4",
-	})
+	}))
 
 	if err := h.d.SetInterfaceACLs(ctx(t), inc, Uplink, ACLServices, []uint32{7}); err != nil {
 		t.Fatal(err)

@@ -64,8 +64,17 @@ func socketDialer(path string, replyTimeout time.Duration) dialer {
 }
 
 // checkMessages fails, naming them, when VPP does not know every message
-// the driver sends (or knows it with another CRC).
+// the driver sends (or knows it with another CRC). A plugin vcoil cannot do
+// without is named first, as the readiness check reports it.
 func checkMessages(ch channel) error {
+	if err := ch.CheckCompatiblity(urpfMessages()...); err != nil {
+		var ce *api.CompatibilityError
+		if !errors.As(err, &ce) {
+			return fmt.Errorf("check the messages VPP knows: %w", err)
+		}
+		return fmt.Errorf("%w: VPP plugin %s is not loaded (source validation needs it): VPP does not know %v",
+			ErrIncompatible, URPFPlugin, ce.IncompatibleMessages)
+	}
 	err := ch.CheckCompatiblity(messages()...)
 	if err == nil {
 		return nil
@@ -77,6 +86,9 @@ func checkMessages(ch channel) error {
 	}
 	return fmt.Errorf("check the messages VPP knows: %w", err)
 }
+
+// URPFPlugin is the VPP plugin whose messages source validation sends.
+const URPFPlugin = "urpf_plugin.so"
 
 // wait sleeps for d unless ctx ends first.
 func wait(ctx context.Context, d time.Duration) error {

@@ -158,6 +158,9 @@ func New(cfg Config, log logr.Logger) (Dataplane, error) {
 		if err := d.metrics.register(cfg.Registry); err != nil {
 			return nil, fmt.Errorf("vpp dataplane: register metrics: %w", err)
 		}
+		if err := cfg.Registry.Register(newSourceDropCollector(d)); err != nil {
+			return nil, fmt.Errorf("vpp dataplane: register metrics: %w", err)
+		}
 	}
 	return d, nil
 }
@@ -242,7 +245,7 @@ func (d *driver) loadAllocations() {
 	for _, p := range allocated {
 		// Without the MTU: the sync resolves it as for a pod found in VPP.
 		pod := dataplane.Pod{PodKey: p.PodKey, Netns: p.Netns, Namespace: p.Namespace, Name: p.Name, IPv4: p.IPv4, IPv6: p.IPv6,
-			PortMappings: p.PortMappings}
+			PortMappings: p.PortMappings, SourcePrefixes: p.SourcePrefixes}
 		if validateKey(pod.PodKey) != nil || (!pod.IPv4.IsValid() && !pod.IPv6.IsValid()) {
 			continue
 		}

@@ -150,6 +150,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
+				"ip_table_dump", "urpf_interface_dump all", // source validation that VPP holds
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"SetUpHost", "SyncHostPorts []"},
@@ -184,6 +185,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true ::/0 via fd00:18::fe 1",
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
+				"ip_table_dump", "urpf_interface_dump all", // source validation that VPP holds
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"CreateHostVeth mtu=9000", "SetUpHost", "SyncHostPorts []"},
@@ -215,6 +217,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
+				"ip_table_dump", "urpf_interface_dump all", // source validation that VPP holds
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"SetUpHost", "SyncHostPorts []"},
@@ -248,29 +251,31 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 		wantIfs    dataplane.Interfaces
 	}{
 		{
-			name: "a TAP pod gets a tun in its namespace, unnumbered, up, with host routes",
+			name: "a TAP pod gets a tun in its namespace, unnumbered, source-validated, up, with host routes",
 			typ:  TAP, pod: podA,
-			wantVPP: []string{
+			wantVPP: slices.Concat([]string{
 				`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
+			}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
 				"sw_interface_set_flags 3 flags=1",
 				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
 				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
 				"sw_interface_dump 3",
-			},
+			}),
 			wantKernel: []string{"ConfigurePod /run/netns/pod-a/eth0 10.100.0.2 fd00:100::2"},
 			wantIfs:    dataplane.Interfaces{HostIfName: "tap3", MTU: 1500},
 		},
 		{
 			name: "a TAP pod whose namespace path is too long for VPP gets its tun moved",
 			typ:  TAP, pod: dataplane.Pod{PodKey: podB.PodKey, Netns: longNetns, IPv4: podB.IPv4, MTU: 1400},
-			wantVPP: []string{
+			wantVPP: slices.Concat([]string{
 				`tap_create_v3 tag="vcoil@2 beef eth0" host_if="vctap` + linkName(tapPrefix, podB.PodKey)[5:] + `" ns="/run/netns/node"(true) mtu=1400(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
+			}, sourceSetUp(3, "10.100.0.3", ""), []string{
 				"sw_interface_set_flags 3 flags=1",
 				"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
 				"sw_interface_dump 3",
-			},
+			}),
 			wantKernel: []string{
 				"MoveToPod " + linkName(tapPrefix, podB.PodKey) + " -> " + longNetns + "/eth0",
 				"ConfigurePod " + longNetns + "/eth0 10.100.0.3 invalid IP",
@@ -280,17 +285,18 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 		{
 			name: "an af_packet pod gets a veth, VPP attached with the pod's MAC, static neighbors and host routes",
 			typ:  AFPacket, pod: podA,
-			wantVPP: []string{
+			wantVPP: slices.Concat([]string{
 				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=2048/67584 tx_frames=240 flags=3`,
 				`sw_interface_tag_add_del add=true 3 "vcoil@2 c0ffee eth0"`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
+			}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
 				"sw_interface_set_flags 3 flags=1",
 				"ip_neighbor_add_del add=true 3 10.100.0.2 " + podMAC(podA.PodKey).String() + " flags=3",
 				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
 				"ip_neighbor_add_del add=true 3 fd00:100::2 " + podMAC(podA.PodKey).String() + " flags=3",
 				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
 				"sw_interface_dump 3",
-			},
+			}),
 			wantKernel: []string{
 				"CreatePodVeth " + linkName(vethPrefix, podA.PodKey) + " /run/netns/pod-a/eth0 mac=" + podMAC(podA.PodKey).String() + " mtu=1500",
 				"ConfigurePod /run/netns/pod-a/eth0 10.100.0.2 fd00:100::2",
@@ -351,11 +357,11 @@ func TestSetupPodWithOtherAddressesRewires(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := h.vpp.take()
-	wantLines(t, "VPP messages of a rewiring", got[:3], []string{
+	unwire := slices.Concat([]string{
 		"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
 		"ip_route_add_del add=false fd00:100::2/128 via fd00:100::2 3",
-		"tap_delete_v2 3",
-	})
+	}, sourceTearDown(3, "10.100.0.2", "fd00:100::2"), []string{"tap_delete_v2 3"})
+	wantLines(t, "VPP messages of a rewiring", got[:len(unwire)], unwire)
 	if err := h.d.CheckPod(ctx(t), podA); err == nil {
 		t.Fatal("CheckPod with the old addresses passed")
 	}
@@ -385,22 +391,27 @@ func TestTeardownPodRemovesEverythingAndRepeatsQuietly(t *testing.T) {
 			if typ == TAP {
 				want = append(want,
 					"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
-					"ip_route_add_del add=false fd00:100::2/128 via fd00:100::2 3",
-					"tap_delete_v2 3")
+					"ip_route_add_del add=false fd00:100::2/128 via fd00:100::2 3")
+				want = append(want, sourceTearDown(3, "10.100.0.2", "fd00:100::2")...)
+				want = append(want, "tap_delete_v2 3")
 			} else {
 				mac := podMAC(podA.PodKey).String()
 				want = append(want,
 					"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
 					"ip_neighbor_add_del add=false 3 10.100.0.2 "+mac+" flags=3",
 					"ip_route_add_del add=false fd00:100::2/128 via fd00:100::2 3",
-					"ip_neighbor_add_del add=false 3 fd00:100::2 "+mac+" flags=3",
-					`af_packet_delete host_if="`+veth+`"`)
+					"ip_neighbor_add_del add=false 3 fd00:100::2 "+mac+" flags=3")
+				want = append(want, sourceTearDown(3, "10.100.0.2", "fd00:100::2")...)
+				want = append(want, `af_packet_delete host_if="`+veth+`"`)
 				wantKernel = []string{"DeleteNodeLink " + veth}
 			}
 			wantLines(t, "VPP messages of a teardown", h.vpp.take(), want)
 			wantLines(t, "kernel calls of a teardown", h.kernel.take(), wantKernel)
 			if n := len(h.vpp.ifs); n != 3 {
 				t.Fatalf("VPP has %d interfaces after the teardown, want local0, loopback and interconnect", n)
+			}
+			if s := h.vpp.source; len(s.tables) != 0 || len(s.destroyedWithRoutes) != 0 || s.cfg[3][false].Mode != 0 || s.cfg[3][true].Mode != 0 {
+				t.Fatalf("source validation left after the teardown: tables %v (destroyed with routes %v), uRPF %v", s.tables, s.destroyedWithRoutes, s.cfg)
 			}
 			if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podA.PodKey}); err != nil {
 				t.Fatalf("second teardown: %v", err)
@@ -433,12 +444,17 @@ func TestVPPErrorDuringSetupLeavesNothing(t *testing.T) {
 		},
 		{
 			name: "the IPv6 route of a TAP fails", typ: TAP, failMsg: "ip_route_add_del",
-			wantTail: []string{
+			wantTail: slices.Concat([]string{
 				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
 				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
 				"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
-				"tap_delete_v2 3",
-			},
+			}, sourceUndo(3, "10.100.0.2", "fd00:100::2"), []string{"tap_delete_v2 3"}),
+		},
+		{
+			name: "the IPv6 source validation of a TAP fails", typ: TAP, failMsg: "urpf_update_v2",
+			wantTail: slices.Concat([]string{
+				"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_STRICT table=2000000003",
+			}, sourceUndo(3, "10.100.0.2", "fd00:100::2"), []string{"tap_delete_v2 3"}),
 		},
 		{
 			name: "the tag of an af_packet interface fails", typ: AFPacket, failMsg: "sw_interface_tag_add_del",
@@ -457,7 +473,11 @@ func TestVPPErrorDuringSetupLeavesNothing(t *testing.T) {
 				if m.GetMessageName() != tc.failMsg {
 					return 0
 				}
-				if n++; tc.failMsg == "ip_route_add_del" && n < 2 {
+				// The main table's routes, and the second uRPF check.
+				if r, ok := m.(*ip.IPRouteAddDel); ok && r.Route.TableID != 0 {
+					return 0
+				}
+				if n++; (tc.failMsg == "ip_route_add_del" || tc.failMsg == "urpf_update_v2") && n < 2 {
 					return 0
 				}
 				return int32(api.INVALID_VALUE)
@@ -478,6 +498,9 @@ func TestVPPErrorDuringSetupLeavesNothing(t *testing.T) {
 			if len(h.vpp.ifs) != 3 || len(h.vpp.routes) != 2 || len(h.vpp.neigh) != 0 {
 				t.Fatalf("VPP holds %d interfaces, %d routes, %d neighbors after the failure", len(h.vpp.ifs), len(h.vpp.routes), len(h.vpp.neigh))
 			}
+			if s := h.vpp.source; len(s.tables) != 0 || len(s.destroyedWithRoutes) != 0 {
+				t.Fatalf("source tables left after the failure: %v (destroyed with routes %v)", s.tables, s.destroyedWithRoutes)
+			}
 			if tc.typ == AFPacket && len(h.kernel.veths) != 0 {
 				t.Fatalf("veths left: %v", h.kernel.veths)
 			}
@@ -495,12 +518,14 @@ func TestAKernelErrorDuringSetupLeavesNothingInVPP(t *testing.T) {
 	if _, err := h.d.SetupPod(ctx(t), podA); err == nil || !strings.Contains(err.Error(), "configure the pod's interface") {
 		t.Fatalf("SetupPod error = %v", err)
 	}
-	wantLines(t, "VPP messages", h.vpp.take(), []string{
+	wantLines(t, "VPP messages", h.vpp.take(), slices.Concat([]string{
 		`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
+	}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
 		"sw_interface_set_flags 3 flags=1",
+	}, sourceUndo(3, "10.100.0.2", "fd00:100::2"), []string{
 		"tap_delete_v2 3",
-	})
+	}))
 }
 
 // After VPP restarts (a new PID, an empty VPP), the driver replays the
@@ -535,7 +560,7 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		}
 		return nil
 	})
-	want := []string{
+	want := slices.Concat([]string{
 		"sw_interface_dump all",
 		"create_loopback",
 		`sw_interface_tag_add_del add=true 1 "vcoil-loopback@2"`,
@@ -552,9 +577,11 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		"ip_route_add_del add=true 0.0.0.0/0 via 169.254.100.2 2",
 		"ip_route_add_del add=true ::/0 via fe80::2 2",
 		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"ip_table_dump", "urpf_interface_dump all",
 		// Pods in key order: beef, then c0ffee.
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
+	}, sourceSetUp(3, "10.100.0.3", ""), []string{
 		"sw_interface_set_flags 3 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
 		"nat44_ed_plugin_enable_disable enable=true sessions=0",
@@ -563,6 +590,7 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		"sw_interface_dump 3",
 		`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 4 uses 1",
+	}, sourceSetUp(4, "10.100.0.2", "fd00:100::2"), []string{
 		"sw_interface_set_flags 4 flags=1",
 		"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 4",
 		"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 4",
@@ -570,7 +598,7 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		"ip_route_add_del add=true 10.100.0.0/29 drop",
 		"nat44_interface_add_del_feature add=true 2 flags=32",
 		"nat44_interface_add_del_feature add=true 2 flags=0",
-	}
+	})
 	wantLines(t, "VPP messages of the replay", h.vpp.take(), want)
 	wantLines(t, "kernel calls of the replay", h.kernel.take(), []string{
 		"SetUpHost",

@@ -65,6 +65,8 @@ type fakeVPP struct {
 	// static are the plain static mappings by external key
 	// (hostport_fake_test.go).
 	static map[string]*fakeStaticMapping
+	// source models source validation (source_fake_test.go).
+	source *fakeSource
 }
 
 type fakeIf struct {
@@ -98,6 +100,7 @@ func (f *fakeVPP) reset() {
 	f.aclLists = map[uint32][]uint32{}
 	f.snat = newFakeSNAT()
 	f.static = map[string]*fakeStaticMapping{}
+	f.source = newFakeSource()
 }
 
 // restart is a VPP that died and came back: empty, with another PID, and
@@ -178,10 +181,16 @@ func (c *fakeChannel) gone() bool { return c.f.down || (c.renderer && c.gen != c
 func (c *fakeChannel) CheckCompatiblity(msgs ...api.Message) error {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
-	if len(c.f.unknown) == 0 {
+	var unknown []string
+	for _, m := range msgs {
+		if n := m.GetMessageName() + "_" + m.GetCrcString(); slices.Contains(c.f.unknown, n) {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) == 0 {
 		return nil
 	}
-	return &api.CompatibilityError{IncompatibleMessages: c.f.unknown}
+	return &api.CompatibilityError{IncompatibleMessages: unknown}
 }
 
 type fakeReply struct {
@@ -268,6 +277,8 @@ func (f *fakeVPP) byName(name string) *fakeIf {
 
 func (f *fakeVPP) deleteIf(sw uint32) {
 	delete(f.ifs, sw)
+	// VPP removes the interface's features, not its uRPF configuration.
+	delete(f.source.feature, sw)
 	delete(f.natFeat, sw)
 	for p, path := range f.routes {
 		if path.SwIfIndex == sw {
@@ -278,6 +289,9 @@ func (f *fakeVPP) deleteIf(sw uint32) {
 
 // handle answers a request: the reply and its retval.
 func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
+	if reply, retval, ok := f.handleSource(msg); ok {
+		return reply, retval
+	}
 	if reply, retval, ok := f.handleSNAT(msg); ok {
 		return reply, retval
 	}
@@ -485,6 +499,9 @@ func (f *fakeVPP) sortedIfs() []*fakeIf {
 }
 
 func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
+	if out, ok := f.handleSourceDump(msg); ok {
+		return out
+	}
 	if out, ok := f.handleSNATDump(msg); ok {
 		return out
 	}
@@ -559,6 +576,9 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 // msgString renders a request with the fields that matter, for exact
 // comparisons that stay readable.
 func msgString(msg api.Message) string {
+	if s, ok := sourceMsgString(msg); ok {
+		return s
+	}
 	if s, ok := snatMsgString(msg); ok {
 		return s
 	}

@@ -16,6 +16,8 @@ import (
 	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/pipe"
 	"go.fd.io/govpp/binapi/tapv2"
+	"go.fd.io/govpp/binapi/urpf"
+	"go.fd.io/govpp/binapi/vlib"
 )
 
 // VPPVersion is the VPP release whose binary API GoVPP's binapi (and so
@@ -24,7 +26,7 @@ const VPPVersion = "25.10"
 
 // ErrIncompatible is returned (wrapped, naming the messages) when the VPP at
 // the socket does not know every message the driver sends: another release
-// than VPPVersion, or a plugin (nat, af_packet, acl) missing.
+// than VPPVersion, or a plugin (nat, af_packet, acl, urpf) missing.
 var ErrIncompatible = errors.New("VPP is incompatible with vcoil")
 
 // ErrNotReady is returned (wrapped) by SetupPod, CheckPod, TeardownPod and
@@ -37,7 +39,7 @@ var ErrNotReady = fmt.Errorf("VPP is not connected and synced yet: %w", dataplan
 // docs/vpp.md lists them; the tests check that the driver sends nothing
 // else.
 func messages() []api.Message {
-	return []api.Message{
+	return append([]api.Message{
 		&memclnt.ControlPing{}, &memclnt.ControlPingReply{},
 
 		&interfaces.SwInterfaceDump{}, &interfaces.SwInterfaceDetails{},
@@ -88,6 +90,19 @@ func messages() []api.Message {
 		&classify.InputACLSetInterface{}, &classify.InputACLSetInterfaceReply{},
 		&classify.ClassifySessionDump{}, &classify.ClassifySessionDetails{},
 		&classify.ClassifyAddDelSession{}, &classify.ClassifyAddDelSessionReply{},
+
+		// Source validation (source.go, sourcemetrics.go); also
+		// ip_table_add_del and ip_route_add_del/dump in the source tables.
+		&ip.IPTableDump{}, &ip.IPTableDetails{},
+		&vlib.CliInband{}, &vlib.CliInbandReply{},
+	}, urpfMessages()...)
+}
+
+// urpfMessages are the messages of VPP's uRPF plugin (urpf_plugin.so).
+func urpfMessages() []api.Message {
+	return []api.Message{
+		&urpf.UrpfUpdateV2{}, &urpf.UrpfUpdateV2Reply{},
+		&urpf.UrpfInterfaceDump{}, &urpf.UrpfInterfaceDetails{},
 	}
 }
 

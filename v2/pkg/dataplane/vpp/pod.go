@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/af_packet"
@@ -98,6 +99,12 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 	if st != nil && st.wired && samePod(st.pod, pod) {
 		if err := d.checkWired(ctx, st); err == nil {
 			st.pod.Namespace, st.pod.Name = pod.Namespace, pod.Name
+			if !slices.Equal(st.pod.SourcePrefixes, pod.SourcePrefixes) {
+				if err := d.updateSourceCheck(st.swIfIndex, pod); err != nil {
+					return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
+				}
+				st.pod.SourcePrefixes = slices.Clone(pod.SourcePrefixes)
+			}
 			if len(pod.PortMappings) > 0 || len(st.pod.PortMappings) > 0 || len(st.hostPorts) > 0 {
 				if err := d.setHostPorts(st, pod.PortMappings); err != nil {
 					return dataplane.Interfaces{}, fmt.Errorf("set up pod %s: %w", describe(pod.PodKey), err)
@@ -246,6 +253,10 @@ func (d *driver) finishWiring(ctx context.Context, st *podState, sw uint32, u *u
 	if err := vppapi.Call(ch, req, &interfaces.SwInterfaceSetUnnumberedReply{}); err != nil {
 		return fmt.Errorf("make interface %d unnumbered to vcoil's loopback: %w", sw, err)
 	}
+	// Before the interface is up: no packet of the pod's passes unchecked.
+	if err := d.enableSourceCheck(sw, pod, u); err != nil {
+		return err
+	}
 	if err := setUp(ch, sw, fmt.Sprintf("interface %d", sw)); err != nil {
 		return err
 	}
@@ -356,10 +367,13 @@ func (d *driver) unwire(ctx context.Context, st *podState) error {
 			}
 		}
 	}
+	if err := d.disableSourceCheck(sw, pod); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := d.deleteInterface(vppInterface{swIfIndex: sw, name: st.vppName}); err != nil {
+	if err := d.deleteVPPInterface(vppInterface{swIfIndex: sw, name: st.vppName}); err != nil {
 		return err
 	}
 	st.wired = false
@@ -392,8 +406,17 @@ func (d *driver) removeLeftovers(ctx context.Context, key dataplane.PodKey) erro
 	return nil
 }
 
-// deleteInterface deletes a pod interface of either type, by its name.
+// deleteInterface deletes a pod interface of either type whose pod is not
+// known, with its source checks.
 func (d *driver) deleteInterface(i vppInterface) error {
+	if err := d.dropSourceCheck(i.swIfIndex); err != nil {
+		return err
+	}
+	return d.deleteVPPInterface(i)
+}
+
+// deleteVPPInterface deletes a pod interface of either type, by its name.
+func (d *driver) deleteVPPInterface(i vppInterface) error {
 	if len(i.name) > len("host-") && i.name[:len("host-")] == "host-" {
 		return deleteAfPacket(d.ch, i.name[len("host-"):])
 	}
@@ -452,6 +475,9 @@ func (d *driver) CheckPod(ctx context.Context, pod dataplane.Pod) error {
 		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
 	}
 	if err := d.checkHostPorts(st, pod.PortMappings); err != nil {
+		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
+	}
+	if err := d.checkSourceCheck(st.swIfIndex); err != nil {
 		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
 	}
 	return nil

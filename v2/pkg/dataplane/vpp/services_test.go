@@ -194,15 +194,16 @@ func TestSetPodNATRolesSendsOnlyTheDifferences(t *testing.T) {
 	if _, err := h.d.SetupPod(ctx(t), podC); err != nil {
 		t.Fatal(err)
 	}
-	wantLines(t, "a pod wired after SetPodNATRoles", h.vpp.take(), []string{
+	wantLines(t, "a pod wired after SetPodNATRoles", h.vpp.take(), slices.Concat([]string{
 		`tap_create_v3 tag="vcoil@2 d00d eth0" host_if="eth0" ns="/run/netns/pod-c"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 5 uses 1",
+	}, sourceSetUp(5, "10.100.0.4", ""), []string{
 		"sw_interface_set_flags 5 flags=1",
 		"ip_route_add_del add=true 10.100.0.4/32 via 10.100.0.4 5",
 		"nat44_interface_add_del_feature add=true 5 flags=32",
 		"nat44_interface_add_del_feature add=true 5 flags=0",
 		"sw_interface_dump 5",
-	})
+	}))
 }
 
 // A VPP that outlived vcoild holds the NAT features of the pods vcoild
@@ -453,9 +454,10 @@ func TestRestartReplaysRolesAndServiceNetworkButNotACLs(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("pod B was not wired again:\n%s", strings.Join(got, "\n"))
 	}
-	wantLines(t, "the replay from pod B on", got[i:], []string{
+	wantLines(t, "the replay from pod B on", got[i:], slices.Concat([]string{
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
+	}, sourceSetUp(3, "10.100.0.3", ""), []string{
 		"sw_interface_set_flags 3 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
 		"nat44_ed_plugin_enable_disable enable=true sessions=0",
@@ -467,7 +469,7 @@ func TestRestartReplaysRolesAndServiceNetworkButNotACLs(t *testing.T) {
 		"ip_route_add_del add=true 10.100.0.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.2/32 drop",
-	})
+	}))
 	wantLines(t, "kernel calls of the replay", h.kernel.take(), []string{
 		"SetUpHost",
 		"ConfigurePod /run/netns/pod-b/eth0 10.100.0.3 invalid IP",

@@ -90,6 +90,7 @@ func TestSNATSetUpSendsTheseMessages(t *testing.T) {
 	want = append(want,
 		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 		"sw_interface_tap_v2_dump",
+		"ip_table_dump", "urpf_interface_dump all",
 		"nat44_static_mapping_dump",
 		"nat44_interface_add_del_feature add=true 1 flags=0",
 	)

@@ -69,8 +69,17 @@ func (d *driver) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := d.syncPodInterfaces(ctx, found, routes, taps); err != nil {
+	sources, err := readSourceChecks(ch)
+	if err != nil {
 		return err
+	}
+	if err := d.syncPodInterfaces(ctx, found, routes, taps, sources); err != nil {
+		return err
+	}
+	// Before new pods are wired: an interface made now may get the
+	// sw_if_index, and so the table ID, of a stale table.
+	if err := d.removeStaleSourceTables(sources.tables); err != nil {
+		return fmt.Errorf("source validation: %w", err)
 	}
 	d.wireMissingPods(ctx)
 	if err := d.removeUnwantedVeths(ctx, veths); err != nil {
@@ -166,7 +175,7 @@ func (d *driver) podInterfaces(ifs []vppInterface, veths map[string]dataplane.Po
 // is then wired again by wireMissingPods). routes are the pod routes
 // through each interface; taps, on the first sync, VPP's TAPs.
 func (d *driver) syncPodInterfaces(ctx context.Context, found map[dataplane.PodKey]vppInterface,
-	routes map[uint32][]netip.Addr, taps map[uint32]*tapv2.SwInterfaceTapV2Details) error {
+	routes map[uint32][]netip.Addr, taps map[uint32]*tapv2.SwInterfaceTapV2Details, sources sourceChecks) error {
 	keys := make([]dataplane.PodKey, 0, len(found))
 	for k := range found {
 		keys = append(keys, k)
@@ -185,7 +194,7 @@ func (d *driver) syncPodInterfaces(ctx context.Context, found map[dataplane.PodK
 				return err
 			}
 		default:
-			if d.keep(ctx, st, i, have) {
+			if d.keep(ctx, st, i, have, sources) {
 				continue
 			}
 			if err := d.removeInterface(ctx, i, key, have); err != nil {
@@ -250,8 +259,9 @@ func compareKeys(a, b dataplane.PodKey) int {
 }
 
 // keep reports whether VPP's interface i is st's pod wired as wanted, and
-// then records it.
-func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []netip.Addr) bool {
+// then records it. Its source validation is made to match the pod (an
+// earlier vcoild may have had other source prefixes, or none).
+func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []netip.Addr, sources sourceChecks) bool {
 	want := addrsOf(st.pod.IPv4, st.pod.IPv6)
 	slices.SortFunc(have, netip.Addr.Compare)
 	slices.SortFunc(want, netip.Addr.Compare)
@@ -266,6 +276,10 @@ func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []
 			d.log.Info("rewiring a pod whose interface differs", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName, "reason", err.Error())
 			return false
 		}
+	}
+	if err := d.syncSourceCheck(i.swIfIndex, st.pod, sources); err != nil {
+		d.log.Error(err, "cannot restore the source validation of a pod", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName)
+		return false
 	}
 	if st.role != 0 {
 		if err := d.applyRole(i.swIfIndex, st.role, 0); err != nil {
@@ -304,7 +318,7 @@ func (d *driver) adopt(key dataplane.PodKey, i vppInterface, have []netip.Addr, 
 }
 
 // removeInterface deletes a pod interface VPP holds with the routes found
-// through it, and its veth.
+// through it, its source checks, and its veth.
 func (d *driver) removeInterface(ctx context.Context, i vppInterface, key dataplane.PodKey, have []netip.Addr) error {
 	for _, a := range have {
 		if err := delRoute(d.ch, hostPrefix(a), viaPath(i.swIfIndex, a)); err != nil {
