@@ -141,7 +141,7 @@ func (s serviceFlags) options(f flags, dp vpp.Dataplane) (proxy.Options, error) 
 // restarts the policies resync after.
 func (f flags) policyOptions(dp vpp.Dataplane, restarts enforcer.Restarts) enforcer.Options {
 	o := enforcer.Options{
-		NodeName: f.nodeName, Netns: f.netns, LogDrops: f.policies.logDrops,
+		NodeName: f.nodeName, Netns: f.netns, PodIfPrefix: linux.HostIfPrefix, LogDrops: f.policies.logDrops,
 		Registry: metrics.Registry, Log: ctrl.Log.WithName("policies"),
 		Known: func() (map[types.NamespacedName][]netip.Addr, error) {
 			return daemon.KnownPodAddresses(f.stateDir)

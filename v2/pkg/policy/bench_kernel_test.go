@@ -65,7 +65,7 @@ func TestBenchPolicyKernel(t *testing.T) {
 	}
 	netnstest.RequireRoot(t)
 	n := netnstest.New(t, "polbench")
-	r, err := polnft.New(polnft.Config{Netns: n.Path(), Log: logr.Discard()})
+	r, err := polnft.New(polnft.Config{Netns: n.Path(), PodIfPrefix: "vcoil", Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

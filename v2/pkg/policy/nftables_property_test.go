@@ -85,7 +85,7 @@ func newNodeStack(ctx context.Context, node *netnstest.NS, c *policyoracle.Clust
 	if err != nil {
 		return nil, err
 	}
-	r, err := nftables.New(nftables.Config{Netns: node.Path(), Table: nftTable, LogDrops: logDrops, Log: logr.Discard()})
+	r, err := nftables.New(nftables.Config{Netns: node.Path(), Table: nftTable, PodIfPrefix: "vcoil", LogDrops: logDrops, Log: logr.Discard()})
 	if err != nil {
 		return nil, fmt.Errorf("the nftables renderer: %w", err)
 	}

@@ -9,14 +9,19 @@ import (
 	"net/netip"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/nfteval"
 	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/nftables"
 )
 
 // trafficClusters is how many random clusters the real-packet sample
@@ -341,4 +346,117 @@ func checkClusterWithPackets(t *testing.T, seed uint64) (answered, dropped int) 
 		t.Logf("cluster:\n%s\ntable:\n%s", c, l.node.Exec("nft", "-a", "list", "table", "inet", nftTable))
 	}
 	return answered, dropped
+}
+
+// TestAPodForgingItsSourceDeliversNothing is the table failing closed on a
+// pod's forged source: a pod isolated for egress, whose policy lets it
+// reach 203.0.113.0/24, sends to a host there from its own address and
+// from 198.51.100.77, an address no local pod has. The egress maps know
+// only the pods' addresses, so a forged source must not escape them: the
+// forged datagrams are dropped (and counted), the pod's own are delivered.
+// The node's reverse-path filter is off, as on a node that routes
+// asymmetrically, so that only the table stands in the way.
+func TestAPodForgingItsSourceDeliversNothing(t *testing.T) {
+	netnstest.RequireRoot(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("skipped: the nft tool is not installed")
+	}
+	const (
+		podAddr    = "10.1.0.5"
+		forged     = "198.51.100.77"
+		extAddr    = "203.0.113.10"
+		extPort    = 7777
+		podIf      = "vcoil0a1b2c3d4e"
+		nodeUplink = "10.255.0.1"
+		worldAddr  = "10.255.0.2"
+	)
+	node, world, pod := netnstest.New(t, "node"), netnstest.New(t, "world"), netnstest.New(t, "pod")
+	node.Sysctl("net.ipv4.ip_forward", "1")
+	node.Sysctl("net.ipv4.conf.all.rp_filter", "0")
+	node.Sysctl("net.ipv4.conf.default.rp_filter", "0")
+	netnstest.Veth(t, node, uplink, world, "eth0")
+	node.AddAddr(uplink, nodeUplink+"/24")
+	world.AddAddr("eth0", worldAddr+"/24")
+	world.AddAddr("lo", extAddr+"/32")
+	world.IP("route", "add", "default", "via", nodeUplink)
+	node.IP("route", "add", "203.0.113.0/24", "via", worldAddr)
+	netnstest.Veth(t, node, podIf, pod, "eth0")
+	node.AddAddr(podIf, "169.254.1.1/32")
+	node.IP("route", "add", podAddr, "dev", podIf)
+	pod.AddAddr("eth0", podAddr+"/32")
+	pod.AddAddr("eth0", forged+"/32")
+	pod.IP("route", "add", "169.254.1.1", "dev", "eth0", "scope", "link")
+	pod.IP("route", "add", "default", "via", "169.254.1.1", "dev", "eth0")
+
+	r, err := nftables.New(nftables.Config{Netns: node.Path(), Table: nftTable, PodIfPrefix: "vcoil", Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	permit := renderer.Rule{Action: renderer.ActionPermit, DstNetwork: netip.MustParsePrefix("203.0.113.0/24"), SrcPort: renderer.AnyPort, DstPort: renderer.AnyPort}
+	if err := r.Render(t.Context(), renderer.Txn{Resync: true, Pods: []renderer.PodRules{{
+		Pod: renderer.PodID{Namespace: "ns", Name: "p"}, IPs: []netip.Addr{netip.MustParseAddr(podAddr)},
+		Egress: []renderer.Rule{permit, renderer.DenyAll},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The world counts the datagrams it receives, by source.
+	var pc net.PacketConn
+	world.Run(func() error {
+		var err error
+		pc, err = net.ListenPacket("udp", fmt.Sprintf("%s:%d", extAddr, extPort))
+		return err
+	})
+	t.Cleanup(func() { _ = pc.Close() })
+	var mu sync.Mutex
+	got := map[string]int{}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			got[from.(*net.UDPAddr).IP.String()]++
+			mu.Unlock()
+		}
+	}()
+	send := func(src string) {
+		t.Helper()
+		pod.Run(func() error {
+			c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)}, &net.UDPAddr{IP: net.ParseIP(extAddr), Port: extPort})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte("x"))
+			return err
+		})
+	}
+	// Forged datagrams first, then the pod's own, until one of those
+	// arrives: the forged ones took the same path before it.
+	poll.Eventually(t, 10*time.Second, func() error {
+		send(forged)
+		send(podAddr)
+		mu.Lock()
+		defer mu.Unlock()
+		if got[podAddr] == 0 {
+			return fmt.Errorf("no datagram from the pod's own address %s reached %s", podAddr, extAddr)
+		}
+		return nil
+	})
+	mu.Lock()
+	if n := got[forged]; n > 0 {
+		t.Errorf("%d datagrams from the forged source %s reached %s", n, forged, extAddr)
+	}
+	mu.Unlock()
+	counter := node.Exec("nft", "list", "counter", "inet", nftTable, "unknown-source")
+	if !strings.Contains(counter, "packets") || strings.Contains(counter, "packets 0 ") {
+		t.Errorf("the forged datagrams were not counted:\n%s", counter)
+	}
+	if t.Failed() {
+		t.Logf("table:\n%s", node.Exec("nft", "list", "table", "inet", nftTable))
+	}
 }

@@ -40,6 +40,10 @@ type Options struct {
 	// Netns is the node's network namespace ("" = vcoild's own), where
 	// the nftables renderer keeps its table.
 	Netns string
+	// PodIfPrefix starts the name of every pod's node-side interface (the
+	// Linux dataplane's HostIfPrefix): the nftables renderer drops what
+	// comes out of one with a source no local pod may use.
+	PodIfPrefix string
 	// LogDrops logs the packets the policies deny to the kernel log
 	// (nftables only).
 	LogDrops bool
@@ -88,7 +92,7 @@ func dataplaneRenderer(opts Options) (renderer.Renderer, string, error) {
 		}
 		return r, "vpp-acl", nil
 	}
-	r, err := nftables.New(nftables.Config{Netns: opts.Netns, LogDrops: opts.LogDrops, Registry: opts.Registry, Log: opts.Log.WithName("nftables")})
+	r, err := nftables.New(nftables.Config{Netns: opts.Netns, PodIfPrefix: opts.PodIfPrefix, LogDrops: opts.LogDrops, Registry: opts.Registry, Log: opts.Log.WithName("nftables")})
 	if err != nil {
 		return nil, "", err
 	}

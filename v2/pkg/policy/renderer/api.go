@@ -44,6 +44,10 @@ type PodRules struct {
 	Pod PodID
 	// IPs are the pod's addresses, at most one per family.
 	IPs []netip.Addr
+	// SourcePrefixes are the prefixes the pod may send from besides its
+	// IPs (its allowed-source-prefixes annotation), unmapped: a renderer
+	// that checks the source of the pods' traffic lets these pass.
+	SourcePrefixes []netip.Prefix
 	// Removed is set when the pod is gone from this node (deleted, or it lost
 	// its address); the renderer forgets it and its rule lists are empty.
 	Removed bool

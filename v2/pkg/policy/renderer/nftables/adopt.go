@@ -44,9 +44,14 @@ func (r *Renderer) adoptKernel(ctx context.Context) (*adoption, error) {
 
 // baseMatches says whether the table's base chains, maps and version are
 // the ones this renderer writes.
-func baseMatches(kt *kernelTable) bool {
-	if kt.format != formatComment {
+func baseMatches(kt *kernelTable, podIfPrefix string) bool {
+	if kt.format != formatComment || !kt.counters[counterUnknownSource] {
 		return false
+	}
+	for f, name := range srcSets {
+		if s := kt.sets[name]; s == nil || s.typ != addrType(f) || !s.interval {
+			return false
+		}
 	}
 	for d := range dirMaps {
 		for _, name := range dirMaps[d] {
@@ -67,7 +72,7 @@ func baseMatches(kt *kernelTable) bool {
 			}
 		}
 	}
-	for name, rules := range baseRules() {
+	for name, rules := range baseRules(podIfPrefix) {
 		c := kt.chains[name]
 		if c == nil || !c.base || len(c.rules) != len(rules) {
 			return false
@@ -105,6 +110,16 @@ func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 	}
 	// The self sets follow the egress maps; baseMatches checks them.
 	sets := map[string]bool{selfSets[v4]: true, selfSets[v6]: true}
+	for f, name := range srcSets {
+		sets[name] = true
+		if s := kt.sets[name]; s != nil && s.interval {
+			ivs, err := intervalsOf(s)
+			if err != nil {
+				return fmt.Sprintf("set %s: %v", name, err), nil
+			}
+			r.srcs[f] = ivs
+		}
+	}
 	for name := range kt.chains {
 		if name == chainForward || name == chainPostrouting {
 			continue

@@ -2,6 +2,8 @@ package nftables
 
 import (
 	"errors"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,7 +26,7 @@ func newFake() *nft.Fake {
 // it: its first Render adopts what f holds.
 func fakeRenderer(t *testing.T, f *nft.Fake, logDrops bool) *Renderer {
 	t.Helper()
-	r, err := withKernel(Config{Table: constants.PolicyTable, LogDrops: logDrops, Log: testr.New(t)}, &kernel{t: f})
+	r, err := withKernel(Config{Table: constants.PolicyTable, PodIfPrefix: "vcoil", LogDrops: logDrops, Log: testr.New(t)}, &kernel{t: f})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,12 @@ func TestAdoptionAfterAFailedRenderRereadsTheTable(t *testing.T) {
 		t.Fatalf("Render = %v, want the injected failure", err)
 	}
 	got := render(t, r, renderer.Txn{Pods: []renderer.PodRules{e}})
-	want := "add element inet vcoil-policy in4 { 10.0.0.5 : jump g0 }\nadd element inet vcoil-policy in6 { fd00::5 : jump g0 }\n"
+	// The new pod's sources join the source sets: fd00::5 merges with the
+	// interval of fd00::4 next to it.
+	want := "delete element inet vcoil-policy src6 { fd00::4 }\n" +
+		"add element inet vcoil-policy src4 { 10.0.0.5 }\n" +
+		"add element inet vcoil-policy src6 { fd00::4/127 }\n" +
+		"add element inet vcoil-policy in4 { 10.0.0.5 : jump g0 }\nadd element inet vcoil-policy in6 { fd00::5 : jump g0 }\n"
 	if got != want {
 		t.Fatalf("the render after a failure wrote\n%s\nwant\n%s", got, want)
 	}
@@ -228,7 +235,7 @@ func TestAdoptedGroupsCountersAreCollected(t *testing.T) {
 	f := newFake()
 	render(t, fakeRenderer(t, f, false), adoptionState())
 	reg := prometheus.NewRegistry()
-	r, err := withKernel(Config{Table: constants.PolicyTable, Registry: reg, Log: testr.New(t)}, &kernel{t: f})
+	r, err := withKernel(Config{Table: constants.PolicyTable, PodIfPrefix: "vcoil", Registry: reg, Log: testr.New(t)}, &kernel{t: f})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,10 +262,53 @@ func TestAdoptedGroupsCountersAreCollected(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]string{"g0": "ingress", "g1": "ingress", "g2": "egress"}
+	want := map[string]string{"g0": "ingress", "g1": "ingress", "g2": "egress", "unknown-source": "egress"}
 	for g, d := range want {
 		if groups[g] != d {
 			t.Errorf("the denied packets of group %s: direction %q, want %q (collected %v)", g, groups[g], d, groups)
 		}
+	}
+}
+
+// TestSourceSetsHoldEveryPodsAddressesAndAllowedPrefixes: the sources the
+// forward chain lets out of the pods' interfaces are the local pods'
+// addresses, isolated or not, and their allowed source prefixes, merged;
+// a restarted vcoild adopts them, and a pod leaving takes its own away.
+func TestSourceSetsHoldEveryPodsAddressesAndAllowedPrefixes(t *testing.T) {
+	f := newFake()
+	router := podRules("router", []string{"10.0.0.9", "fd00::9"}, nil, nil)
+	router.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("10.0.0.8/29"), netip.MustParsePrefix("2001:db8:5::/48")}
+	txn := renderer.Txn{Resync: true, Pods: []renderer.PodRules{podRules("a", []string{"10.0.0.1"}, nil, nil), router}}
+	r := fakeRenderer(t, f, false)
+	render(t, r, txn)
+	elems := func(set string) string {
+		t.Helper()
+		es, err := f.Elements(t.Context(), set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, strings.Join(e.Key, " . "))
+		}
+		slices.Sort(out)
+		return strings.Join(out, ", ")
+	}
+	if got, want := elems("src4"), "10.0.0.1, 10.0.0.8/29, 198.51.100.0/24"; got != want {
+		t.Errorf("src4 holds %q, want %q", got, want)
+	}
+	if got, want := elems("src6"), "2001:db8:5::/48, fd00::9"; got != want {
+		t.Errorf("src6 holds %q, want %q", got, want)
+	}
+	if s := render(t, fakeRenderer(t, f, false), txn); s != "" {
+		t.Fatalf("a restarted vcoild rewrote the sources:\n%s", s)
+	}
+	router.Removed, router.SourcePrefixes, router.IPs = true, nil, nil
+	render(t, r, renderer.Txn{Pods: []renderer.PodRules{router}})
+	if got, want := elems("src4"), "10.0.0.1"; got != want {
+		t.Errorf("after the router left, src4 holds %q, want %q", got, want)
+	}
+	if got := elems("src6"); got != "" {
+		t.Errorf("after the router left, src6 holds %q, want nothing", got)
 	}
 }

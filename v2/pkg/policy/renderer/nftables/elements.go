@@ -18,6 +18,8 @@ func elementLayout(name string) (nft.Layout, bool) {
 	switch name {
 	case selfSets[v4], selfSets[v6]:
 		return nft.Layout{Key: []nft.Field{addr, addr}}, true
+	case srcSets[v4], srcSets[v6]:
+		return nft.Layout{Key: []nft.Field{interval}}, true
 	}
 	for _, names := range dirMaps {
 		for _, n := range names {

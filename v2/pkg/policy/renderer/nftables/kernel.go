@@ -70,8 +70,9 @@ type kernelChain struct {
 }
 
 type kernelSet struct {
-	typ     string
-	comment string
+	typ      string
+	interval bool
+	comment  string
 	// elems are the elements' keys as nft writes them, a field each; an
 	// interval is an address, a prefix or a range "a-b".
 	elems [][]string
@@ -113,7 +114,7 @@ func (k *kernel) list(ctx context.Context) (*kernelTable, error) {
 			}
 		}
 		if !s.Map {
-			ks := &kernelSet{typ: s.Type, comment: s.Comment}
+			ks := &kernelSet{typ: s.Type, interval: s.Interval, comment: s.Comment}
 			for _, e := range elems {
 				ks.elems = append(ks.elems, e.Key)
 			}

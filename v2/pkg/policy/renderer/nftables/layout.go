@@ -41,6 +41,14 @@ import (
 // packet's source with its destination); postrouting then sees the NAT
 // loopback as its source, which the ingress rules always permit.
 //
+// Before anything else, forward drops what comes out of a local pod's
+// interface (its name starts with Config.PodIfPrefix) with a source that no
+// local pod may use: neither a pod's address nor inside a pod's allowed
+// source prefixes (sets src4 and src6). The egress maps are keyed by the
+// source, so a forged one would find no group and pass unfiltered; traffic
+// forwarded from elsewhere, and the node's own, are not the pods' and are
+// left as they are. The drops are counted (counter unknown-source).
+//
 // Traffic of established and related connections is accepted first, and
 // the node's own traffic to its pods (the kubelet's probes) and IPv6
 // neighbour discovery always pass. Traffic from a pod to its own node (the
@@ -59,6 +67,14 @@ const (
 	// over the whole table, so that a flood cannot fill the kernel log.
 	logRate = "10/second burst 20 packets"
 )
+
+// srcSets are the interval sets of the sources local pods may send from,
+// by family: their addresses and allowed source prefixes.
+var srcSets = [2]string{"src4", "src6"}
+
+// counterUnknownSource counts the packets of local pods' interfaces with a
+// source not in srcSets.
+const counterUnknownSource = "unknown-source"
 
 // selfSets are the sets of egress-isolated addresses that reach
 // themselves, by family.
@@ -241,9 +257,14 @@ func portsString(p renderer.PortRange) string {
 	return strconv.Itoa(int(p.First)) + "-" + strconv.Itoa(int(p.Last))
 }
 
-// baseRules are the rules of the two base chains.
-func baseRules() map[string][]string {
-	fwd := []string{"ct state established,related accept"}
+// baseRules are the rules of the two base chains, for pods' interfaces
+// named podIfPrefix and more.
+func baseRules(podIfPrefix string) map[string][]string {
+	var fwd []string
+	for f := range 2 {
+		fwd = append(fwd, fmt.Sprintf("iifname %q %s saddr != @%s counter name %q drop", podIfPrefix+"*", ipOf(f), srcSets[f], counterUnknownSource))
+	}
+	fwd = append(fwd, "ct state established,related accept")
 	for f := range 2 {
 		fwd = append(fwd, fmt.Sprintf("%s saddr . %s daddr @%s accept", ipOf(f), ipOf(f), selfSets[f]))
 	}

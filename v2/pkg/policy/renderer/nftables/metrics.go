@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 	"github.com/vcoil/vcoil/v2/pkg/rendermetrics"
 )
 
@@ -28,7 +29,7 @@ var (
 		"Rules the policy configurator generated for this node's pods (both directions, all pods), as the nftables renderer last received them.",
 		nil, nil)
 	descDenied = prometheus.NewDesc("vcoil_policy_denied_packets_total",
-		"Packets the nftables policy table denied, by group and direction (the group's pods: kubectl vcoil / docs/policy.md).",
+		"Packets the nftables policy table denied, by group and direction (the group's pods: kubectl vcoil / docs/policy.md); group unknown-source: out of local pods' interfaces with a source no local pod may use.",
 		[]string{"group", "direction"}, nil)
 )
 
@@ -96,6 +97,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
+	dirs[counterUnknownSource] = renderer.Egress.String()
 	for _, c := range counters {
 		if dir, ok := dirs[c.Name]; ok {
 			ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(c.Packets), c.Name, dir)

@@ -18,10 +18,11 @@ func (r *Renderer) planTxn(affected map[netip.Addr]bool, full bool, read *adopti
 		affected = r.allAddresses()
 	}
 	p := r.plan(affected)
+	p.srcs = r.sources()
 	if full {
 		// The base is written when the table was just listed and is
 		// missing, replaced, or not of this vcoild's layout.
-		p.base = read != nil && (read.table == nil || read.purge || !baseMatches(read.table))
+		p.base = read != nil && (read.table == nil || read.purge || !baseMatches(read.table, r.cfg.PodIfPrefix))
 		p.newTable = read != nil && read.table == nil
 		p.purge = read != nil && read.purge
 		p.deleteUnused(r)
@@ -42,6 +43,7 @@ type plan struct {
 	deleted []*group
 	idled   []*group       // groups the plan leaves without addresses
 	refs    map[*group]int // refs after the plan
+	srcs    [2][]interval  // the source sets after the plan
 }
 
 type groupChange struct {
@@ -219,6 +221,7 @@ func sortedGroups(m map[*group][]int) []*group {
 
 // commit makes the mirror what the kernel holds after the plan.
 func (p *plan) commit(r *Renderer) {
+	r.srcs = p.srcs
 	for _, g := range p.created {
 		r.groups[g.name] = g
 		r.byKey[g.key] = g

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -21,6 +22,10 @@ type Config struct {
 	// Table is the inet table the renderer owns (constants.PolicyTable
 	// when empty).
 	Table string
+	// PodIfPrefix starts the name of the node-side interface of every
+	// local pod (the Linux dataplane's HostIfPrefix): what comes out of one
+	// with a source no local pod may use is dropped. Required.
+	PodIfPrefix string
 	// LogDrops logs denied packets to the kernel log, at most ten a second
 	// over the table (off by default: the counters are always there).
 	LogDrops bool
@@ -51,6 +56,8 @@ type Renderer struct {
 	groups map[string]*group // by chain name
 	byKey  map[string]*group
 	elems  [2]map[netip.Addr]*group
+	// srcs are the elements of the source sets (srcSets), by family.
+	srcs   [2][]interval
 	nextID int
 	txns   uint64 // transactions planned, the clock of idle groups
 
@@ -61,7 +68,8 @@ type Renderer struct {
 type podWant struct {
 	rules    int // the length of both rule lists, for the metrics
 	ips      []netip.Addr
-	contents [2]*content // by renderer.Direction; nil: not restricted
+	sources  []netip.Prefix // the allowed source prefixes besides ips
+	contents [2]*content    // by renderer.Direction; nil: not restricted
 	keys     [2]string
 	// lists and lens identify the rule lists the contents were made from.
 	lists [2]*renderer.Rule
@@ -106,6 +114,10 @@ func New(cfg Config) (*Renderer, error) {
 // withKernel is a Renderer of table cfg.Table through k (a Fake's in
 // tests); it closes k when it fails.
 func withKernel(cfg Config, k *kernel) (*Renderer, error) {
+	if cfg.PodIfPrefix == "" {
+		k.close()
+		return nil, errors.New("the nftables policy renderer needs the prefix of the pods' interface names")
+	}
 	r := &Renderer{
 		cfg: cfg, log: cfg.Log, k: k,
 		pods: map[renderer.PodID]*podWant{}, owners: map[netip.Addr]renderer.PodID{},
@@ -127,6 +139,7 @@ func (r *Renderer) resetMirror() {
 	r.groups = map[string]*group{}
 	r.byKey = map[string]*group{}
 	r.elems = [2]map[netip.Addr]*group{{}, {}}
+	r.srcs = [2][]interval{}
 	r.nextID = 0
 }
 
@@ -248,7 +261,7 @@ func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 		if pr.Removed || len(pr.IPs) == 0 {
 			continue
 		}
-		w := &podWant{rules: len(pr.Ingress) + len(pr.Egress)}
+		w := &podWant{rules: len(pr.Ingress) + len(pr.Egress), sources: pr.SourcePrefixes}
 		for _, a := range pr.IPs {
 			a = a.Unmap()
 			w.ips = append(w.ips, a)
@@ -287,6 +300,26 @@ func (r *Renderer) allAddresses() map[netip.Addr]bool {
 		}
 	}
 	return all
+}
+
+// sources are the elements the source sets (srcSets) should hold, by
+// family: every local pod's addresses and allowed source prefixes.
+func (r *Renderer) sources() [2][]interval {
+	var out [2][]interval
+	for _, w := range r.pods {
+		for _, a := range w.ips {
+			out[familyOf(a)] = append(out[familyOf(a)], interval{a, a})
+		}
+		for _, p := range w.sources {
+			if p.IsValid() {
+				out[familyOf(p.Addr())] = append(out[familyOf(p.Addr())], prefixInterval(p))
+			}
+		}
+	}
+	for f := range out {
+		out[f] = normalize(out[f])
+	}
+	return out
 }
 
 // desired is the content address a should have in direction d.

@@ -46,7 +46,7 @@ func list(rules ...renderer.Rule) []renderer.Rule {
 
 func newRenderer(t *testing.T, n *netnstest.NS) *Renderer {
 	t.Helper()
-	r, err := New(Config{Netns: n.Path(), Log: testr.New(t)})
+	r, err := New(Config{Netns: n.Path(), PodIfPrefix: "vcoil", Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +80,15 @@ func TestPodsWithEqualRulesShareAGroupAndARestartChangesNothing(t *testing.T) {
 			t.Errorf("the table lacks %q", want)
 		}
 	}
-	if strings.Contains(listing, "10.0.0.3") {
-		t.Errorf("pod c has no policy but is in the table")
+	// Pod c's address is one of the sources pods may send from, and in no
+	// dispatch map.
+	for _, m := range []string{"in4", "eg4"} {
+		if strings.Contains(n.Exec("nft", "list", "map", "inet", "vcoil-policy", m), "10.0.0.3") {
+			t.Errorf("pod c has no policy but is in map %s", m)
+		}
+	}
+	if src := n.Exec("nft", "list", "set", "inet", "vcoil-policy", "src4"); !strings.Contains(src, "10.0.0.1-10.0.0.3") {
+		t.Errorf("the sources of the pods are not 10.0.0.1-10.0.0.3:\n%s", src)
 	}
 
 	// A new renderer (a restarted vcoild) adopts the table: the same state

@@ -80,6 +80,15 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 				// over an adopted table of an earlier layout.
 				tx.Flush(set)
 			}
+			for f, name := range srcSets {
+				set := &knftables.Set{Name: name, Type: addrType(f), Flags: []knftables.SetFlag{knftables.IntervalFlag},
+					Comment: knftables.PtrTo("the sources local pods may send from")}
+				tx.Add(set)
+				// Refilled below: an adopted table's may be of another layout.
+				tx.Flush(set)
+			}
+			tx.Add(&knftables.Counter{Name: counterUnknownSource,
+				Comment: knftables.PtrTo("packets from local pods' interfaces with a source no local pod may use")})
 			for _, c := range []struct {
 				name string
 				hook knftables.BaseChainHook
@@ -91,7 +100,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 				ch := &knftables.Chain{Name: c.name, Type: knftables.PtrTo(knftables.FilterType), Hook: &c.hook, Priority: &c.prio}
 				tx.Add(ch)
 				tx.Flush(ch)
-				for _, rule := range baseRules()[c.name] {
+				for _, rule := range baseRules(r.cfg.PodIfPrefix)[c.name] {
 					tx.Add(&knftables.Rule{Chain: c.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
 				}
 			}
@@ -151,10 +160,23 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 			selfAdds[familyOf(a)] = append(selfAdds[familyOf(a)], selfElem(a))
 		}
 	}
+	// A pod leaving takes its sources with it after its map elements, a
+	// pod coming brings them before (below); the one netlink batch or nft
+	// transaction makes the order moot, and the steps keep it anyway.
+	var srcHave, srcWant [2][]string
+	for f := range p.srcs {
+		if !p.base {
+			srcHave[f] = intervalElems(r.srcs[f])
+		}
+		srcWant[f] = intervalElems(p.srcs[f])
+	}
 	for d := range dels {
 		for f := range dels[d] {
 			elements("delete", dirMaps[d][f], dels[d][f])
 		}
+	}
+	for f := range srcSets {
+		elements("delete", srcSets[f], minus(srcHave[f], srcWant[f]))
 	}
 	for f := range selfDels {
 		elements("delete", selfSets[f], selfDels[f])
@@ -170,6 +192,9 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 		for _, set := range sortedKeys(want) {
 			elements("add", set, minus(want[set], have[set]))
 		}
+	}
+	for f := range srcSets {
+		elements("add", srcSets[f], minus(srcWant[f], srcHave[f]))
 	}
 	for f := range selfAdds {
 		elements("add", selfSets[f], selfAdds[f])

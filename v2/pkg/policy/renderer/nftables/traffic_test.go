@@ -97,7 +97,7 @@ func newTrafficLab(t *testing.T) *trafficLab {
 	}
 
 	l.reg = prometheus.NewRegistry()
-	r, err := New(Config{Netns: l.node.Path(), Registry: l.reg, Log: testr.New(t)})
+	r, err := New(Config{Netns: l.node.Path(), PodIfPrefix: podIfPrefix, Registry: l.reg, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
