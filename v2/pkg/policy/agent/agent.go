@@ -335,8 +335,9 @@ func CacheOptions() map[client.Object]ctrlcache.ByObject {
 
 // TrimPod is the cache transform of Pods: it keeps what the policy
 // processor reads (labels, node, host network, named ports, phase,
-// addresses) and the annotations naming Egresses (vcoild's egress side
-// shares this cache), a small part of a pod's size.
+// addresses), the annotations naming Egresses (vcoild's egress side
+// shares this cache) and the pod's allowed source prefixes (which the
+// renderers let the pod send from), a small part of a pod's size.
 func TrimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -348,7 +349,7 @@ func TrimPod(obj any) (any, error) {
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, Labels: pod.Labels,
 			DeletionTimestamp: pod.DeletionTimestamp,
-			Annotations:       egressAnnotations(pod.Annotations),
+			Annotations:       keptAnnotations(pod.Annotations),
 		},
 		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName, HostNetwork: pod.Spec.HostNetwork},
 		Status: corev1.PodStatus{
@@ -368,12 +369,12 @@ func TrimPod(obj any) (any, error) {
 	return t, nil
 }
 
-// egressAnnotations are the annotations egress.vcoil.io/<namespace> of a
-// pod, or nil.
-func egressAnnotations(in map[string]string) map[string]string {
+// keptAnnotations are the annotations egress.vcoil.io/<namespace> and
+// the allowed source prefixes of a pod, or nil.
+func keptAnnotations(in map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if strings.HasPrefix(k, vcoilv2.AnnotationEgressPrefix) {
+		if strings.HasPrefix(k, vcoilv2.AnnotationEgressPrefix) || k == vcoilv2.AnnotationAllowedSourcePrefixes {
 			if out == nil {
 				out = map[string]string{}
 			}

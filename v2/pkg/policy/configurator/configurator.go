@@ -103,7 +103,7 @@ func (c *Configurator) Register(name string, r renderer.Renderer) {
 // Rules returns the renderer's view of one pod: GenerateRules for both
 // directions, plus the permits no policy can take away.
 func (c *Configurator) Rules(p *Pod) renderer.PodRules {
-	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs, Removed: p.Removed}
+	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs, SourcePrefixes: p.SourcePrefixes, Removed: p.Removed}
 	if p.Removed {
 		return pr
 	}
@@ -120,7 +120,7 @@ func (c *Configurator) rules(p *Pod) renderer.PodRules {
 		return renderer.PodRules{Pod: p.ID, IPs: p.IPs, Removed: true}
 	}
 	prev := c.last[p.ID]
-	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs}
+	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs, SourcePrefixes: p.SourcePrefixes}
 	pr.Ingress = generateRules(renderer.Ingress, p.Policies, c.ingressPeers, prev.Ingress)
 	pr.Egress = generateRules(renderer.Egress, p.Policies, c.egressPeers, prev.Egress)
 	c.last[p.ID] = pr

@@ -20,6 +20,9 @@ type Pod struct {
 	// IPs are the pod's addresses, at most one per family. A pod without an
 	// address is never configured (the processor postpones it).
 	IPs []netip.Addr
+	// SourcePrefixes are the prefixes the pod may send from besides IPs
+	// (renderer.PodRules.SourcePrefixes).
+	SourcePrefixes []netip.Prefix
 	// Removed is set when the pod left this node or was deleted.
 	Removed bool
 	// Policies are the policies selecting the pod. None means the pod is not

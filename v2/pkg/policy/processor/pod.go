@@ -4,9 +4,11 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -21,6 +23,9 @@ type podInfo struct {
 	ips []netip.Addr
 	// ports are the pod's named container ports.
 	ports map[string]namedPortValue
+	// sources are the prefixes the pod may send from besides ips (its
+	// allowed-source-prefixes annotation, which admission checked).
+	sources []netip.Prefix
 }
 
 type namedPortValue struct {
@@ -84,7 +89,28 @@ func newPodInfo(pod *corev1.Pod) *podInfo {
 	}
 	addPorts(pod.Spec.Containers, false)
 	addPorts(pod.Spec.InitContainers, true)
+	i.sources = sourcePrefixes(pod.Annotations[vcoilv2.AnnotationAllowedSourcePrefixes])
 	return i
+}
+
+// sourcePrefixes reads an allowed-source-prefixes annotation: its valid
+// prefixes, masked and unmapped; admission refused the pod with any other.
+func sourcePrefixes(v string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			continue
+		}
+		if a := p.Addr(); a.Is4In6() {
+			if p.Bits() < 96 {
+				continue
+			}
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out
 }
 
 // sameForPolicies reports whether a and b (either may be nil) look the same
@@ -94,7 +120,7 @@ func sameForPolicies(a, b *podInfo) bool {
 		return a == b
 	}
 	return a.node == b.node && slices.Equal(a.ips, b.ips) && maps.Equal(a.labels, b.labels) &&
-		maps.Equal(a.ports, b.ports)
+		maps.Equal(a.ports, b.ports) && slices.Equal(a.sources, b.sources)
 }
 
 func protocolOf(p corev1.Protocol) (renderer.Protocol, bool) {

@@ -250,7 +250,7 @@ func (p *Processor) configure(ctx context.Context, affected map[renderer.PodID]s
 			}
 			continue
 		}
-		txn.Pods = append(txn.Pods, configurator.Pod{ID: id, IPs: i.ips, Policies: p.policiesFor(i)})
+		txn.Pods = append(txn.Pods, configurator.Pod{ID: id, IPs: i.ips, SourcePrefixes: i.sources, Policies: p.policiesFor(i)})
 		p.configured[id] = i.ips
 	}
 	if len(txn.Pods) == 0 && !resync {

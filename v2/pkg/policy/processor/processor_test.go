@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
@@ -277,5 +278,26 @@ func TestNamedPortsAreResolvedOnTheDestinationPod(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("egress matches:\n%q\nwant\n%q\n(web-b's dns is excepted, tcp-dns has the name on another protocol)", got, want)
+	}
+}
+
+// TestAPodsAllowedSourcePrefixesReachTheRenderers: the prefixes a pod may
+// send from besides its address (its annotation) are part of its
+// configuration, so that a renderer checking sources lets them pass.
+func TestAPodsAllowedSourcePrefixesReachTheRenderers(t *testing.T) {
+	c := pcache.New()
+	r := &recordingConfigurator{}
+	c.Watch(processor.New("node-a", c, r, logr.Discard()))
+	router := pod("prod", "router", "node-a", "10.0.0.9", nil)
+	router.Annotations = map[string]string{vcoilv2.AnnotationAllowedSourcePrefixes: "198.51.100.0/24, 2001:db8:5::/48,not-a-prefix"}
+	if err := c.Replace(t.Context(), []*corev1.Pod{router}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.txns) != 1 || len(r.txns[0].Pods) != 1 {
+		t.Fatalf("want one transaction with the router, got %+v", r.txns)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:5::/48")}
+	if got := r.txns[0].Pods[0].SourcePrefixes; !slices.Equal(got, want) {
+		t.Fatalf("the router's source prefixes are %v, want %v", got, want)
 	}
 }
