@@ -229,6 +229,11 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
+	// Every flag is checked: before any part starts (and cleans up), state
+	// of a newer format holds them all.
+	if newer := f.newerState(ctx); newer != nil {
+		return f.hold(ctx, cfg, scheme, newer)
+	}
 	services, err := f.serviceProxyOn(ctx, cfg, scheme)
 	if err != nil {
 		return err
@@ -239,6 +244,15 @@ func run(ctx context.Context, f flags) error {
 	}
 	if err := proxy.CleanUp(ctx, serviceOpts, services); err != nil {
 		return err
+	}
+	// Checkpoint files that cannot be decoded are set aside before the
+	// agents read the checkpoint; the daemon holds their addresses.
+	aside, err := daemon.SetAsideCorrupt(f.stateDir)
+	if err != nil {
+		return err
+	}
+	if len(aside) > 0 {
+		ctrl.Log.WithName("setup").Info("set aside checkpoint files that cannot be decoded", "files", aside)
 	}
 	parts, err := f.setupParts(ctx, mgr, services, serviceOpts, vppDP)
 	if err != nil {

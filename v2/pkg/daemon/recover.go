@@ -19,6 +19,9 @@ type RecoveryReport struct {
 	// Stale entries whose block is not the node's (kept for a DEL), and
 	// dataplane objects torn down because no address of the node backs them.
 	Stale, TornDown int
+	// Held checkpoint files that cannot be decoded, whose addresses are kept
+	// out of use until their pods are gone.
+	Held int
 }
 
 // Recover rebuilds the allocations at start, before the gRPC server serves:
@@ -32,7 +35,7 @@ type RecoveryReport struct {
 // like one without an entry, to be adopted over the file or torn down.
 func (s *Server) Recover(ctx context.Context) (RecoveryReport, error) {
 	var rep RecoveryReport
-	entries, loadErr := s.store.Load()
+	entries, bad, loadErr := s.store.LoadAll()
 	if errors.Is(loadErr, formatversion.ErrNewer) {
 		return rep, fmt.Errorf("recover the allocations of checkpoint %s: %w", s.store.Dir(), loadErr)
 	}
@@ -41,6 +44,10 @@ func (s *Server) Recover(ctx context.Context) (RecoveryReport, error) {
 		// unallocated; the dataplane pass below can still adopt the pods.
 		s.log.Error(loadErr, "some checkpoint entries cannot be read")
 	}
+	// Files that cannot be decoded are set aside (corrupt.go); what they
+	// still tell is held once the dataplane's pods are adopted.
+	aside := s.recoverCorrupt(bad)
+	resolved := make([]bool, len(aside))
 	have := map[string]bool{}
 	for _, e := range entries {
 		have[key(e.ContainerID, e.IfName)] = true
@@ -66,6 +73,12 @@ func (s *Server) Recover(ctx context.Context) (RecoveryReport, error) {
 		if have[key(p.ContainerID, p.IfName)] {
 			continue
 		}
+		var matches []int
+		for i, ce := range aside {
+			if !resolved[i] && asideMatches(ce, p) {
+				matches = append(matches, i)
+			}
+		}
 		if e, ok := s.adopt(p, pools); ok {
 			if err := s.store.Save(e); err != nil {
 				errs = append(errs, err)
@@ -74,6 +87,14 @@ func (s *Server) Recover(ctx context.Context) (RecoveryReport, error) {
 			rep.Adopted++
 			s.log.Info("adopted a pod the dataplane holds without a checkpoint entry", "containerID", p.ContainerID, "ifname", p.IfName,
 				"ipv4", addrString(e.IPv4), "ipv6", addrString(e.IPv6))
+			for _, i := range matches {
+				resolved[i] = true
+				s.resolveAside(aside[i], e)
+			}
+			continue
+		}
+		if len(matches) > 0 {
+			// Its file is set aside: the pod stays wired until its DEL.
 			continue
 		}
 		if err := s.dp.TeardownPod(ctx, p); err != nil {
@@ -82,6 +103,12 @@ func (s *Server) Recover(ctx context.Context) (RecoveryReport, error) {
 		}
 		rep.TornDown++
 		s.log.Info("tore down a dataplane pod no address of the node backs", "containerID", p.ContainerID, "ifname", p.IfName)
+	}
+	for i, ce := range aside {
+		if !resolved[i] {
+			s.hold(ce)
+			rep.Held++
+		}
 	}
 	return rep, errors.Join(errs...)
 }

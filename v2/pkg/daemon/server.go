@@ -25,6 +25,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/ipam"
+	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
 
@@ -78,6 +79,11 @@ type Server struct {
 	pods       client.Reader
 	keys       *keyLock
 	now        func() time.Time
+	// events records on the Node what concerns no single live pod: the
+	// checkpoint files that cannot be decoded (nil: none).
+	events *nodeevents.Recorder
+	// held are the checkpoint files set aside and what is held for them.
+	held heldFiles
 }
 
 // Config wires a Server.
@@ -100,6 +106,9 @@ type Config struct {
 	// manager's API reader: vcoild caches pods only for the policies).
 	Recorder events.EventRecorder
 	Pods     client.Reader
+	// NodeEvents, when set, records Events on the Node (checkpoint files
+	// that cannot be decoded).
+	NodeEvents *nodeevents.Recorder
 }
 
 // NewServer returns the CNI service.
@@ -108,7 +117,8 @@ func NewServer(cfg Config) *Server {
 		ipam: cfg.IPAM, dp: cfg.Dataplane, store: cfg.Store, namespaces: cfg.Namespaces, policies: cfg.Policies, egress: cfg.Egress,
 		nodeName: cfg.NodeName, metrics: cfg.Metrics, log: cfg.Log,
 		recorder: cfg.Recorder, pods: cfg.Pods,
-		keys: newKeyLock(), now: time.Now,
+		keys: newKeyLock(), now: time.Now, events: cfg.NodeEvents,
+		held: heldFiles{byPath: map[string]*heldFile{}},
 	}
 }
 
@@ -248,6 +258,11 @@ func (s *Server) Del(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Empty
 	unlock := s.keys.lock(key(args.ContainerId, args.Ifname))
 	defer unlock()
 	entry, found, err := s.store.Get(args.ContainerId, args.Ifname)
+	if ce := (*checkpoint.CorruptError)(nil); errors.As(err, &ce) {
+		// No vcoild can read it: failing would fail every DEL of the pod.
+		s.corruptAtDel(ce, args.ContainerId, args.Ifname)
+		err = nil
+	}
 	if err != nil {
 		return nil, cniError(cnirpc.ErrorCode_IO_FAILURE, "", "read checkpoint of %s: %v", key(args.ContainerId, args.Ifname), err)
 	}
@@ -258,6 +273,9 @@ func (s *Server) Del(ctx context.Context, args *cnirpc.CNIArgs) (_ *cnirpc.Empty
 	}
 	if err := s.release(ctx, entry, found, args.Netns); err != nil {
 		return nil, err
+	}
+	for _, h := range s.heldFor(args.ContainerId, args.Ifname, args.Netns) {
+		s.releaseHeld(ctx, h)
 	}
 	return &cnirpc.Empty{}, nil
 }

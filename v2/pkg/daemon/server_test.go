@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/nodeevents"
 	"github.com/vcoil/vcoil/v2/pkg/nodeipam"
 )
 
@@ -142,6 +144,8 @@ type node struct {
 	dp       *fakeDataplane
 	registry *prometheus.Registry
 	netns    string
+	// events are the node Events the server recorded.
+	events *events.FakeRecorder
 }
 
 func startNode(t *testing.T, name, stateDir string, dp *fakeDataplane) *node {
@@ -169,8 +173,9 @@ func startNode(t *testing.T, name, stateDir string, dp *fakeDataplane) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec := events.NewFakeRecorder(1000)
 	srv := NewServer(Config{IPAM: im, Dataplane: dp, Store: store, Namespaces: mgr.GetClient(), NodeName: name, Metrics: metrics, Log: testr.New(t),
-		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader()})
+		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(), NodeEvents: nodeevents.New(rec, name)})
 	if err := im.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +192,7 @@ func startNode(t *testing.T, name, stateDir string, dp *fakeDataplane) *node {
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &node{srv: srv, ipam: im, dp: dp, registry: reg, netns: netns}
+	return &node{srv: srv, ipam: im, dp: dp, registry: reg, netns: netns, events: rec}
 }
 
 func ensureNode(t *testing.T, name string) {

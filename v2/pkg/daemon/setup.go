@@ -91,14 +91,15 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	nodeEvents := nodeevents.New(mgr.GetEventRecorder("vcoild"), opts.NodeName)
 	srv := NewServer(Config{
 		IPAM: im, Dataplane: opts.Dataplane, Store: store, Namespaces: mgr.GetClient(),
 		NodeName: opts.NodeName, Metrics: metrics, Log: log.WithName("cni"),
 		Policies: opts.Policies, Egress: opts.Egress,
-		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(), NodeEvents: nodeEvents,
 	})
 	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{}),
-		events: nodeevents.New(mgr.GetEventRecorder("vcoild"), opts.NodeName)}
+		events: nodeEvents}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}
 	if err := mgr.Add(d.Listener); err != nil {
 		return nil, err
@@ -151,7 +152,7 @@ func (d *Daemon) start(ctx context.Context) error {
 		// for the operator, and GC or DEL will clean up.
 		d.log.Error(err, "recovery was incomplete")
 	}
-	d.log.Info("recovered allocations", "restored", rep.Restored, "adopted", rep.Adopted, "stale", rep.Stale, "tornDown", rep.TornDown)
+	d.log.Info("recovered allocations", "restored", rep.Restored, "adopted", rep.Adopted, "stale", rep.Stale, "tornDown", rep.TornDown, "held", rep.Held)
 	if err := d.IPAM.ReleaseUnused(ctx); err != nil {
 		d.log.Error(err, "cannot release unused blocks; they are tried again at the next start")
 	}
