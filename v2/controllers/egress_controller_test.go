@@ -201,7 +201,7 @@ func TestEgressGetsItsRouterDeploymentServiceBudgetAndRights(t *testing.T) {
 	pod := tpl.Spec
 	if pod.ServiceAccountName != "vcoil-egress" || pod.PriorityClassName != "egress-critical" || pod.HostNetwork ||
 		pod.NodeSelector["example.com/egress"] != "true" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "egress" ||
-		len(pod.Volumes) != 1 || pod.Volumes[0].Name != "cfg" {
+		len(pod.Volumes) != 2 || pod.Volumes[0].Name != "cfg" || pod.Volumes[1].Name != "vcoil-egress-token" {
 		t.Errorf("pod spec: service account %q, priority class %q, host network %v, node selector %v, tolerations %+v, volumes %+v",
 			pod.ServiceAccountName, pod.PriorityClassName, pod.HostNetwork, pod.NodeSelector, pod.Tolerations, pod.Volumes)
 	}
@@ -242,7 +242,8 @@ func TestEgressGetsItsRouterDeploymentServiceBudgetAndRights(t *testing.T) {
 	if q := c.Resources.Limits[corev1.ResourceCPU]; q.String() != "100m" {
 		t.Errorf("router resources %+v, want the template's cpu limit", c.Resources)
 	}
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/cfg" {
+	if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != "/cfg" ||
+		!equality.Semantic.DeepEqual(c.VolumeMounts[1], corev1.VolumeMount{Name: "vcoil-egress-token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}) {
 		t.Errorf("router volume mounts %+v", c.VolumeMounts)
 	}
 
@@ -589,5 +590,83 @@ func TestEgressLeavesAForeignServiceAloneAndSaysSo(t *testing.T) {
 	}
 	if len(got.OwnerReferences) != 0 || got.Spec.Selector["app"] != "web" || len(got.Spec.Ports) != 1 {
 		t.Errorf("the foreign Service was changed: %+v", got)
+	}
+}
+
+// The routers' token reads every pod of the cluster: of a router pod's
+// containers only egress gets it, whatever the template asks.
+func TestEgressTokenIsTheRouterContainersOnly(t *testing.T) {
+	startEgressController(t)
+	ns := testNamespace(t)
+	tokenVolume := corev1.Volume{Name: "my-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}},
+	}}}
+	eg := egressObject(ns, "sidecars", "203.0.113.0/24")
+	eg.Spec.Template = &vcoilv2.EgressPodTemplate{Spec: corev1.PodSpec{
+		AutomountServiceAccountToken: ptr.To(true),
+		ShareProcessNamespace:        ptr.To(true),
+		Volumes: []corev1.Volume{
+			tokenVolume,
+			{Name: "vcoil-egress-token", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "cfg", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+		InitContainers: []corev1.Container{{
+			Name: "init", Image: "registry.example/init:1",
+			VolumeMounts: []corev1.VolumeMount{{Name: "my-token", MountPath: "/token"}, {Name: "cfg", MountPath: "/cfg"}},
+		}},
+		Containers: []corev1.Container{
+			{
+				Name: vcoilv2.EgressContainer,
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "cfg", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"},
+					{Name: "cfg", MountPath: "/cfg"},
+				},
+			},
+			{
+				Name: "sidecar", Image: "registry.example/sidecar:1",
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "my-token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"},
+					{Name: "vcoil-egress-token", MountPath: "/stolen"},
+					{Name: "cfg", MountPath: "/cfg"},
+				},
+			},
+		},
+	}}
+	createEgress(t, eg)
+
+	dep := waitFor(t, client.ObjectKeyFromObject(eg), &appsv1.Deployment{}, func(*appsv1.Deployment) error { return nil })
+	pod := dep.Spec.Template.Spec
+	if !equality.Semantic.DeepEqual(pod.AutomountServiceAccountToken, ptr.To(false)) || pod.ShareProcessNamespace != nil {
+		t.Errorf("pod: automountServiceAccountToken %v, shareProcessNamespace %v; want false and unset",
+			ptr.Deref(pod.AutomountServiceAccountToken, true), pod.ShareProcessNamespace)
+	}
+	var names []string
+	for _, v := range pod.Volumes {
+		names = append(names, v.Name)
+	}
+	if !slices.Equal(names, []string{"cfg", "vcoil-egress-token"}) {
+		t.Fatalf("volumes %v, want the template's cfg and vcoil's token (the template's token volumes dropped)", names)
+	}
+	token := pod.Volumes[1].Projected
+	if token == nil || len(token.Sources) != 3 || token.Sources[0].ServiceAccountToken == nil ||
+		token.Sources[1].ConfigMap == nil || token.Sources[1].ConfigMap.Name != "kube-root-ca.crt" ||
+		token.Sources[2].DownwardAPI == nil || token.Sources[2].DownwardAPI.Items[0].Path != "namespace" {
+		t.Errorf("token volume %+v, want a token, the cluster's CA and the namespace, as client-go reads them", pod.Volumes[1])
+	}
+	mounts := func(c corev1.Container) []string {
+		var out []string
+		for _, m := range c.VolumeMounts {
+			out = append(out, m.Name+":"+m.MountPath)
+		}
+		return out
+	}
+	if got, want := mounts(pod.Containers[0]), []string{"cfg:/cfg", "vcoil-egress-token:/var/run/secrets/kubernetes.io/serviceaccount"}; pod.Containers[0].Name != "egress" || !slices.Equal(got, want) {
+		t.Errorf("%s mounts %v, want %v", pod.Containers[0].Name, got, want)
+	}
+	if got, want := mounts(pod.Containers[1]), []string{"cfg:/cfg"}; pod.Containers[1].Name != "sidecar" || !slices.Equal(got, want) {
+		t.Errorf("%s mounts %v, want %v", pod.Containers[1].Name, got, want)
+	}
+	if got, want := mounts(pod.InitContainers[0]), []string{"cfg:/cfg"}; !slices.Equal(got, want) {
+		t.Errorf("init container mounts %v, want %v", got, want)
 	}
 }

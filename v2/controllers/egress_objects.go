@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,15 @@ const (
 	// egressDefaultContainerAnnotation makes kubectl logs and exec pick the
 	// router container when a user's template adds others.
 	egressDefaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
+	// egressTokenVolume is the router's ServiceAccount token, mounted into
+	// the egress container only.
+	egressTokenVolume = "vcoil-egress-token"
+	// serviceAccountMountPath is where client-go's in-cluster configuration
+	// reads the token, the CA and the namespace.
+	serviceAccountMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// egressTokenSeconds is the token's lifetime; the kubelet renews it
+	// before it ends and client-go rereads the file.
+	egressTokenSeconds = 3607
 )
 
 // The environment of the router container (read by vcoil-egress).
@@ -123,23 +133,52 @@ func egressStrategy(s *appsv1.DeploymentStrategy) appsv1.DeploymentStrategy {
 
 // egressPodSpec merges vcoil's router pod into the user's pod spec: the
 // pod-level fields the user sets (node selection, tolerations, affinity,
-// priority, spread constraints, volumes, ...) are kept; the ServiceAccount
-// and the host network are vcoil's; the "egress" container is vcoil's with
-// the user's resources, extra environment and volume mounts; the user's
-// other containers follow it.
+// priority, spread constraints, volumes, ...) are kept; the ServiceAccount,
+// its token and the host network are vcoil's; the "egress" container is
+// vcoil's with the user's resources, extra environment and volume mounts;
+// the user's other containers follow it.
+//
+// The router's token reads every pod of the cluster: only the egress
+// container gets it. The pod does not mount the ServiceAccount's token
+// (automountServiceAccountToken false): a volume of vcoil's projects it,
+// mounted into the egress container alone at the path client-go reads. The
+// user's volumes that project a ServiceAccount token are dropped (with
+// their mounts), and the containers never share their process namespace,
+// through which the token could be read under /proc.
 func egressPodSpec(eg *vcoilv2.Egress, image string, user corev1.PodSpec) corev1.PodSpec {
 	spec := user
 	spec.ServiceAccountName = constants.EgressServiceAccount
 	spec.DeprecatedServiceAccount = ""
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	spec.ShareProcessNamespace = nil
 	// A router rewrites sysctls and nftables of its network namespace: in
 	// the node's namespace that would reconfigure the node.
 	spec.HostNetwork = false
+
+	tokenVolumes := map[string]bool{egressTokenVolume: true}
+	spec.Volumes = nil
+	for _, v := range user.Volumes {
+		if projectsToken(v) || v.Name == egressTokenVolume {
+			tokenVolumes[v.Name] = true
+			continue
+		}
+		spec.Volumes = append(spec.Volumes, v)
+	}
+	spec.Volumes = append(spec.Volumes, egressTokenVolumeSource())
+	withoutToken := func(c corev1.Container) corev1.Container {
+		c.VolumeMounts = slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool { return tokenVolumes[m.Name] })
+		return c
+	}
+	spec.InitContainers = nil
+	for _, c := range user.InitContainers {
+		spec.InitContainers = append(spec.InitContainers, withoutToken(c))
+	}
 
 	router := egressContainer(eg, image)
 	containers := []corev1.Container{router}
 	for _, c := range user.Containers {
 		if c.Name != vcoilv2.EgressContainer {
-			containers = append(containers, c)
+			containers = append(containers, withoutToken(c))
 			continue
 		}
 		r := &containers[0]
@@ -155,10 +194,52 @@ func egressPodSpec(eg *vcoilv2.Egress, image string, user corev1.PodSpec) corev1
 			}
 		}
 		r.EnvFrom = c.EnvFrom
-		r.VolumeMounts = c.VolumeMounts
+		// The token's path is vcoil's.
+		r.VolumeMounts = slices.DeleteFunc(withoutToken(c).VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.MountPath == serviceAccountMountPath
+		})
 	}
+	containers[0].VolumeMounts = append(containers[0].VolumeMounts, corev1.VolumeMount{
+		Name: egressTokenVolume, MountPath: serviceAccountMountPath, ReadOnly: true,
+	})
 	spec.Containers = containers
 	return spec
+}
+
+// projectsToken says whether a volume holds a ServiceAccount token of the
+// pod's account.
+func projectsToken(v corev1.Volume) bool {
+	if v.Projected == nil {
+		return false
+	}
+	return slices.ContainsFunc(v.Projected.Sources, func(s corev1.VolumeProjection) bool { return s.ServiceAccountToken != nil })
+}
+
+// egressTokenVolumeSource is what the kubelet would mount for the
+// ServiceAccount (its kube-api-access volume): a bound token, the cluster's
+// CA and the namespace.
+func egressTokenVolumeSource() corev1.Volume {
+	return corev1.Volume{
+		Name: egressTokenVolume,
+		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o644),
+			Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Path: "token", ExpirationSeconds: ptr.To[int64](egressTokenSeconds),
+				}},
+				{ConfigMap: &corev1.ConfigMapProjection{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+					Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+				}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{
+					Items: []corev1.DownwardAPIVolumeFile{{
+						Path:     "namespace",
+						FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+					}},
+				}},
+			},
+		}},
+	}
 }
 
 // egressContainer is vcoil's router container.
