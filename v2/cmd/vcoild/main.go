@@ -38,6 +38,7 @@ type flags struct {
 	directRouting                         bool
 	directTable, directRulePriority       int
 	blockRequestTimeout                   time.Duration
+	podSweepInterval, podSweepGrace       time.Duration
 	vpp                                   vppFlags
 	services                              serviceFlags
 	policies                              policyFlags
@@ -108,6 +109,8 @@ func main() {
 	fs.IntVar(&f.directTable, "direct-table", routes.DefaultDirectTable, "routing table of the direct routes")
 	fs.IntVar(&f.directRulePriority, "direct-rule-priority", routes.DefaultDirectRulePriority, "priority of the rule that looks up the direct table")
 	fs.DurationVar(&f.blockRequestTimeout, "block-request-timeout", constants.BlockRequestTimeout, "how long an ADD waits for a new address block")
+	fs.DurationVar(&f.podSweepInterval, "pod-sweep-interval", daemon.DefaultSweepInterval, "how often vcoild looks for pods whose network namespace is gone without a DEL; negative turns the sweep off")
+	fs.DurationVar(&f.podSweepGrace, "pod-sweep-grace", daemon.DefaultSweepGrace, "how long a pod's network namespace must have been seen gone before the sweep releases its address")
 	fs.StringVar(&f.vpp.apiSocket, "vpp-api-socket", vpp.DefaultAPISocket, "VPP's binary API socket (VPP dataplane)")
 	fs.StringVar(&f.vpp.statsSocket, "vpp-stats-socket", "", "VPP's stats socket (startup.conf statseg { socket-name }); when set, each policy ACL's hit counters are exported as metrics")
 	fs.StringVar(&f.vpp.podInterface, "vpp-pod-interface", string(vpp.Auto), "pod interface type: tap (needs /dev/vhost-net), af_packet (a veth) or auto (tap where /dev/vhost-net exists, else af_packet)")
@@ -262,6 +265,7 @@ func run(ctx context.Context, f flags) error {
 		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
 		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
 		BlockRequestTimeout: f.blockRequestTimeout, Registry: metrics.Registry,
+		SweepInterval: f.podSweepInterval, SweepGrace: f.podSweepGrace,
 		Policies: parts.policies, Egress: parts.egress,
 	})
 	if err != nil {

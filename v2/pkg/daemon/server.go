@@ -84,6 +84,8 @@ type Server struct {
 	events *nodeevents.Recorder
 	// held are the checkpoint files set aside and what is held for them.
 	held heldFiles
+	// gone are the sweep's sightings of absent network namespaces.
+	gone goneSince
 }
 
 // Config wires a Server.
@@ -118,7 +120,7 @@ func NewServer(cfg Config) *Server {
 		nodeName: cfg.NodeName, metrics: cfg.Metrics, log: cfg.Log,
 		recorder: cfg.Recorder, pods: cfg.Pods,
 		keys: newKeyLock(), now: time.Now, events: cfg.NodeEvents,
-		held: heldFiles{byPath: map[string]*heldFile{}},
+		held: heldFiles{byPath: map[string]*heldFile{}}, gone: goneSince{first: map[string]time.Time{}},
 	}
 }
 

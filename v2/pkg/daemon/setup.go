@@ -45,6 +45,10 @@ type Options struct {
 	// Egress, when set, sets up the tunnels of the Egresses a new pod
 	// names before its ADD returns (package egress/agent).
 	Egress PodEgress
+	// SweepInterval and SweepGrace run the sweep of pods whose network
+	// namespace is gone (sweep.go); zero takes DefaultSweepInterval and
+	// DefaultSweepGrace, a negative interval turns the sweep off.
+	SweepInterval, SweepGrace time.Duration
 }
 
 // CheckpointDir is where vcoild keeps its checkpoint under its state
@@ -69,6 +73,9 @@ type Daemon struct {
 	// may the node subnet be looked for, or a restarted vcoild would ask for
 	// a second one.
 	loaded chan struct{}
+	// recovered is closed once start has recovered the allocations: the
+	// sweep reads the checkpoint only then.
+	recovered chan struct{}
 }
 
 // Setup registers vcoild's runnables, controllers and health checks with mgr:
@@ -99,13 +106,18 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(), NodeEvents: nodeEvents,
 	})
 	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{}),
-		events: nodeEvents}
+		recovered: make(chan struct{}), events: nodeEvents}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}
 	if err := mgr.Add(d.Listener); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(manager.RunnableFunc(d.keepNodeSubnet)); err != nil {
 		return nil, err
+	}
+	if opts.SweepInterval >= 0 {
+		if err := mgr.Add(manager.RunnableFunc(d.sweep)); err != nil {
+			return nil, err
+		}
 	}
 	if err := (&RouteSync{
 		Client: mgr.GetClient(), NodeName: opts.NodeName,
@@ -156,6 +168,25 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err := d.IPAM.ReleaseUnused(ctx); err != nil {
 		d.log.Error(err, "cannot release unused blocks; they are tried again at the next start")
 	}
+	close(d.recovered)
+	return nil
+}
+
+// sweep runs the sweep of vanished pods once the allocations are recovered.
+func (d *Daemon) sweep(ctx context.Context) error {
+	select {
+	case <-d.recovered:
+	case <-ctx.Done():
+		return nil
+	}
+	interval, grace := d.opts.SweepInterval, d.opts.SweepGrace
+	if interval == 0 {
+		interval = DefaultSweepInterval
+	}
+	if grace <= 0 {
+		grace = DefaultSweepGrace
+	}
+	d.Server.RunSweeper(ctx, interval, grace)
 	return nil
 }
 
