@@ -103,24 +103,26 @@ const hostPortTableKind = "vpp-hostports"
 
 // SyncHostPorts replaces the table HostPortTable in one transaction with
 // the DNATs of dnats, or deletes it when there are none; a table of a
-// newer format is refused (formatversion.NewerError) and left unchanged. Loopback sources
-// need route_localnet on the interconnect to leave through it.
+// newer format is refused (formatversion.NewerError) and left unchanged.
+//
+// Replies to a node's connection from 127.0.0.1 come back (un-NATed) to
+// 127.0.0.1 on the interconnect: they need route_localnet there, which
+// also lets in whatever a pod sends to 127.0.0.0/8 through VPP. So the
+// table's input chain drops what arrives on the interconnect for
+// 127.0.0.0/8 unless it belongs to a connection the node made, and
+// route_localnet is on only while there are hostPorts.
 func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT) error {
-	if _, err := exec.LookPath("nft"); err != nil {
-		if len(dnats) == 0 {
-			return nil // without nft, no table was made either
-		}
-		return fmt.Errorf("hostPorts for the node's own processes need nft: %w", err)
-	}
 	node, err := k.openNode()
 	if err != nil {
 		return err
 	}
 	defer node.Close()
-	if len(dnats) > 0 {
-		if err := node.SetSysctls(kernelns.Sysctl{Key: "net/ipv4/conf/" + HostInterconnectName + "/route_localnet", Value: "1"}); err != nil {
-			return err
+	if _, err := exec.LookPath("nft"); err != nil {
+		if len(dnats) == 0 {
+			// Without nft, no table was made either.
+			return resetRouteLocalnet(node)
 		}
+		return fmt.Errorf("hostPorts for the node's own processes need nft: %w", err)
 	}
 	var fill func(*knftables.Transaction)
 	if len(dnats) > 0 {
@@ -139,8 +141,33 @@ func (k *netlinkKernel) SyncHostPorts(ctx context.Context, dnats []HostPortDNAT)
 				Hook: knftables.PtrTo(knftables.PostroutingHook), Priority: knftables.PtrTo(knftables.SNATPriority)})
 			tx.Add(&knftables.Rule{Chain: "postrouting",
 				Rule: fmt.Sprintf("ip saddr 127.0.0.0/8 ct status dnat oifname %q masquerade", HostInterconnectName)})
+			tx.Add(&knftables.Chain{Name: "input", Type: knftables.PtrTo(knftables.FilterType),
+				Hook: knftables.PtrTo(knftables.InputHook), Priority: knftables.PtrTo(knftables.FilterPriority)})
+			tx.Add(&knftables.Rule{Chain: "input",
+				Rule: fmt.Sprintf("iifname %q ip daddr 127.0.0.0/8 ct state != { established, related } drop", HostInterconnectName)})
 		}
 	}
-	return replaceNodeTable(ctx, node, HostPortTable, hostPortTableKind,
-		"vcoil: the node's own connections to hostPorts, which VPP serves", fill)
+	// The table before route_localnet, and route_localnet off after it:
+	// loopback destinations are never let in unfiltered.
+	if err := replaceNodeTable(ctx, node, HostPortTable, hostPortTableKind,
+		"vcoil: the node's own connections to hostPorts, which VPP serves", fill); err != nil {
+		return err
+	}
+	if len(dnats) == 0 {
+		return resetRouteLocalnet(node)
+	}
+	return node.SetSysctls(kernelns.Sysctl{Key: routeLocalnet, Value: "1"})
+}
+
+// routeLocalnet is the interconnect's route_localnet sysctl.
+const routeLocalnet = "net/ipv4/conf/" + HostInterconnectName + "/route_localnet"
+
+// resetRouteLocalnet turns route_localnet off on the interconnect, if it
+// exists (a tun goes with VPP, and a new one starts with it off).
+func resetRouteLocalnet(node *kernelns.Namespace) error {
+	host, err := node.FindLink(HostInterconnectName)
+	if err != nil || host == nil {
+		return err
+	}
+	return node.SetSysctls(kernelns.Sysctl{Key: routeLocalnet, Value: "0"})
 }
