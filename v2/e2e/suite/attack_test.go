@@ -457,7 +457,7 @@ type attack struct {
 	// counterOptional, when set, says why the drop counter need not move.
 	counterOptional string
 	token           []byte
-	nonce         string
+	nonce           string
 }
 
 type listener struct {
