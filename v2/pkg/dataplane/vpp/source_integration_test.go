@@ -1,0 +1,402 @@
+package vpp_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/acl"
+	"go.fd.io/govpp/binapi/acl_types"
+	interfaces "go.fd.io/govpp/binapi/interface"
+	"go.fd.io/govpp/binapi/interface_types"
+	"go.fd.io/govpp/binapi/ip"
+	"go.fd.io/govpp/binapi/vlib"
+
+	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
+)
+
+// Source validation on a real VPP (VCOIL_VPP_BIN): a pod with a reflective
+// input ACL, an output ACL, both NAT roles and an allowed source prefix.
+// VPP runs the uRPF check before the ACL and NAT input nodes, and the
+// features it prints for the pod's interface are docs/vpp.md's table; a
+// forged packet from the pod's namespace (both families) is dropped, counted
+// by vcoil_source_validation_drops_total, and leaves no ACL session, while
+// the pod's own address and its allowed prefix pass; a unicast neighbour
+// solicitation from the pod's link-local address is answered. Again after
+// VPP's restart.
+func TestRealVPPSourceValidation(t *testing.T) {
+	netnstest.RequireRoot(t)
+	bin := vpptest.Binary(t)
+	node := netnstest.New(t, "vppsrc")
+	netnstest.Veth(t, node, "vppup", node, "vppup-peer")
+	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup")
+	reg := prometheus.NewRegistry()
+	d, err := vpp.New(vpp.Config{
+		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()), Uplink: "host-vppup",
+		PingInterval: 200 * time.Millisecond, ReadyWait: 30 * time.Second, Registry: reg,
+	}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := d.Init(ctx); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	<-d.Resynced()
+	if err := d.Blocks().Sync(ctx, []netip.Prefix{netip.MustParsePrefix("10.100.0.0/29"), netip.MustParsePrefix("fd00:100::/125")}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := netnstest.New(t, "src-a"), netnstest.New(t, "src-b")
+	podA := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "vpp-src-a", IfName: "eth0"}, Netns: a.Path(),
+		IPv4: netip.MustParseAddr("10.100.0.2"), IPv6: netip.MustParseAddr("fd00:100::2"),
+		SourcePrefixes: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}}
+	podB := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "vpp-src-b", IfName: "eth0"}, Netns: b.Path(),
+		IPv4: netip.MustParseAddr("10.100.0.3"), IPv6: netip.MustParseAddr("fd00:100::3")}
+	ifs, err := d.SetupPod(ctx, podA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.SetupPod(ctx, podB); err != nil {
+		t.Fatal(err)
+	}
+	got := listenUDP(t, b, ":9999")
+
+	for _, when := range []string{"before VPP's restart", "after VPP's restart"} {
+		if when != "before VPP's restart" {
+			vpptest.RestartAndAwait(ctx, t, v, d.Resynced(), vpp.Incarnation(2))
+			poll.Eventually(t, time.Minute, func() error { return d.Healthy(ctx) })
+			if ifs, err = d.SetupPod(ctx, podA); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Addresses pod a does not own, and one of its allowed prefix (a
+		// restarted VPP made its interface again).
+		a.IP("addr", "replace", "198.18.77.7/32", "dev", "eth0")
+		a.IP("addr", "replace", "203.0.113.9/32", "dev", "eth0")
+		a.IP("-6", "addr", "replace", "fd00:77::7/128", "dev", "eth0", "nodad")
+		a.IP("-6", "addr", "replace", "fe80::a/64", "dev", "eth0", "nodad")
+		ch, nodeIfs, err := d.Channel(ctx, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The policy renderer's reflective ACL on the input, an output
+		// ACL, and both NAT roles: every feature of docs/vpp.md's table.
+		refl := addACL(ctx, t, ch, "vcoil-test-reflect", vpp.ReflectiveRules())
+		permit := addACL(ctx, t, ch, "vcoil-test-permit", permitAll())
+		if err := d.SetACLLists(ctx, nodeIfs.Incarnation, vpp.ACLPolicy, []vpp.ACLSetting{
+			{Interface: vpp.ACLInterface{Pod: podA.IPv4}, Lists: vpp.ACLLists{Input: []uint32{refl}, Output: []uint32{permit}}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.SetPodNATRole(ctx, podA.PodKey, vpp.NATFrontend|vpp.NATBackend); err != nil {
+			t.Fatal(err)
+		}
+		features := cli(t, ch, "show interface features "+ifs.HostIfName)
+		arcs := parseFeatures(features)
+		for _, c := range []struct{ arc, first string }{{"ip4-unicast", vpp.URPFNodeIPv4}, {"ip6-unicast", vpp.URPFNodeIPv6}} {
+			got := arcs[c.arc]
+			i := slices.Index(got, c.first)
+			if i < 0 {
+				t.Fatalf("%s: %s is not on %s of %s:\n%s", when, c.first, c.arc, ifs.HostIfName, features)
+			}
+			for _, later := range []string{"acl-plugin-in-ip4-fa", "acl-plugin-in-ip6-fa", "nat44-ed-classify", "nat-pre-in2out", "nat-pre-out2in"} {
+				if j := slices.Index(got, later); j >= 0 && j < i {
+					t.Fatalf("%s: %s runs before %s on %s:\n%s", when, later, c.first, c.arc, features)
+				}
+			}
+		}
+		want := documentedFeatures(t, "always", "input ACLs", "output ACLs", "a NAT role", "frontend and backend")
+		for arc, nodes := range want {
+			if !slices.Equal(arcs[arc], nodes) {
+				t.Fatalf("%s: VPP runs %v on %s of %s, docs/vpp.md's table says %v:\n%s", when, arcs[arc], arc, ifs.HostIfName, nodes, features)
+			}
+		}
+
+		// b listens; a sends from its address, its allowed prefix, and
+		// two forged sources.
+		drops := func() (v4, v6 float64) {
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != "vcoil_source_validation_drops_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					if m.GetLabel()[0].GetValue() == "ipv4" {
+						v4 = m.GetCounter().GetValue()
+					} else {
+						v6 = m.GetCounter().GetValue()
+					}
+				}
+			}
+			return v4, v6
+		}
+		v4Before, v6Before := drops()
+		for _, c := range []struct{ src, dst string }{{"10.100.0.2", "10.100.0.3"}, {"203.0.113.9", "10.100.0.3"}} {
+			poll.Eventually(t, 20*time.Second, func() error {
+				if err := sendUDP(a, c.src, net.JoinHostPort(c.dst, "9999"), "genuine "+c.src); err != nil {
+					return err
+				}
+				select {
+				case m := <-got:
+					if m != "genuine "+c.src {
+						return fmt.Errorf("b received %q", m)
+					}
+					return nil
+				case <-time.After(time.Second):
+					return fmt.Errorf("%s: b did not receive pod a's datagram from %s", when, c.src)
+				}
+			})
+		}
+		for _, c := range []struct{ src, dst string }{{"198.18.77.7", "10.100.0.3"}, {"fd00:77::7", "fd00:100::3"}} {
+			for range 5 {
+				if err := sendUDP(a, c.src, net.JoinHostPort(c.dst, "9999"), "forged "+c.src); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		select {
+		case m := <-got:
+			t.Fatalf("%s: b received %q", when, m)
+		case <-time.After(2 * time.Second):
+		}
+		poll.Eventually(t, 10*time.Second, func() error {
+			if v4, v6 := drops(); v4 < v4Before+5 || v6 < v6Before+5 {
+				return fmt.Errorf("%s: drops %v/%v, were %v/%v: the forged packets were not counted", when, v4, v6, v4Before, v6Before)
+			}
+			return nil
+		})
+		sessions := cli(t, ch, "show acl-plugin sessions")
+		if strings.Contains(sessions, "198.18.77.7") || strings.Contains(sessions, "fd00:77::7") {
+			t.Fatalf("%s: the reflective ACL recorded a session for a forged packet:\n%s", when, sessions)
+		}
+		if !strings.Contains(sessions, "10.100.0.2") {
+			t.Fatalf("%s: the reflective ACL recorded no session for pod a's genuine packet (the check of the sessions is void):\n%s", when, sessions)
+		}
+
+		// A unicast neighbour solicitation from pod a's link-local address
+		// to VPP's gets its advertisement.
+		_, v6Before = drops()
+		ll := linkLocal(t, ch, ifs.HostIfName)
+		if err := solicit(ctx, a, "eth0", netip.MustParseAddr("fe80::a"), ll); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if _, v6 := drops(); v6 != v6Before {
+			t.Fatalf("%s: the solicitation counted as a uRPF drop (%v, was %v)", when, v6, v6Before)
+		}
+		ch.Close()
+	}
+}
+
+func addACL(ctx context.Context, t *testing.T, ch api.Channel, tag string, rules []acl_types.ACLRule) uint32 {
+	t.Helper()
+	reply := &acl.ACLAddReplaceReply{}
+	if err := vppapi.Call(ch, &acl.ACLAddReplace{ACLIndex: ^uint32(0), Tag: tag, Count: uint32(len(rules)), R: rules}, reply); err != nil {
+		t.Fatal(err)
+	}
+	return reply.ACLIndex
+}
+
+func permitAll() []acl_types.ACLRule {
+	var out []acl_types.ACLRule
+	for _, p := range []string{"0.0.0.0/0", "::/0"} {
+		out = append(out, acl_types.ACLRule{IsPermit: acl_types.ACL_ACTION_API_PERMIT, SrcPrefix: prefix(p), DstPrefix: prefix(p),
+			SrcportOrIcmptypeLast: 65535, DstportOrIcmpcodeLast: 65535})
+	}
+	return out
+}
+
+func cli(t *testing.T, ch api.Channel, cmd string) string {
+	t.Helper()
+	reply := &vlib.CliInbandReply{}
+	if err := vppapi.Call(ch, &vlib.CliInband{Cmd: cmd}, reply); err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	return reply.Reply
+}
+
+// parseFeatures reads "show interface features": an arc's name on a line
+// of its own ending in ':', then its nodes indented ("none configured"
+// when it has none).
+func parseFeatures(out string) map[string][]string {
+	arcs := map[string][]string{}
+	arc := ""
+	s := bufio.NewScanner(strings.NewReader(out))
+	for s.Scan() {
+		line := s.Text()
+		switch {
+		case strings.TrimSpace(line) == "":
+		case !strings.HasPrefix(line, " ") && strings.HasSuffix(line, ":"):
+			arc = strings.TrimSuffix(line, ":")
+		case arc != "" && strings.HasPrefix(line, "  ") && strings.TrimSpace(line) != "none configured":
+			arcs[arc] = append(arcs[arc], strings.TrimSpace(line))
+		}
+	}
+	return arcs
+}
+
+// documentedFeatures reads docs/vpp.md's table of a pod interface's
+// features and returns, by arc in the table's order, the nodes of the
+// rows whose "when" is one of whens.
+func documentedFeatures(t *testing.T, whens ...string) map[string][]string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "docs", "vpp.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "### Features of a pod interface")
+	if !ok {
+		t.Fatal("docs/vpp.md has no section \"Features of a pod interface\"")
+	}
+	out := map[string][]string{}
+	inTable := false
+	for _, line := range strings.Split(rest, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break
+			}
+			continue
+		}
+		inTable = true
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) != 4 {
+			t.Fatalf("docs/vpp.md's features table: a row of %d cells: %s", len(cells), line)
+		}
+		arc, node, when := strings.TrimSpace(cells[0]), strings.Trim(strings.TrimSpace(cells[1]), "`"), strings.TrimSpace(cells[3])
+		if arc == "arc" || strings.HasPrefix(arc, "---") || arc == "—" || !slices.Contains(whens, when) {
+			continue
+		}
+		out[arc] = append(out[arc], node)
+	}
+	if len(out) == 0 {
+		t.Fatal("docs/vpp.md's features table has no rows")
+	}
+	return out
+}
+
+// listenUDP returns the datagrams ns receives at address.
+func listenUDP(t *testing.T, ns *netnstest.NS, address string) <-chan string {
+	t.Helper()
+	var c net.PacketConn
+	if err := ns.Do(func() (err error) { c, err = net.ListenPacket("udp", address); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	got := make(chan string, 64)
+	go func() {
+		b := make([]byte, 256)
+		for {
+			n, _, err := c.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			got <- string(b[:n])
+		}
+	}()
+	return got
+}
+
+func sendUDP(ns *netnstest.NS, src, dst, msg string) error {
+	return ns.Do(func() error {
+		c, err := (&net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(src)}}).Dial("udp", dst)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte(msg))
+		return err
+	})
+}
+
+// linkLocal is VPP's link-local address on the interface named name.
+func linkLocal(t *testing.T, ch api.Channel, name string) netip.Addr {
+	t.Helper()
+	sw := ^uint32(0)
+	_ = vppapi.Dump(ch, &interfaces.SwInterfaceDump{SwIfIndex: interface_types.InterfaceIndex(^uint32(0))}, func() *interfaces.SwInterfaceDetails { return &interfaces.SwInterfaceDetails{} },
+		func(m *interfaces.SwInterfaceDetails) {
+			if m.InterfaceName == name {
+				sw = uint32(m.SwIfIndex)
+			}
+		})
+	reply := &ip.SwInterfaceIP6GetLinkLocalAddressReply{}
+	if err := vppapi.Call(ch, &ip.SwInterfaceIP6GetLinkLocalAddress{SwIfIndex: interface_types.InterfaceIndex(sw)}, reply); err != nil {
+		t.Fatalf("VPP's link-local address on %s (%d): %v", name, sw, err)
+	}
+	return netip.AddrFrom16(reply.IP)
+}
+
+// solicit sends, from src on ifname in ns, a unicast neighbour
+// solicitation for VPP's link-local address to it (with the interface's
+// MAC as source link-layer option when it has one) and waits for the
+// advertisement.
+func solicit(ctx context.Context, ns *netnstest.NS, ifname string, src, vppLL netip.Addr) error {
+	return ns.Do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_RAW, syscall.IPPROTO_ICMPV6)
+		if err != nil {
+			return err
+		}
+		defer syscall.Close(fd)
+		if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IPV6, syscall.IPV6_UNICAST_HOPS, 255); err != nil {
+			return err
+		}
+		if err := syscall.Bind(fd, &syscall.SockaddrInet6{Addr: src.As16(), ZoneId: uint32(ifi.Index)}); err != nil {
+			return fmt.Errorf("bind to %s%%%s: %w", src, ifname, err)
+		}
+		_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{Sec: 1})
+		// type 135, code 0, checksum (the kernel's), reserved, target.
+		ns6 := make([]byte, 24)
+		ns6[0] = 135
+		target := vppLL.As16()
+		copy(ns6[8:], target[:])
+		if len(ifi.HardwareAddr) == 6 {
+			ns6 = append(ns6, 1, 1)
+			ns6 = append(ns6, ifi.HardwareAddr...)
+		}
+		to := &syscall.SockaddrInet6{Addr: target, ZoneId: uint32(ifi.Index)}
+		deadline := time.Now().Add(15 * time.Second)
+		buf := make([]byte, 1500)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if err := syscall.Sendto(fd, ns6, 0, to); err != nil {
+				return fmt.Errorf("send a neighbour solicitation to %s: %w", vppLL, err)
+			}
+			for {
+				n, from, err := syscall.Recvfrom(fd, buf, 0)
+				if err != nil {
+					break // the timeout: solicit again
+				}
+				f, ok := from.(*syscall.SockaddrInet6)
+				if ok && n >= 24 && buf[0] == 136 && f.Addr == target && [16]byte(buf[8:24]) == target {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no neighbour advertisement from %s to a unicast solicitation from %s", vppLL, src)
+	})
+}
