@@ -15,10 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -62,7 +62,15 @@ type Options struct {
 	// failure) and on NetworkPolicies (parts left out); nil: the
 	// manager's (events.go).
 	Recorder events.EventRecorder
-	Log      logr.Logger
+	// RetryMin and RetryMax bound the backoff of the resyncs that repair
+	// a failed render (DefaultRetryMin, DefaultRetryMax when zero).
+	RetryMin, RetryMax time.Duration
+	// AfterResync, when set, runs after each full sync that succeeded
+	// (the first, and every Resync): on VPP, the pods the dataplane holds
+	// down after a restart may forward once their ACLs are back. Its
+	// failure fails the sync, which is then retried.
+	AfterResync func(context.Context) error
+	Log         logr.Logger
 }
 
 // Agent is the policy stack of one node.
@@ -75,6 +83,8 @@ type Agent struct {
 	rendered *rendered
 	proc     *processor.Processor
 	synced   chan struct{}
+	repair   *repair
+	after    func(context.Context) error
 
 	// The fields below are guarded by the feed's lock (Feed.Locked): the
 	// informers' callbacks and PodAdded/PodReleased run under it.
@@ -111,7 +121,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 		nodeName: opts.NodeName, reader: opts.Reader, log: opts.Log,
 		conf: conf, rendered: rd, synced: make(chan struct{}),
 		overlay: map[types.NamespacedName]podOverlay{},
+		repair:  newRepair(opts.RetryMin, opts.RetryMax), after: opts.AfterResync,
 	}
+	rd.onFailure = a.repair.failed
 	if opts.Known != nil {
 		// Before the informers start: their first pods pass the filter.
 		known, err := opts.Known()
@@ -158,28 +170,29 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 		if err != nil {
 			return err
 		}
-		if err := a.feed.Synced(); err != nil {
-			// The next change or resync repairs it; the pods' ADDs fail
-			// until the renderer works.
-			a.log.Error(err, "the first policy sync failed")
+		err = a.feed.Synced()
+		if err == nil {
+			err = a.afterResync(ctx)
+		}
+		if err != nil {
+			// The repair resyncs; the pods' ADDs fail until the renderer
+			// works.
+			a.log.Error(err, "the first policy sync failed; retrying")
+			a.repair.failed(err)
 		}
 		close(a.synced)
-		<-ctx.Done()
+		a.repair.run(ctx, a.Resync, func(err error, retryIn time.Duration) {
+			if err != nil {
+				a.log.Error(err, "the resync repairing a failed policy render failed", "retryIn", retryIn.String())
+				return
+			}
+			a.log.Info("the network policies are in the dataplane again")
+		})
 		return nil
 	})); err != nil {
 		return nil, err
 	}
 	return a, nil
-}
-
-// Ready is a readiness check: the agent has done its first sync.
-func (a *Agent) Ready(*http.Request) error {
-	select {
-	case <-a.synced:
-		return nil
-	default:
-		return errors.New("the NetworkPolicy cache has not synced yet")
-	}
 }
 
 // PodAdded gives the policy cache the addresses that CNI ADD allocated to a
@@ -269,15 +282,39 @@ func (a *Agent) forgetPod(obj any) {
 }
 
 // Resync configures every local pod again, as one transaction: for a
-// dataplane that lost its state (a VPP restart). Before the first sync it
-// does nothing (that sync will).
+// dataplane that lost its state (a VPP restart), and to repair a failed
+// render. Before the first sync it does nothing (that sync will). A
+// failure is repaired by a later resync (repair), whoever called this one.
 func (a *Agent) Resync(ctx context.Context) error {
-	return a.feed.Locked(func(*pcache.Cache) error {
+	synced := false
+	err := a.feed.Locked(func(*pcache.Cache) error {
 		if !a.hasSynced {
 			return nil
 		}
+		synced = true
 		return a.proc.Resync(ctx)
 	})
+	if err == nil && synced {
+		err = a.afterResync(ctx)
+	}
+	switch {
+	case err != nil:
+		a.repair.failed(err)
+	case synced:
+		a.repair.repaired()
+	}
+	return err
+}
+
+// afterResync runs Options.AfterResync.
+func (a *Agent) afterResync(ctx context.Context) error {
+	if a.after == nil {
+		return nil
+	}
+	if err := a.after(ctx); err != nil {
+		return fmt.Errorf("after the policy resync: %w", err)
+	}
+	return nil
 }
 
 // nodeChanged follows the node's NAT loopback and addresses, which the

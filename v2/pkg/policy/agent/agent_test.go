@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -147,4 +148,109 @@ func TestStateSourceHoldsThePodsRulesAfterItsADD(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// healingRenderer fails every transaction until heal is closed.
+type healingRenderer struct {
+	heal chan struct{}
+
+	mu       sync.Mutex
+	attempts int
+	ok       int
+}
+
+func (r *healingRenderer) Render(context.Context, renderer.Txn) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts++
+	select {
+	case <-r.heal:
+		r.ok++
+		return nil
+	default:
+		return fmt.Errorf("injected failure %d", r.attempts)
+	}
+}
+
+func (r *healingRenderer) counts() (attempts, ok int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts, r.ok
+}
+
+// TestAFailedRenderIsRetriedWithoutAnyNewEvent: the first sync's render
+// fails and nothing changes in the cluster afterwards; the agent resyncs
+// on its own timer, again while the renderer fails, is not ready until a
+// resync succeeds, and is ready then.
+func TestAFailedRenderIsRetriedWithoutAnyNewEvent(t *testing.T) {
+	env, err := testenv.Start(testenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx, cancel := context.WithCancel(t.Context())
+	const nodeName = "retry-node"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.PodIPs = []corev1.PodIP{{IP: "10.64.0.9"}}
+	pod.Status.PodIP = "10.64.0.9"
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{ByObject: agent.CacheOptions()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &healingRenderer{heal: make(chan struct{})}
+	var afterResyncs sync.WaitGroup
+	afterResyncs.Add(1)
+	a, err := agent.Setup(ctx, mgr, agent.Options{
+		NodeName: nodeName, Renderer: r, RendererName: "test", Reader: mgr.GetAPIReader(), Log: testr.New(t),
+		RetryMin: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
+		AfterResync: func(context.Context) error { afterResyncs.Done(); return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+
+	// Retried while it fails, and not ready meanwhile.
+	poll.Eventually(t, 30*time.Second, func() error {
+		if attempts, _ := r.counts(); attempts < 3 {
+			return fmt.Errorf("%d render attempts, want the first and two retries", attempts)
+		}
+		return nil
+	})
+	if err := a.Ready(nil); err == nil || !strings.Contains(err.Error(), "injected failure") {
+		t.Fatalf("Ready while the renderer fails = %v, want the render's failure", err)
+	}
+	close(r.heal)
+	poll.Eventually(t, 30*time.Second, func() error {
+		if _, ok := r.counts(); ok == 0 {
+			return errors.New("no render succeeded yet")
+		}
+		return a.Ready(nil)
+	})
+	afterResyncs.Wait() // AfterResync ran once, after the sync that succeeded
 }

@@ -75,7 +75,7 @@ func (r renderReport) Render(ctx context.Context, txn renderer.Txn) error {
 		r.events.Recovered(ReasonPolicyRenderFailed)
 	case !errors.Is(err, dataplane.ErrNotReady):
 		r.events.Failed(ReasonPolicyRenderFailed, "Render", fmt.Sprintf(
-			"the %s renderer refused the network policies: %v; pods keep the rules they had, new pods' ADDs fail, and the next change or resync retries", r.name, err))
+			"the %s renderer refused the network policies: %v; pods keep the rules they had, new pods' ADDs fail, vcoild is not ready, and a resync retries with backoff", r.name, err))
 	}
 	return err
 }

@@ -91,7 +91,7 @@ func TestARenderFailureIsReportedOnTheNodeOncePerError(t *testing.T) {
 	render()
 	fr.set(errors.New("acl_add_replace: VPPApiError: invalid value (-2)"))
 	render()
-	note := "Node/node-a Warning PolicyRenderFailed: the vpp-acl renderer refused the network policies: acl_add_replace: VPPApiError: invalid value (-2); pods keep the rules they had, new pods' ADDs fail, and the next change or resync retries"
+	note := "Node/node-a Warning PolicyRenderFailed: the vpp-acl renderer refused the network policies: acl_add_replace: VPPApiError: invalid value (-2); pods keep the rules they had, new pods' ADDs fail, vcoild is not ready, and a resync retries with backoff"
 	if got, want := log.take(), []string{note, note}; !slices.Equal(got, want) {
 		t.Fatalf("events:\n got %q\nwant %q", got, want)
 	}

@@ -21,6 +21,9 @@ type rendered struct {
 	r     renderer.Renderer
 	name  string
 	clock func() time.Time
+	// onFailure, when set, hears of each failed transaction (the agent's
+	// repair).
+	onFailure func(error)
 
 	mu   sync.Mutex
 	pods map[renderer.PodID]renderer.PodRules
@@ -43,6 +46,9 @@ func (d *rendered) Render(ctx context.Context, txn renderer.Txn) error {
 	if err != nil {
 		d.sync.Error = err.Error()
 		d.sync.Errors++
+		if d.onFailure != nil {
+			d.onFailure(err)
+		}
 		return err
 	}
 	d.sync.Error, d.sync.Last = "", end
