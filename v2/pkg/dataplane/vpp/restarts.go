@@ -59,8 +59,8 @@ func (r *Restarts) Subscribe() Dataplane {
 
 // OnRestart adds a part that Restarts resyncs itself after each new
 // incarnation, after the subscribers got it. A failure is logged and
-// recorded as a Warning Event (ReasonResyncFailed): the part's next change
-// retries.
+// recorded as a Warning Event (ReasonResyncFailed); the part retries on
+// its own (Resync.Retry says how: the policy agent with backoff).
 func (r *Restarts) OnRestart(s Resync) {
 	r.mu.Lock()
 	r.resyncs = append(r.resyncs, s)

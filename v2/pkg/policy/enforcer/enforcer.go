@@ -77,7 +77,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*agent.Agent
 	}
 	if opts.VPP != nil && opts.Restarts != nil {
 		// VPP's ACLs are gone with the VPP that held them.
-		opts.Restarts.OnRestart(vpp.Resync{What: "network policies", Retry: "the next policy change or pod ADD retries", Do: a.Resync})
+		opts.Restarts.OnRestart(vpp.Resync{What: "network policies", Retry: "the policy agent retries with backoff (1s doubling to 1 min) and its readiness fails until a resync succeeds", Do: a.Resync})
 	}
 	return a, nil
 }
