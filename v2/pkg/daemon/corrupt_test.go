@@ -70,10 +70,10 @@ func addrsInUse(n *node) int {
 // a pod the file still tells is kept out of use until its DEL, and a pod
 // the dataplane still holds is recovered from it.
 func TestACheckpointFileThatCannotBeDecodedIsSetAsideAndItsAddressKept(t *testing.T) {
-	ensureNode(t, "node-corrupt")
+	ensureNode(t, "node-fc")
 	state := t.TempDir()
 	dp := newFakeDataplane()
-	n := startNode(t, "node-corrupt", state, dp)
+	n := startNode(t, "node-fc", state, dp)
 	for _, id := range []string{"q0000001", "q0000002", "q0000003"} {
 		n.add(t, id, "plain")
 	}
@@ -114,7 +114,7 @@ func TestACheckpointFileThatCannotBeDecodedIsSetAsideAndItsAddressKept(t *testin
 	state = CheckpointDir(stateDir)
 	p1, p2, p3 = filepath.Join(state, filepath.Base(p1)), filepath.Join(state, filepath.Base(p2)), filepath.Join(state, filepath.Base(p3))
 
-	n2 := startNode(t, "node-corrupt", state, dp)
+	n2 := startNode(t, "node-fc", state, dp)
 	evs := strings.Join(drainEvents(n2), "\n")
 	for _, f := range []string{p1, p2, p3} {
 		if !strings.Contains(evs, filepath.Base(f)) {
@@ -140,7 +140,7 @@ func TestACheckpointFileThatCannotBeDecodedIsSetAsideAndItsAddressKept(t *testin
 		t.Fatalf("q3's file is not set aside: %v", err)
 	}
 	// q1's address is never given while q1 lives.
-	for i := 0; i < 12; i++ {
+	for i := 0; i < 8; i++ {
 		r := n2.add(t, fmt.Sprintf("q10000%02d", i), "plain")
 		if r.IPs[0].Address.IP.String() == e1.IPv4.String() {
 			t.Fatalf("q1's address %s was given to another pod", e1.IPv4)
@@ -170,10 +170,10 @@ func TestACheckpointFileThatCannotBeDecodedIsSetAsideAndItsAddressKept(t *testin
 // pod is torn down by its key, the address is freed when the file still
 // tells it, and the file is named in an Event.
 func TestDELOfAPodWhoseFileBrokeWhileRunningSucceeds(t *testing.T) {
-	ensureNode(t, "node-corrupt2")
+	ensureNode(t, "node-fc")
 	state := t.TempDir()
 	dp := newFakeDataplane()
-	n := startNode(t, "node-corrupt2", state, dp)
+	n := startNode(t, "node-fc", state, dp)
 	n.add(t, "r0000001", "plain")
 	e, _, _ := n.srv.store.Get("r0000001", "eth0")
 	path := entryPath(t, state, "r0000001")

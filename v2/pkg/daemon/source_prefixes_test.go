@@ -33,10 +33,10 @@ func createAnnotatedPod(t *testing.T, namespace, name string, annotations map[st
 // dataplane re-making its pods) wires the pod identically; a malformed
 // annotation refuses the ADD before any address is taken.
 func TestAllowedSourcePrefixesReachTheDataplaneAndTheCheckpoint(t *testing.T) {
-	ensureNode(t, "node-sp")
+	ensureNode(t, "node-fc")
 	state := t.TempDir()
 	dp := newFakeDataplane()
-	n := startNode(t, "node-sp", state, dp)
+	n := startNode(t, "node-fc", state, dp)
 	createAnnotatedPod(t, "plain", "pod-s0000001", map[string]string{vcoilv2.AnnotationAllowedSourcePrefixes: "198.51.100.0/24, fd00:beef::/64"})
 	createAnnotatedPod(t, "plain", "pod-s0000002", map[string]string{vcoilv2.AnnotationAllowedSourcePrefixes: "198.51.100.0/24,not-a-prefix"})
 	createAnnotatedPod(t, "plain", "pod-s0000003", nil)
@@ -72,7 +72,7 @@ func TestAllowedSourcePrefixesReachTheDataplaneAndTheCheckpoint(t *testing.T) {
 
 	// A restart: the dataplane is given the recorded prefixes, whatever
 	// the pod says now, and a repeated ADD keeps them.
-	n2 := startNode(t, "node-sp", state, dp)
+	n2 := startNode(t, "node-fc", state, dp)
 	pods, err := podsOf(n2.srv.store)
 	if err != nil {
 		t.Fatal(err)

@@ -16,9 +16,9 @@ import (
 // on two sweeps at least the grace apart; a pod whose namespace exists is
 // never released, however long it lives.
 func TestTheSweepReleasesPodsWhoseNetnsIsGoneAfterTheGraceOnly(t *testing.T) {
-	ensureNode(t, "node-sweep")
+	ensureNode(t, "node-fc")
 	dp := newFakeDataplane()
-	n := startNode(t, "node-sweep", t.TempDir(), dp)
+	n := startNode(t, "node-fc", t.TempDir(), dp)
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	n.srv.now = func() time.Time { return clock }
 	dir := t.TempDir()
@@ -88,9 +88,9 @@ func TestTheSweepReleasesPodsWhoseNetnsIsGoneAfterTheGraceOnly(t *testing.T) {
 // present) starts the grace again: only two sightings of its absence, the
 // grace apart, release a pod.
 func TestANetnsSeenAgainRestartsTheGrace(t *testing.T) {
-	ensureNode(t, "node-sweep2")
+	ensureNode(t, "node-fc")
 	dp := newFakeDataplane()
-	n := startNode(t, "node-sweep2", t.TempDir(), dp)
+	n := startNode(t, "node-fc", t.TempDir(), dp)
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	n.srv.now = func() time.Time { return clock }
 	ns := filepath.Join(t.TempDir(), "cni-flap")

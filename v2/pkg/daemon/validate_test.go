@@ -15,9 +15,9 @@ import (
 // address is taken, naming the field; the DEL of such a key has nothing to
 // undo and succeeds.
 func TestAMalformedKeyIsRefusedBeforeAnythingIsAllocated(t *testing.T) {
-	ensureNode(t, "node-key")
+	ensureNode(t, "node-fc")
 	dp := newFakeDataplane()
-	n := startNode(t, "node-key", t.TempDir(), dp)
+	n := startNode(t, "node-fc", t.TempDir(), dp)
 	for _, c := range []struct {
 		name, id, ifname, field string
 	}{
@@ -61,9 +61,9 @@ func TestAMalformedKeyIsRefusedBeforeAnythingIsAllocated(t *testing.T) {
 // wire them: their DEL frees the address and forgets the entry without
 // asking the dataplane, which cannot hold such a key.
 func TestDELOfARecordedMalformedKeyFreesItsAddress(t *testing.T) {
-	ensureNode(t, "node-key2")
+	ensureNode(t, "node-fc")
 	dp := newFakeDataplane()
-	n := startNode(t, "node-key2", t.TempDir(), dp)
+	n := startNode(t, "node-fc", t.TempDir(), dp)
 	a, err := n.ipam.Allocate(context.Background(), "default")
 	if err != nil {
 		t.Fatal(err)
