@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -71,21 +72,25 @@ func (m *NodeIPAM) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	return ctrl.Result{}, m.release(ctx, b.Name)
 }
 
-// reconcileRequest handles a BlockRequest of the node that nobody waits for
-// (its caller timed out, or vcoild restarted while it was pending) once it
-// is answered: a block the node needs (its pool has no free address, or a
+// reconcileRequest handles an abandoned BlockRequest of the node (its
+// caller timed out, or an earlier vcoild left it) once it is answered: a block the node needs (its pool has no free address, or a
 // caller waits for one, or it is the missing node subnet) is adopted for
 // later allocations; any other is released, not hoarded until a restart.
 // The request is deleted then.
 func (m *NodeIPAM) reconcileRequest(ctx context.Context, name string) error {
 	br := &vcoilv2.BlockRequest{}
 	if err := m.client.Get(ctx, client.ObjectKey{Name: name}, br); err != nil {
+		if apierrors.IsNotFound(err) {
+			m.mu.Lock()
+			delete(m.abandoned, name)
+			m.mu.Unlock()
+		}
 		return client.IgnoreNotFound(err)
 	}
 	m.mu.Lock()
-	waited := m.waiting[name]
+	mine := m.abandoned[name] && !m.waiting[name]
 	m.mu.Unlock()
-	if waited || br.Spec.NodeName != m.cfg.NodeName || !br.Done() || !br.DeletionTimestamp.IsZero() {
+	if !mine || br.Spec.NodeName != m.cfg.NodeName || !br.Done() || !br.DeletionTimestamp.IsZero() {
 		return nil
 	}
 	if br.FailedCondition() == nil && br.Status.AddressBlockName != "" {
@@ -96,6 +101,9 @@ func (m *NodeIPAM) reconcileRequest(ctx context.Context, name string) error {
 	if err := m.client.Delete(ctx, br); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete block request %q: %w", name, err)
 	}
+	m.mu.Lock()
+	delete(m.abandoned, name)
+	m.mu.Unlock()
 	return nil
 }
 
@@ -183,8 +191,18 @@ func (m *NodeIPAM) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	// The requests of the initial list were left by an earlier vcoild (or
+	// are waited for by this one, which then deletes them): abandoned.
+	leftBefore := predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool {
+		if e.IsInInitialList {
+			m.mu.Lock()
+			m.abandoned[e.Object.GetName()] = true
+			m.mu.Unlock()
+		}
+		return true
+	}}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&vcoilv2.BlockRequest{}, builder.WithPredicates(mine)).
+		For(&vcoilv2.BlockRequest{}, builder.WithPredicates(mine, leftBefore)).
 		Named("node-block-requests").
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			return reconcile.Result{}, m.reconcileRequest(ctx, req.Name)

@@ -115,6 +115,13 @@ type NodeIPAM struct {
 	// waiting are the BlockRequests a caller waits for, by name: the
 	// request controller leaves them to it.
 	waiting map[string]bool
+	// abandoned are the node's BlockRequests nobody waits for any more:
+	// those this NodeIPAM stopped waiting for, and those an earlier vcoild
+	// left (found by the request controller's initial list). Only these are
+	// adopted or released when answered, and reused by the next wait: a
+	// request of another NodeIPAM of the node (a test's "restart") is not
+	// this one's to take.
+	abandoned map[string]bool
 	// releasing are the blocks being released, drained in the allocator
 	// until the apiserver has deleted them.
 	releasing map[string]bool
@@ -147,6 +154,7 @@ func New(c client.Client, reader client.Reader, cfg Config, log logr.Logger) *No
 		alloc:     ipam.NewNodeAllocator(),
 		acquiring: map[string]*acquisition{},
 		waiting:   map[string]bool{},
+		abandoned: map[string]bool{},
 		releasing: map[string]bool{},
 	}
 }
@@ -388,6 +396,9 @@ func (m *NodeIPAM) requestBlock(ctx context.Context, pool string) (string, error
 		}
 		m.mu.Lock()
 		delete(m.waiting, br.Name)
+		if keep {
+			m.abandoned[br.Name] = true
+		}
 		m.mu.Unlock()
 		if keep {
 			// An answer that came while the caller still waited was left
@@ -434,7 +445,7 @@ func (m *NodeIPAM) requestBlock(ctx context.Context, pool string) (string, error
 }
 
 // pendingRequest is the BlockRequest to wait for: an unanswered request of
-// pool that nobody waits for (left by an earlier wait that timed out), so
+// pool that nobody waits for (abandoned by an earlier wait), so
 // that a node asks for one block of a pool at a time however often its
 // callers give up; else a new request. It is marked as waited for.
 func (m *NodeIPAM) pendingRequest(ctx context.Context, pool string) (*vcoilv2.BlockRequest, error) {
@@ -445,7 +456,7 @@ func (m *NodeIPAM) pendingRequest(ctx context.Context, pool string) (*vcoilv2.Bl
 	m.mu.Lock()
 	for i := range pending.Items {
 		br := &pending.Items[i]
-		if !m.waiting[br.Name] && !br.Done() && br.DeletionTimestamp.IsZero() && br.Spec.NodeName == m.cfg.NodeName {
+		if m.abandoned[br.Name] && !m.waiting[br.Name] && !br.Done() && br.DeletionTimestamp.IsZero() && br.Spec.NodeName == m.cfg.NodeName {
 			m.waiting[br.Name] = true
 			m.mu.Unlock()
 			return br, nil
