@@ -144,6 +144,9 @@ type podState struct {
 	// hostPorts are the static mappings of the pod's hostPorts that VPP
 	// holds on this connection.
 	hostPorts []hostPortMapping
+	// sourceUnknown: the pod was adopted from VPP, whose source tables
+	// may hold routes pod does not name; its teardown reads them.
+	sourceUnknown bool
 }
 
 // New returns the VPP dataplane for cfg. It checks the configuration; it

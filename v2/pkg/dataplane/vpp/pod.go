@@ -367,7 +367,11 @@ func (d *driver) unwire(ctx context.Context, st *podState) error {
 			}
 		}
 	}
-	if err := d.disableSourceCheck(sw, pod); err != nil {
+	removeSource := func() error { return d.disableSourceCheck(sw, pod) }
+	if st.sourceUnknown {
+		removeSource = func() error { return d.dropSourceCheck(sw) }
+	}
+	if err := removeSource(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

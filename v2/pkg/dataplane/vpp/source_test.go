@@ -289,3 +289,28 @@ vcoil_source_validation_drops_total{family="ipv6"} 7
 		return nil
 	})
 }
+
+// A pod adopted from VPP (vcoild does not know it) may have source tables
+// with prefixes vcoild never heard of: its teardown reads them, so that no
+// table is deleted with routes in it.
+func TestTeardownOfAnAdoptedPodRemovesTheSourceRoutesItFinds(t *testing.T) {
+	h := start(t, testConfig(), func(h *harness) {
+		f := h.vpp
+		f.add(&fakeIf{name: "loop1", tag: loopbackTag, addrs: []netip.Prefix{LoopbackIPv4}, up: true})
+		f.add(&fakeIf{name: "tap2", tag: interconnectTag, addrs: []netip.Prefix{InterconnectVPPIPv4}, up: true, tap: &tapv2.TapCreateV3{}})
+		b := f.add(&fakeIf{name: "tap3", tag: podTag(podB.PodKey), up: true, mtu: 1500, tap: &tapv2.TapCreateV3{HostNamespace: podB.Netns, HostMtuSize: 1500}})
+		f.routes[hostPrefix(podB.IPv4)] = viaPath(b.sw, podB.IPv4)
+		f.source.tables[fakeTable{sourceTable(b.sw), false}] = map[netip.Prefix]fib_types.FibPath{
+			hostPrefix(podB.IPv4):                    throughInterface(b.sw, false),
+			netip.MustParsePrefix("198.51.100.0/24"): throughInterface(b.sw, false),
+		}
+		f.source.cfg[b.sw] = map[bool]urpf.UrpfInterfaceDetails{false: {SwIfIndex: index(b.sw), IsInput: true, Mode: urpf.URPF_API_MODE_STRICT, TableID: sourceTable(b.sw)}}
+		f.source.feature[b.sw] = map[bool]bool{false: true}
+	})
+	if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podB.PodKey}); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.vpp.source; len(s.tables) != 0 || len(s.destroyedWithRoutes) != 0 || s.cfg[3][false].Mode != urpf.URPF_API_MODE_OFF {
+		t.Fatalf("after the teardown: tables %v, destroyed with routes %v, uRPF %v", s.tables, s.destroyedWithRoutes, s.cfg[3])
+	}
+}

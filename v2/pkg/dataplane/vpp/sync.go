@@ -311,7 +311,7 @@ func (d *driver) adopt(key dataplane.PodKey, i vppInterface, have []netip.Addr, 
 			pod.MTU = int(tap.HostMtuSize)
 		}
 	}
-	st := &podState{pod: pod, wired: true, swIfIndex: i.swIfIndex, vppName: i.name, hostMAC: i.mac, roleUnknown: true}
+	st := &podState{pod: pod, wired: true, swIfIndex: i.swIfIndex, vppName: i.name, hostMAC: i.mac, roleUnknown: true, sourceUnknown: true}
 	d.pods[key] = st
 	d.log.Info("found a pod in VPP that vcoild did not know", "containerID", key.ContainerID, "ifname", key.IfName,
 		"vppInterface", i.name, "ipv4", pod.IPv4, "ipv6", pod.IPv6)
