@@ -400,3 +400,87 @@ func solicit(ctx context.Context, ns *netnstest.NS, ifname string, src, vppLL ne
 		return fmt.Errorf("no neighbour advertisement from %s to a unicast solicitation from %s", vppLL, src)
 	})
 }
+
+// A pod on a VPP node sends to 127.0.0.1 through VPP (its own kernel told
+// to route 127.0.0.1 out of eth0, as a pod with NET_RAW can do with forged
+// frames): neither a UDP service nor a TCP listener on the node's
+// 127.0.0.1 is reached, while a hostPort on 127.0.0.1 keeps route_localnet
+// on the host interconnect, and the node's own connection to that hostPort
+// works.
+func TestRealVPPPodCannotReachTheNodesLoopback(t *testing.T) {
+	netnstest.RequireRoot(t)
+	bin := vpptest.Binary(t)
+	node := netnstest.New(t, "vpplo")
+	netnstest.Veth(t, node, "vppup", node, "vppup-peer")
+	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup")
+	d, err := vpp.New(vpp.Config{
+		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()), Uplink: "host-vppup",
+		PingInterval: 200 * time.Millisecond, ReadyWait: 30 * time.Second,
+	}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := d.Init(ctx); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	if err := d.Blocks().Sync(ctx, []netip.Prefix{netip.MustParsePrefix("10.100.0.0/29")}); err != nil {
+		t.Fatal(err)
+	}
+	a := netnstest.New(t, "lo-a")
+	pod := dataplane.Pod{PodKey: dataplane.PodKey{ContainerID: "vpp-lo-a", IfName: "eth0"}, Netns: a.Path(), IPv4: netip.MustParseAddr("10.100.0.2"),
+		PortMappings: []dataplane.PortMapping{{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: 9443, ContainerPort: 8080, Protocol: dataplane.ProtocolTCP}}}
+	if _, err := d.SetupPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	a.ServeTCPEcho(":8080")
+	if got := node.ReadSysctl("net.ipv4.conf." + vpp.HostInterconnectName + ".route_localnet"); got != "1" {
+		t.Fatalf("route_localnet = %s on the interconnect with a hostPort on 127.0.0.1, want 1", got)
+	}
+	// The node's own connection to the hostPort on 127.0.0.1 works.
+	poll.Eventually(t, 20*time.Second, func() error { return echo(ctx, node, "127.0.0.1:9443") })
+
+	private := listenUDP(t, node, "127.0.0.1:7071")
+	tcp := node.Listen("tcp4", "127.0.0.1:7070")
+	accepted := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	a.IP("route", "del", "local", "127.0.0.0/8", "dev", "lo", "table", "local")
+	a.IP("route", "del", "local", "127.0.0.1", "dev", "lo", "table", "local")
+	a.IP("route", "add", "127.0.0.1/32", "dev", "eth0")
+	a.Sysctl("net.ipv4.conf.eth0.route_localnet", "1")
+	for range 10 {
+		if err := sendUDP(a, "10.100.0.2", "127.0.0.1:7071", "forged"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		c, err := dialTCP(ctx, a, "127.0.0.1:7070")
+		if err == nil {
+			c.Close()
+		}
+	}()
+	select {
+	case m := <-private:
+		t.Fatalf("the node's UDP service on 127.0.0.1 received %q from a pod", m)
+	case <-accepted:
+		t.Fatal("the node's TCP listener on 127.0.0.1 accepted a pod's connection")
+	case <-time.After(5 * time.Second):
+	}
+}
+
+func dialTCP(ctx context.Context, ns *netnstest.NS, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return ns.Dial(ctx, "tcp4", addr)
+}
