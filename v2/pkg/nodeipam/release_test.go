@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
@@ -214,4 +215,43 @@ func nodeSubnetName(m *NodeIPAM) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.nodeSubnet
+}
+
+// A BlockRequest an earlier vcoild left (answered while no vcoild ran) is
+// handled at start: its block is taken, the request deleted.
+func TestARequestLeftByAnEarlierVcoildIsHandledAtStart(t *testing.T) {
+	cleanAPIServer(t)
+	startController(t)
+	node := env.CreateNode(t, "node-1", "")
+	createPool(t, "default", 3, "10.65.0.0/24", "")
+	createPool(t, "other", 3, "10.66.0.0/24", "")
+	ctx := context.Background()
+	br := &vcoilv2.BlockRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-1-other-", Labels: map[string]string{vcoilv2.LabelNode: "node-1", vcoilv2.LabelPool: "other"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node-1", UID: node.UID}}},
+		Spec: vcoilv2.BlockRequestSpec{NodeName: "node-1", PoolName: "other"},
+	}
+	if err := env.Client.Create(ctx, br); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(br), br); err != nil {
+			return err
+		}
+		if !br.Done() {
+			return errors.New("the request is not answered yet")
+		}
+		return nil
+	})
+	m := startNodeWith(t, "node-1", nil, 5*time.Second)
+	poll.Eventually(t, 10*time.Second, func() error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(br), &vcoilv2.BlockRequest{})
+		if err == nil {
+			return errors.New("the request left by an earlier vcoild is still there")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	if found, _ := blockOf(m, br.Status.AddressBlockName); !found {
+		t.Fatalf("block %s of the request is not known: %+v", br.Status.AddressBlockName, m.Blocks())
+	}
 }
