@@ -121,7 +121,7 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	m, err := routerwatch.NewMetrics(metrics.Registry)
+	m, err := routerwatch.NewMetrics(metrics.Registry, router)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -157,6 +158,9 @@ func TestTheRouterServesTheClientPodsOfItsEgress(t *testing.T) {
 		return nil
 	}
 	poll.Eventually(t, 10*time.Second, func() error { return metric("vcoil_egress_router_peers 1") })
+	if err := metric("vcoil_egress_router_unknown_client_drops_total 0"); err != nil {
+		t.Error(err)
+	}
 
 	// The client's address goes into the Egress's VXLAN device.
 	vni := egress.VNI(types.NamespacedName{Namespace: ns.Name, Name: "nat"})
@@ -208,6 +212,22 @@ func TestTheRouterServesTheClientPodsOfItsEgress(t *testing.T) {
 			return fmt.Errorf("route to the deleted client left: %q", route)
 		}
 		return metric("vcoil_egress_router_peers 0")
+	})
+	// Its tunnel, still in its namespace, gets nothing through: the
+	// router drops and counts its packets.
+	dialCtx, cancel := context.WithTimeout(ctx, time.Second)
+	if c, err := clientNS.Dial(dialCtx, "tcp4", "203.0.113.10:7000"); err == nil {
+		_ = c.Close()
+		t.Error("the deleted client still connects to the external host through its tunnel")
+	}
+	cancel()
+	drops := regexp.MustCompile(`(?m)^vcoil_egress_router_unknown_client_drops_total ([0-9.e+]+)$`)
+	poll.Eventually(t, 10*time.Second, func() error {
+		_, body := testenv.HTTPGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics))
+		if m := drops.FindStringSubmatch(body); m == nil || m[1] == "0" {
+			return fmt.Errorf("vcoil_egress_router_unknown_client_drops_total did not move: %v", m)
+		}
+		return nil
 	})
 
 	// SIGTERM stops it cleanly.

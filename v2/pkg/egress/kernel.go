@@ -88,7 +88,7 @@ func (k *kernel) genetlink() (*netlink.Handle, error) {
 // nftTable opens the egress table of the namespace.
 func (k *kernel) nftTable() (nft.Table, error) {
 	if k.table == nil {
-		t, err := nft.Open(k.NS, knftables.InetFamily, constants.EgressNFTable, nil)
+		t, err := nft.Open(k.NS, knftables.InetFamily, constants.EgressNFTable, routerLayouts)
 		if err != nil {
 			return nil, fmt.Errorf("in %s: %w", k.Path, err)
 		}

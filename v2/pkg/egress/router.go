@@ -44,7 +44,9 @@ type RouterConfig struct {
 // address and a route in constants.EgressFoUTable. A connection mark set
 // where a flow comes in picks the table of its replies. Traffic from the
 // tunnels to the destinations is forwarded and masqueraded behind the
-// router's address, nothing else is forwarded.
+// router's address, nothing else is forwarded. Tunnel packets (UDP to the
+// VXLAN and FoU ports) are accepted only from the peers' addresses: the
+// tunnel devices have no remote and would decapsulate anyone's.
 //
 // Its methods may be called from several goroutines.
 type Router struct {
@@ -210,7 +212,7 @@ func (r *Router) setup(ctx context.Context) error {
 	}
 	r.dests = dests
 	r.ready = true
-	return r.syncPeers()
+	return r.syncPeers(ctx)
 }
 
 // addRouterRules adds, per family: the router's own packets (the tunnels'
@@ -247,6 +249,21 @@ func (k *kernel) addRouterRules(has4, has6, fou bool) error {
 	return nil
 }
 
+// The router's sets of peer addresses (elements written over netlink,
+// one per address a peer pod holds) and the counter of the tunnel packets
+// it refused for coming from elsewhere.
+const (
+	clientSet4           = "clients4"
+	clientSet6           = "clients6"
+	unknownClientCounter = "unknown-clients"
+)
+
+// routerLayouts declares the peer sets for nft.Table.ApplyElements.
+var routerLayouts = nft.FixedLayouts(map[string]nft.Layout{
+	clientSet4: {Key: []nft.Field{nft.IPv4Addr}},
+	clientSet6: {Key: []nft.Field{nft.IPv6Addr}},
+})
+
 // The router's nftables rules. The marks: a flow's first packet from a
 // tunnel records the encapsulation in the connection mark; its replies
 // copy it to the packet mark, which the rules route by.
@@ -263,6 +280,18 @@ var (
 		`iifname "` + allLinksPat + `" ip daddr @dests4 accept`,
 		`iifname "` + allLinksPat + `" ip6 daddr @dests6 accept`,
 	}
+	// The tunnel devices decapsulate whatever reaches their UDP port,
+	// and the kernel delivers the datagrams to the tunnels' sockets after
+	// the input hook: only the peers' addresses get through. The outer
+	// source is the client pod's own address, also through the Service's
+	// DNAT (pods' traffic to a ClusterIP is not masqueraded), and pods
+	// cannot send with another pod's address (vcoild's source
+	// validation). FoU's port is refused too when the router has no FoU
+	// receivers: nothing listens there then.
+	routerInputRules = []string{
+		fmt.Sprintf(`udp dport { %d, %d } ip saddr != @%s counter name %q drop`, vxlanPort, fouPort, clientSet4, unknownClientCounter),
+		fmt.Sprintf(`udp dport { %d, %d } ip6 saddr != @%s counter name %q drop`, vxlanPort, fouPort, clientSet6, unknownClientCounter),
+	}
 	// Postrouting knows no input interface: the connection mark says
 	// that a flow came from a tunnel.
 	routerNATRules = []string{
@@ -277,6 +306,9 @@ func (r *Router) writeNFT(ctx context.Context, dests []netip.Prefix) error {
 	tx.Add(nft.NewFormatSet(nftKind, formatversion.KernelTable))
 	tx.Add(&knftables.Set{Name: "dests4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	tx.Add(&knftables.Set{Name: "dests6", Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	tx.Add(&knftables.Set{Name: clientSet4, Type: "ipv4_addr"})
+	tx.Add(&knftables.Set{Name: clientSet6, Type: "ipv6_addr"})
+	tx.Add(&knftables.Counter{Name: unknownClientCounter, Comment: knftables.PtrTo("tunnel packets from addresses that are no client")})
 	chains := []struct {
 		name     string
 		typ      knftables.BaseChainType
@@ -286,6 +318,7 @@ func (r *Router) writeNFT(ctx context.Context, dests []netip.Prefix) error {
 		rules    []string
 	}{
 		{"prerouting", knftables.FilterType, knftables.PreroutingHook, knftables.ManglePriority, nil, routerMarkRules},
+		{"input", knftables.FilterType, knftables.InputHook, knftables.FilterPriority, nil, routerInputRules},
 		{"forward", knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority, knftables.PtrTo(knftables.DropPolicy), routerForwardRules},
 		{"postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority, nil, routerNATRules},
 	}
@@ -354,7 +387,7 @@ func (r *Router) AddPeer(ctx context.Context, id string, ips []netip.Addr) error
 		r.seq++
 		r.pods[id] = peerPod{ips: ips, seq: r.seq}
 	}
-	if err := r.syncPeers(); err != nil {
+	if err := r.syncPeers(ctx); err != nil {
 		return fmt.Errorf("add peer %s %v to egress router of %s: %w", id, ips, r.cfg.Egress, err)
 	}
 	return nil
@@ -366,7 +399,7 @@ func (r *Router) RemovePeer(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.pods, id)
-	if err := r.syncPeers(); err != nil {
+	if err := r.syncPeers(ctx); err != nil {
 		return fmt.Errorf("remove peer %s from egress router of %s: %w", id, r.cfg.Egress, err)
 	}
 	return nil
@@ -408,7 +441,7 @@ func (r *Router) vxlanLinkFor(a netip.Addr) (string, bool) {
 
 // peerEntry is one kernel object of the peers.
 type peerEntry struct {
-	kind  string // entryFoULink, entryFDB, entryNeigh, entryRoute (the order of creation)
+	kind  string // entryFoULink, entryFDB, entryNeigh, entryRoute, entryClient (the order of creation)
 	link  string
 	ip    netip.Addr // the peer address (FDB: its VXLAN remote)
 	mac   net.HardwareAddr
@@ -420,6 +453,10 @@ const (
 	entryFDB     = "2-fdb"
 	entryNeigh   = "3-neigh"
 	entryRoute   = "4-route"
+	// entryClient admits the address's tunnel packets (an element of
+	// clientSet4 or clientSet6). It comes last and goes first, so that
+	// the router takes a peer's traffic only once it can answer it.
+	entryClient = "5-client"
 )
 
 // key identifies the kernel object the entry writes; two pods may want
@@ -430,6 +467,8 @@ func (e peerEntry) key() string {
 		return fmt.Sprintf("%s %s %s", e.kind, e.link, e.mac)
 	case entryRoute:
 		return fmt.Sprintf("%s %d %s", e.kind, e.table, e.ip)
+	case entryClient:
+		return fmt.Sprintf("%s %s", e.kind, e.ip)
 	default:
 		return fmt.Sprintf("%s %s %s", e.kind, e.link, e.ip)
 	}
@@ -456,6 +495,9 @@ func (r *Router) wantedPeers() map[string]peerEntry {
 			continue
 		}
 		mac := ClientMAC(ips)
+		for _, a := range ips {
+			add(peerEntry{kind: entryClient, ip: a})
+		}
 		add(peerEntry{kind: entryFDB, link: link, ip: ips[0], mac: mac})
 		for _, a := range ips {
 			add(peerEntry{kind: entryNeigh, link: link, ip: a, mac: mac})
@@ -478,26 +520,42 @@ func (r *Router) wantedPeers() map[string]peerEntry {
 
 // syncPeers writes the difference between the wanted and the installed
 // entries: removals in reverse order of creation, then additions. An entry
-// that fails stays out of installed, so the next call retries it.
-func (r *Router) syncPeers() error {
+// that fails stays out of installed, so the next call retries it. The
+// admissions (entryClient) go in one netlink batch each way.
+func (r *Router) syncPeers(ctx context.Context) error {
 	if !r.ready {
 		return nil
 	}
 	want := r.wantedPeers()
-	var del, add []peerEntry
+	var del, add, admit, revoke []peerEntry
 	for key, e := range r.installed {
 		if w, ok := want[key]; !ok || w.String() != e.String() {
+			if e.kind == entryClient {
+				revoke = append(revoke, e)
+				continue
+			}
 			del = append(del, e)
 		}
 	}
 	for key, w := range want {
 		if e, ok := r.installed[key]; !ok || e.String() != w.String() {
+			if w.kind == entryClient {
+				admit = append(admit, w)
+				continue
+			}
 			add = append(add, w)
 		}
 	}
 	slices.SortFunc(del, func(a, b peerEntry) int { return -cmp.Compare(a.kind, b.kind) })
 	slices.SortFunc(add, func(a, b peerEntry) int { return cmp.Compare(a.kind, b.kind) })
 	var errs []error
+	if err := r.k.revokeClients(ctx, r.nft, revoke); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, e := range revoke {
+			delete(r.installed, e.key())
+		}
+	}
 	for _, e := range del {
 		// A changed entry is rewritten in place (replace); only FoU links
 		// and entries no longer wanted are deleted.
@@ -517,7 +575,99 @@ func (r *Router) syncPeers() error {
 		}
 		r.installed[e.key()] = e
 	}
+	if err := r.k.admitClients(ctx, r.nft, admit); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, e := range admit {
+			r.installed[e.key()] = e
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// clientOps are the element changes of entryClient entries, grouped by
+// set so that each set takes one netlink message.
+func clientOps(es []peerEntry, del bool) []nft.ElementOp {
+	ops := make([]nft.ElementOp, 0, len(es))
+	for _, e := range es {
+		set := clientSet4
+		if e.ip.Is6() {
+			set = clientSet6
+		}
+		ops = append(ops, nft.ElementOp{Delete: del, Set: set, Key: []string{e.ip.String()}})
+	}
+	slices.SortFunc(ops, func(a, b nft.ElementOp) int { return cmp.Compare(a.Set, b.Set) })
+	return ops
+}
+
+// admitClients adds the peers' addresses to the client sets; adding an
+// address that is there already is no error.
+func (k *kernel) admitClients(ctx context.Context, t nft.Table, es []peerEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	if err := t.ApplyElements(ctx, clientOps(es, false)); err != nil {
+		return fmt.Errorf("admit the tunnel packets of %d peer addresses in %s: %w", len(es), k.Path, err)
+	}
+	return nil
+}
+
+// revokeClients deletes the addresses from the client sets. Deleting an
+// element that is not there fails the whole batch: then the addresses
+// still present are deleted alone.
+func (k *kernel) revokeClients(ctx context.Context, t nft.Table, es []peerEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	err := t.ApplyElements(ctx, clientOps(es, true))
+	if err == nil {
+		return nil
+	}
+	present := map[netip.Addr]bool{}
+	for _, set := range []string{clientSet4, clientSet6} {
+		elems, lerr := t.Elements(ctx, set)
+		if lerr != nil {
+			return fmt.Errorf("revoke the tunnel packets of %d peer addresses in %s: %w (and list set %s: %v)", len(es), k.Path, err, set, lerr)
+		}
+		for _, el := range elems {
+			if a, perr := netip.ParseAddr(el.Key[0]); perr == nil {
+				present[a] = true
+			}
+		}
+	}
+	var left []peerEntry
+	for _, e := range es {
+		if present[e.ip] {
+			left = append(left, e)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	if err := t.ApplyElements(ctx, clientOps(left, true)); err != nil {
+		return fmt.Errorf("revoke the tunnel packets of %d peer addresses in %s: %w", len(left), k.Path, err)
+	}
+	return nil
+}
+
+// UnknownClientDrops is the number of tunnel packets the router refused
+// since its Setup for coming from an address that is no peer's.
+func (r *Router) UnknownClientDrops(ctx context.Context) (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ready {
+		return 0, fmt.Errorf("egress router of %s: not set up", r.cfg.Egress)
+	}
+	cs, err := r.nft.Counters(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("egress router of %s in %s: %w", r.cfg.Egress, r.k.Path, err)
+	}
+	for _, c := range cs {
+		if c.Name == unknownClientCounter {
+			return c.Packets, nil
+		}
+	}
+	return 0, fmt.Errorf("egress router of %s in %s: no counter %s in nftables table %s", r.cfg.Egress, r.k.Path, unknownClientCounter, constants.EgressNFTable)
 }
 
 func (k *kernel) linkIndex(name string) (int, error) {

@@ -34,6 +34,9 @@ func TestRouterPeerEntriesFollowTheLatestHolderOfAnAddress(t *testing.T) {
 	a4, a6, b6 := routerPeerLinkName(netip.MustParseAddr("10.1.0.5")), routerPeerLinkName(netip.MustParseAddr("fd00::5")), routerPeerLinkName(netip.MustParseAddr("fd00::6"))
 	mac := "0a:58:0a:01:00:05"
 	want := []string{
+		"client  10.1.0.5  0",
+		"client  fd00::5  0",
+		"client  fd00::6  0",
 		"fdb egrx4 10.1.0.5 " + mac + " 0",
 		"foulink " + a4 + " 10.1.0.5  0",
 		"foulink " + a6 + " fd00::5  0",
@@ -63,7 +66,8 @@ func TestRouterPeerEntriesFollowTheLatestHolderOfAnAddress(t *testing.T) {
 			t.Errorf("entry %q of a's own address is left", e)
 		}
 	}
-	if got := describeEntries(r.wantedPeers()); !slices.Contains(got, "route egrx4 10.1.0.5  118") || !slices.Contains(got, "fdb egrx4 10.1.0.5 "+mac+" 0") {
+	if got := describeEntries(r.wantedPeers()); !slices.Contains(got, "route egrx4 10.1.0.5  118") || !slices.Contains(got, "fdb egrx4 10.1.0.5 "+mac+" 0") ||
+		!slices.Contains(got, "client  10.1.0.5  0") {
 		t.Errorf("the address b still holds lost its entries: %v", got)
 	}
 	// A peer of a family the router lacks is refused, naming it.

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -465,6 +466,10 @@ func testEgress(t *testing.T, kind egress.Kind) {
 		l.expectSource(t, 5*time.Second, ipv4.ext, ipv4.routers...)
 	})
 
+	t.Run("a pod that is no client gets nothing through the routers' tunnels until it becomes one", func(t *testing.T) {
+		l.intruderIsRefused(t)
+	})
+
 	t.Run("when a router dies new connections go through the other", func(t *testing.T) {
 		dead := slices.Index(ipv4.routers, l.expectSource(t, 5*time.Second, ipv4.ext, ipv4.routers...))
 		alive := 1 - dead
@@ -644,6 +649,10 @@ func TestARestartedRouterStartsFromScratchAndSetupCanBeRepeated(t *testing.T) {
 		"10.1.0.5 dev egrx4 table 118 scope link", "2001:db8:10::5 dev egrx4 table 118",
 		"1990:\tfrom all iif lo lookup main", "2000:\tfrom all fwmark 0x1000/0x3000 lookup 118",
 		"ip daddr @dests4 masquerade", "elements = { 203.0.113.0/24 }", "vxlan id",
+		// Tunnel packets only from the peers.
+		"elements = { 10.1.0.5 }", "elements = { 2001:db8:10::5 }",
+		`udp dport { 4789, 5555 } ip saddr != @clients4 counter name "unknown-clients" drop`,
+		`udp dport { 4789, 5555 } ip6 saddr != @clients6 counter name "unknown-clients" drop`,
 	} {
 		if !strings.Contains(withPeer, want) {
 			t.Errorf("the router's namespace has no %q:\n%s", want, withPeer)
@@ -679,5 +688,167 @@ func TestARestartedRouterStartsFromScratchAndSetupCanBeRepeated(t *testing.T) {
 	}
 	if got := state(); got != withPeer {
 		t.Errorf("a second Setup changed the router:\n--- before\n%s\n--- after\n%s", withPeer, got)
+	}
+	// An admission removed behind the router's back does not keep it
+	// from removing the peer's others.
+	ns.Exec("nft", "delete", "element", "inet", "vcoil-egress", "clients4", "{ 10.1.0.5 }")
+	if err := second.RemovePeer(t.Context(), "uid-a"); err != nil {
+		t.Fatalf("RemovePeer after its IPv4 admission was deleted by hand: %v", err)
+	}
+	if got := state(); strings.Contains(got, "10.1.0.5") || strings.Contains(got, "2001:db8:10::5") {
+		t.Errorf("the removed peer left entries:\n%s", got)
+	}
+}
+
+// The intruder: a pod of the lab's network that no router knows as a
+// peer, with a tunnel of the client's kind to the routers' Service, the
+// right VNI and all, as a compromised pod would make. probePort is where
+// it sends; only it does, and the external hosts count what arrives there.
+const (
+	intruderIP  = "10.1.0.40"
+	intruderIP6 = "2001:db8:10::40"
+	probePort   = "7002"
+)
+
+// intruderIsRefused checks that the routers drop, and count, the tunnel
+// packets of a pod that is no peer, that the lab's client keeps working
+// meanwhile, that the pod's traffic goes through once it is a peer (the
+// state of a client pod the routers learn of after its first packets), and
+// that it is refused again once it is no longer one.
+func (l *lab) intruderIsRefused(t *testing.T) {
+	intruder, pod := l.addPod("egintruder", intruderIP, intruderIP6)
+	t.Cleanup(func() { _ = l.dp.TeardownPod(context.Background(), pod) })
+	cfg := l.clientConfig(extNet, clusterNet, extNet6, clusterNet6)
+	cfg.PodIPs = addrs(intruderIP, intruderIP6)
+	if err := egress.ApplyClient(t.Context(), intruder.Path(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	arrived := countArrivals(t, l.ext)
+
+	// Two datagrams and a TCP connection per family; the routers must
+	// count each outer packet, none may reach the external host.
+	probe := func() int {
+		before := l.unknownClientDrops(t)
+		for _, f := range families {
+			for range 2 {
+				sendUDP(t, intruder, f.ext)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			if c, err := intruder.Dial(ctx, "tcp", net.JoinHostPort(f.ext, probePort)); err == nil {
+				_ = c.Close()
+				t.Errorf("%s: the intruder connected to %s through the routers", f.name, f.ext)
+			}
+			cancel()
+		}
+		want := uint64(3 * len(families))
+		poll.Eventually(t, 5*time.Second, func() error {
+			if n := l.unknownClientDrops(t) - before; n < want {
+				return fmt.Errorf("the routers counted %d of the intruder's %d or more tunnel packets as unknown", n, want)
+			}
+			return nil
+		})
+		return int(want)
+	}
+	probe()
+	// The client still goes through, and nothing of the intruder's came
+	// out before it.
+	for _, f := range families {
+		l.expectSource(t, 5*time.Second, f.ext, f.routers...)
+	}
+	if n := arrived(); n != 0 {
+		t.Fatalf("%d of the intruder's packets reached the external host through the routers", n)
+	}
+
+	// Once a peer, its traffic goes through: a client pod's first packets
+	// before the routers learn of it are dropped, the next ones pass.
+	for _, r := range l.routers {
+		if err := r.r.AddPeer(t.Context(), "uid-intruder", addrs(intruderIP, intruderIP6)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range families {
+		err := poll.Until(t.Context(), 5*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
+			got, err := whoami(ctx, intruder, f.ext)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(f.routers, got) {
+				return fmt.Errorf("%s saw the new peer as %s, want a router", f.ext, got)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: a pod that became a peer: %v", f.name, err)
+		}
+	}
+
+	// No longer a peer: refused again, at once.
+	for _, r := range l.routers {
+		if err := r.r.RemovePeer(t.Context(), "uid-intruder"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := arrived()
+	probe()
+	for _, f := range families {
+		l.expectSource(t, 5*time.Second, f.ext, f.routers...)
+	}
+	if n := arrived() - before; n != 0 {
+		t.Fatalf("%d of a former peer's packets reached the external host through the routers", n)
+	}
+	if err := egress.ApplyClient(t.Context(), intruder.Path(), egress.ClientConfig{PodIPs: cfg.PodIPs}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unknownClientDrops sums the routers' counters of refused tunnel packets.
+func (l *lab) unknownClientDrops(t *testing.T) uint64 {
+	t.Helper()
+	var n uint64
+	for i, r := range l.routers {
+		d, err := r.r.UnknownClientDrops(t.Context())
+		if err != nil {
+			t.Fatalf("router %s: %v", ipv4.routers[i], err)
+		}
+		n += d
+	}
+	return n
+}
+
+// sendUDP sends one datagram from ns to addr's probePort.
+func sendUDP(t *testing.T, ns *netnstest.NS, addr string) {
+	t.Helper()
+	c, err := ns.Dial(t.Context(), "udp", net.JoinHostPort(addr, probePort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("intruder")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countArrivals counts, with an nftables counter in ns (an external host),
+// the packets of either family and protocol that arrive for probePort, and
+// returns a function reading it.
+func countArrivals(t *testing.T, ns *netnstest.NS) func() int {
+	t.Helper()
+	ns.Exec("nft", "add table inet probe")
+	ns.Exec("nft", "add counter inet probe arrived")
+	ns.Exec("nft", "add chain inet probe in { type filter hook prerouting priority -300 ; }")
+	ns.Exec("nft", "add rule inet probe in meta l4proto { tcp, udp } th dport "+probePort+" counter name arrived")
+	packets := regexp.MustCompile(`packets ([0-9]+)`)
+	return func() int {
+		t.Helper()
+		out := ns.Exec("nft", "list", "counter", "inet", "probe", "arrived")
+		m := packets.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("counter of arrivals in %s: %q", ns, out)
+		}
+		n, err := strconv.Atoi(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 }

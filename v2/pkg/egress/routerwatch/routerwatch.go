@@ -5,7 +5,8 @@
 // router's peers while they run.
 //
 // It only reads: it neither changes the Egress nor the pods, and it knows
-// nothing of tunnels or nftables, which are the Router's business. It
+// nothing of tunnels or nftables, which are the Router's business (its
+// metrics read the Router's drop counter through an interface). It
 // trusts the apiserver's validation of the Egress (the webhook rejects
 // unparsable destinations); one that slips through is reported and not
 // applied.

@@ -130,7 +130,7 @@ func startRouter(t *testing.T, egress types.NamespacedName, rec *recorder) *rout
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := NewMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
