@@ -112,7 +112,8 @@ func TestARouterReplacesAFormat1TableAndRefusesANewerOne(t *testing.T) {
 		t.Fatalf("Setup over a format 1 table: %v", err)
 	}
 	r.Close()
-	if got := ns.Exec("nft", "list", "table", "inet", "vcoil-egress"); !strings.Contains(got, `comment "vcoil egress v2"`) || !strings.Contains(got, "elements = { 203.0.113.0/24 }") {
+	if got := ns.Exec("nft", "list", "table", "inet", "vcoil-egress"); !strings.Contains(got, `comment "vcoil egress v2"`) || !strings.Contains(got, "elements = { 203.0.113.0/24 }") ||
+		!strings.Contains(got, "ip saddr != @clients4") {
 		t.Fatalf("the router's table:\n%s", got)
 	}
 

@@ -300,6 +300,10 @@ var (
 	}
 )
 
+// writeNFT writes the router's table whole (Setup deleted it first). Its
+// layout may change without a new format version as long as only routers
+// read it: a router of either layout replaces the other's at Setup, and
+// vcoild reads only its format set.
 func (r *Router) writeNFT(ctx context.Context, dests []netip.Prefix) error {
 	tx := r.nft.NewTransaction()
 	tx.Add(&knftables.Table{})
