@@ -356,8 +356,9 @@ func (e *attackEnv) rows(t *testing.T, c context.Context, g string, f family, ex
 			a.counters = []*corev1.Node{e.node, e.other}
 			a.noBarrierPath = "the barrier reaches the external host directly, not through the router"
 			// The outer source is the attacker's own: the router, not the
-			// pod's interface, has to refuse it.
+			// pod's interface, has to refuse it, and counts it.
 			a.counterOptional = "the VXLAN datagram's source is the attacker's own address"
+			a.routerDrops = e.routerDrops
 		case "ra", "redirect":
 			lla := mustAddr(forgedRouter)
 			near6 := f.podIP(e.near)
@@ -456,8 +457,11 @@ type attack struct {
 	noBarrierPath string
 	// counterOptional, when set, says why the drop counter need not move.
 	counterOptional string
-	token           []byte
-	nonce           string
+	// routerDrops, when set, reads a counter of the Egress routers' that
+	// must move too.
+	routerDrops func(context.Context) (float64, error)
+	token       []byte
+	nonce       string
 }
 
 type listener struct {
@@ -527,6 +531,13 @@ func (a *attack) blocked(c context.Context, k *cluster) (string, error) {
 		caps = append(caps, cp)
 	}
 	before, berr := k.drops(c, a.counters, a.f)
+	var routerBefore float64
+	if a.routerDrops != nil {
+		var err error
+		if routerBefore, err = a.routerDrops(c); err != nil {
+			return "", err
+		}
+	}
 	if err := sendRaw(a.from, a.ifname, a.forged...); err != nil {
 		return "", err
 	}
@@ -572,6 +583,22 @@ func (a *attack) blocked(c context.Context, k *cluster) (string, error) {
 	case aerr != nil && a.counterOptional == "":
 		problems = append(problems, aerr.Error())
 	}
+	var routerAfter float64
+	if a.routerDrops != nil {
+		err := poll.Until(c, 10*time.Second, pollInterval, func(c context.Context) error {
+			var err error
+			if routerAfter, err = a.routerDrops(c); err != nil {
+				return err
+			}
+			if routerAfter <= routerBefore {
+				return fmt.Errorf("%s of the Egress's routers did not move (%g)", routerDropsMetric, routerBefore)
+			}
+			return nil
+		})
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	if len(problems) > 0 {
 		return "", errors.New(strings.Join(problems, "; "))
 	}
@@ -579,10 +606,45 @@ func (a *attack) blocked(c context.Context, k *cluster) (string, error) {
 	if a.counterOptional != "" {
 		d = fmt.Sprintf("nothing arrived (%s: %s)", a.counterOptional, before.delta(after))
 	}
+	if a.routerDrops != nil {
+		d += fmt.Sprintf("; the router dropped them: %s %g -> %g", routerDropsMetric, routerBefore, routerAfter)
+	}
 	if a.noBarrierPath != "" {
 		d += " (" + a.noBarrierPath + ")"
 	}
 	return d, nil
+}
+
+const routerDropsMetric = "vcoil_egress_router_unknown_client_drops_total"
+
+// routerDrops sums the unknown-client drop counter of the Egress nat's
+// router pods, read from their metrics port through the apiserver's proxy.
+func (e *attackEnv) routerDrops(c context.Context) (float64, error) {
+	pods, err := e.k.runningPods(c, e.ns, map[string]string{vcoilv2.LabelEgress: "nat"})
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, p := range pods {
+		body, err := e.k.cs.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, strconv.Itoa(constants.EgressMetricsPort), "/metrics", nil).DoRaw(c)
+		if err != nil {
+			return 0, fmt.Errorf("metrics of router pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		found := false
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, routerDropsMetric+" "); ok {
+				n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return 0, fmt.Errorf("metrics of router pod %s/%s: %q: %w", p.Namespace, p.Name, line, err)
+				}
+				sum, found = sum+n, true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("metrics of router pod %s/%s: no %s", p.Namespace, p.Name, routerDropsMetric)
+		}
+	}
+	return sum, nil
 }
 
 // dropCount is vcoil_source_validation_drops_total of a family, by node.
