@@ -11,8 +11,10 @@
 // Two encapsulations: FoU (IPIP or IP6-in-IP6 in UDP, as Coil; needs the
 // kernel's fou and ipip modules) and VXLAN (a static FDB entry to the
 // ClusterIP and a static neighbour for a virtual gateway, so no ARP crosses
-// the tunnel). Routers accept both and send each reply back through the
-// encapsulation its flow came in with (connection marks).
+// the tunnel). Routers accept both, from their peers' addresses only (the
+// tunnel devices have no remote and would decapsulate anyone's), and send
+// each reply back through the encapsulation its flow came in with
+// (connection marks).
 //
 // ApplyClient is stateless: it reads the pod's namespace and makes it match
 // the complete configuration it is given. A Router keeps its peers in
