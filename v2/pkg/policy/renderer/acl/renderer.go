@@ -118,7 +118,8 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 }
 
 // Render applies one transaction. With the incarnation it last synced and
-// VPP's content known, it sends the transaction's changes only, in the
+// VPP's content known, it sends the transaction's changes only (none for
+// an unchanged transaction, but for a resync), in the
 // order that never leaves a pod without its table: every new ACL first,
 // then the interfaces' lists (one batch), then the deletions of the ACLs
 // no list holds any more. Otherwise it syncs everything, as Resync does.
@@ -131,7 +132,10 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 		return fmt.Errorf("VPP ACL policy renderer: %w", err)
 	}
 	moved := r.noteAddresses(txn)
-	if changes.Empty() && len(moved) == 0 && r.synced {
+	// A resync transaction (the policy agent's, after a VPP restart among
+	// others) carries no change when the policies did not change: it
+	// still looks at VPP's incarnation, whose ACLs may be gone.
+	if changes.Empty() && len(moved) == 0 && r.synced && !txn.Resync {
 		return nil
 	}
 	ch, ifs, err := r.channel(ctx)

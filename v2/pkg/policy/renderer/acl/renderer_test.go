@@ -270,6 +270,34 @@ func TestANewIncarnationRendersEverythingAgain(t *testing.T) {
 	})
 }
 
+// The policy agent resyncs after a VPP restart with a resync transaction
+// that changes nothing in the policies: it renders everything into the new
+// incarnation, and in the same incarnation it sends nothing.
+func TestAnUnchangedResyncTransactionRendersANewIncarnation(t *testing.T) {
+	f := newFakeVPP(t)
+	r := newRenderer(t, f)
+	txn := renderer.Txn{Resync: true, Pods: []renderer.PodRules{open(podA, ipA), isolated()}}
+	if err := r.Render(ctx(t), txn); err != nil {
+		t.Fatal(err)
+	}
+	f.take()
+	if err := r.Render(ctx(t), txn); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "the same resync in the same incarnation", f.take(), nil)
+	f.restart()
+	if err := r.Render(ctx(t), txn); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "the same resync in a new incarnation", f.take(), []string{
+		`cli_inband "set acl-plugin reclassify-sessions 1"`,
+		"acl_dump -1",
+		`acl_add_replace new "vcoil-pol@2 local-1" count=3 [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
+		`acl_add_replace new "vcoil-pol@2 reflect" count=6 [reflect 6 0.0.0.0/0 > 0.0.0.0/0 flags=0x02/0x12; permit 6 0.0.0.0/0 > 0.0.0.0/0; reflect 0 0.0.0.0/0 > 0.0.0.0/0; reflect 6 ::/0 > ::/0 flags=0x02/0x12; permit 6 ::/0 > ::/0; reflect 0 ::/0 > ::/0]`,
+		"set_acl_lists 10.1.0.2 in=[] out=[], 10.1.0.3 in=[1] out=[0], uplink in=[] out=[], host in=[] out=[]",
+	})
+}
+
 // A new vcoild (a new renderer) on a VPP that kept the ACLs of the earlier
 // one adopts those whose rules a table needs, makes the others, deletes
 // the tagged ACLs it does not need (but not while an interface it does not
