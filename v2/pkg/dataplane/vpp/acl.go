@@ -196,7 +196,15 @@ func (d *driver) setACLLists(inc Incarnation, owner ACLOwner, settings []ACLSett
 		}
 		d.aclsSent[p.target] = aclSent{sw: p.sw, input: p.in, output: p.out}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if owner == ACLPolicy {
+		// The policies are in this incarnation: its held pods may come up
+		// (ReleasePods).
+		d.policiesIn = inc
+	}
+	return nil
 }
 
 // aclRequests are the requests that change an interface's lists from sent
@@ -287,9 +295,10 @@ func (d *driver) podByAddr(a netip.Addr) *podState {
 }
 
 // applyPodACLs sends the lists the owners set for the pod's addresses to
-// its new interface sw, before the routes make the pod reachable: an
-// isolated pod is never reachable without its ACLs. A new interface holds
-// no ACLs, so nothing is sent when no owner has any. The caller holds d.mu.
+// its new interface sw, before the interface is up and the routes make the
+// pod reachable: an isolated pod never forwards without its ACLs. A new
+// interface holds no ACLs, so nothing is sent when no owner has any. The
+// caller holds d.mu.
 func (d *driver) applyPodACLs(st *podState, sw uint32) error {
 	for _, a := range addrsOf(st.pod.IPv4, st.pod.IPv6) {
 		target := ACLInterface{Pod: a}

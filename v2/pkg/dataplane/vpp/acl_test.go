@@ -10,7 +10,7 @@ import (
 )
 
 // The policy renderer's lists: a pod named by its address gets its lists
-// when it is wired (before its routes), a wired pod at once; the node
+// when it is wired (before it is up and routed), a wired pod at once; the node
 // interfaces' lists merge the services' input ACLs (first) with the
 // policies' input and output ones; a batch is one call, each interface's list sent once.
 func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
@@ -33,8 +33,8 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 4 uses 2",
 	}, sourceSetUp(4, "10.100.0.3", ""), []string{
-		"sw_interface_set_flags 4 flags=1",
 		"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 5]",
+		"sw_interface_set_flags 4 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 4",
 		"sw_interface_dump 4",
 	}))

@@ -135,6 +135,13 @@ type Config struct {
 	// SNAT, as on the Linux dataplane.
 	SNAT *SNATConfig
 
+	// HoldPodsForPolicies is set when the policy stack renders ACLs into
+	// VPP: a pod interface wired into a VPP incarnation (made again after
+	// a restart, or new) is left admin-down, held, until ReleasePods,
+	// which the policy stack calls once its ACLs are in that incarnation
+	// (hold.go). Without it pods come up as soon as they are wired.
+	HoldPodsForPolicies bool
+
 	// RequestTimeout, PingInterval and ReadyWait: 0 means the defaults.
 	RequestTimeout time.Duration
 	PingInterval   time.Duration

@@ -36,6 +36,10 @@ type Dataplane interface {
 	// Close disconnects from VPP and stops the connection's supervision.
 	// VPP keeps what it has.
 	Close()
+	// ReleasePods sets up the pod interfaces held down in this VPP
+	// incarnation (Config.HoldPodsForPolicies) once the policy ACLs are in
+	// it; the policy stack calls it after each full sync (hold.go).
+	ReleasePods(ctx context.Context) error
 	// PodInterfaces and StateSource are the dataplane's parts of the node
 	// state (state.go).
 	PodInterfaces(ctx context.Context) (map[dataplane.PodKey]nodestate.Interface, error)
@@ -116,6 +120,11 @@ type driver struct {
 	// first list set is sent whatever VPP holds from an earlier vcoild).
 	acls     map[ACLInterface]map[ACLOwner]ACLLists
 	aclsSent map[ACLInterface]aclSent
+	// policiesIn is the last incarnation into which the policy owner set
+	// its lists without an error, and released the one whose held pods
+	// ReleasePods set up (hold.go).
+	policiesIn Incarnation
+	released   Incarnation
 	// hostPortsOn: a pod wanted a hostPort since vcoild started, so the
 	// uplink is a NAT frontend and NAT forwarding is on (hostport.go).
 	hostPortsOn bool
@@ -147,6 +156,9 @@ type podState struct {
 	// sourceUnknown: the pod was adopted from VPP, whose source tables
 	// may hold routes pod does not name; its teardown reads them.
 	sourceUnknown bool
+	// held: the pod's interface is wired but left admin-down until
+	// ReleasePods (hold.go).
+	held bool
 }
 
 // New returns the VPP dataplane for cfg. It checks the configuration; it

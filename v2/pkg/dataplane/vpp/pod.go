@@ -253,15 +253,21 @@ func (d *driver) finishWiring(ctx context.Context, st *podState, sw uint32, u *u
 	if err := vppapi.Call(ch, req, &interfaces.SwInterfaceSetUnnumberedReply{}); err != nil {
 		return fmt.Errorf("make interface %d unnumbered to vcoil's loopback: %w", sw, err)
 	}
-	// Before the interface is up: no packet of the pod's passes unchecked.
+	// Before the interface is up: no packet of the pod's passes unchecked
+	// or past the ACLs its owners set.
 	if err := d.enableSourceCheck(sw, pod, u); err != nil {
-		return err
-	}
-	if err := setUp(ch, sw, fmt.Sprintf("interface %d", sw)); err != nil {
 		return err
 	}
 	if err := d.applyPodACLs(st, sw); err != nil {
 		return err
+	}
+	// Held: left down until ReleasePods (hold.go); the rest below works
+	// on a down interface.
+	held := d.holding()
+	if !held {
+		if err := setUp(ch, sw, fmt.Sprintf("interface %d", sw)); err != nil {
+			return err
+		}
 	}
 	// An adopted af_packet pod has no known namespace; its veth, and so the
 	// pod's side, outlived VPP.
@@ -295,7 +301,7 @@ func (d *driver) finishWiring(ctx context.Context, st *podState, sw uint32, u *u
 	if len(ifs) != 1 {
 		return fmt.Errorf("read back interface %d: VPP returned %d interfaces", sw, len(ifs))
 	}
-	st.swIfIndex, st.vppName, st.hostMAC, st.wired, st.failed = sw, ifs[0].name, ifs[0].mac, true, nil
+	st.swIfIndex, st.vppName, st.hostMAC, st.wired, st.failed, st.held = sw, ifs[0].name, ifs[0].mac, true, nil, held
 	return nil
 }
 
@@ -478,6 +484,10 @@ func (d *driver) CheckPod(ctx context.Context, pod dataplane.Pod) error {
 	if err := d.checkWired(ctx, st); err != nil {
 		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
 	}
+	if st.held {
+		return fmt.Errorf("check pod %s: VPP interface %s is held down until the network policies are in VPP (incarnation %d)",
+			describe(pod.PodKey), st.vppName, d.incarnation)
+	}
 	if err := d.checkHostPorts(st, pod.PortMappings); err != nil {
 		return fmt.Errorf("check pod %s: %w", describe(pod.PodKey), err)
 	}
@@ -496,7 +506,7 @@ func (d *driver) checkWired(ctx context.Context, st *podState) error {
 	switch {
 	case len(ifs) != 1 || ifs[0].tag != podTag(st.pod.PodKey):
 		return fmt.Errorf("VPP interface %d (%s) is gone", st.swIfIndex, st.vppName)
-	case !ifs[0].up:
+	case !ifs[0].up && !st.held:
 		return fmt.Errorf("VPP interface %s is down", st.vppName)
 	}
 	return d.kernel.CheckPod(ctx, st.pod, d.cfg.PodInterface, st.pod.MTU)

@@ -287,7 +287,8 @@ func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []
 			return false
 		}
 	}
-	st.wired, st.swIfIndex, st.vppName, st.hostMAC, st.failed = true, i.swIfIndex, i.name, i.mac, nil
+	// Kept up (a down one is wired again): it holds the lists VPP kept.
+	st.wired, st.swIfIndex, st.vppName, st.hostMAC, st.failed, st.held = true, i.swIfIndex, i.name, i.mac, nil, false
 	if d.initial {
 		st.roleUnknown = true
 	}
