@@ -47,6 +47,9 @@ func (f flags) vppConfig() (vpp.Config, error) {
 		Allocations:  daemon.Allocations{StateDir: f.stateDir},
 		PodInterface: vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
 		Uplink: f.vpp.uplink, NATSessions: f.vpp.natSessions,
+		// The policies' ACLs are gone with a restarted VPP: its pods stay
+		// down until the policy agent has set them again.
+		HoldPodsForPolicies: f.policies.enabled,
 	}
 	for _, s := range f.vpp.uplinkAddresses {
 		p, err := netip.ParsePrefix(s)

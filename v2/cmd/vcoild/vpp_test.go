@@ -506,3 +506,18 @@ func newVPPNode(t *testing.T, f *fabric, index int, peerAddr string, args ...str
 	})
 	return n, v
 }
+
+// With --network-policies (the default), VPP holds a restarted VPP's pods
+// down until the policy agent set their ACLs again; without, it holds none.
+func TestVPPHoldsPodsForPoliciesOnlyWhenTheyAreEnforced(t *testing.T) {
+	for _, enabled := range []bool{true, false} {
+		f := flags{nodeName: "node-a", dataplane: "vpp", stateDir: t.TempDir(), policies: policyFlags{enabled: enabled}}
+		cfg, err := f.vppConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HoldPodsForPolicies != enabled {
+			t.Fatalf("--network-policies=%t: HoldPodsForPolicies = %t", enabled, cfg.HoldPodsForPolicies)
+		}
+	}
+}

@@ -34,6 +34,13 @@ type Restarts interface {
 	OnRestart(vpp.Resync)
 }
 
+// HeldPods are the pods the VPP dataplane holds down in a new VPP
+// incarnation until the policies' ACLs are in it (vpp.Dataplane, with
+// vpp.Config.HoldPodsForPolicies).
+type HeldPods interface {
+	ReleasePods(ctx context.Context) error
+}
+
 // Options configure the policy enforcement of one node.
 type Options struct {
 	NodeName string
@@ -49,8 +56,9 @@ type Options struct {
 	LogDrops bool
 	// VPP, when set, is the node's VPP dataplane: the policies are
 	// rendered into its ACLs instead of the kernel's nftables, with the
-	// ACLs' hit counters read from StatsSocket when it is set, and the
-	// agent resyncs through Restarts after a VPP restart.
+	// ACLs' hit counters read from StatsSocket when it is set, the agent
+	// resyncs through Restarts after a VPP restart, and after each of its
+	// full syncs the pods VPP holds down come up (HeldPods).
 	VPP         vpp.Dataplane
 	StatsSocket string
 	Restarts    Restarts
@@ -68,9 +76,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*agent.Agent
 	if err != nil {
 		return nil, fmt.Errorf("network policies: %w", err)
 	}
+	var after func(context.Context) error
+	if opts.VPP != nil {
+		after = releaseAfterSync(opts.VPP)
+	}
 	a, err := agent.Setup(ctx, mgr, agent.Options{
 		NodeName: opts.NodeName, Renderer: r, RendererName: name,
 		Reader: mgr.GetAPIReader(), Log: opts.Log, Known: opts.Known,
+		AfterResync: after,
 	})
 	if err != nil {
 		return nil, err
@@ -80,6 +93,20 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*agent.Agent
 		opts.Restarts.OnRestart(vpp.Resync{What: "network policies", Retry: "the policy agent retries with backoff (1s doubling to 1 min) and its readiness fails until a resync succeeds", Do: a.Resync})
 	}
 	return a, nil
+}
+
+// releaseAfterSync is the agent's AfterResync on VPP: after the first
+// sync and after each resync, the pods held down in VPP's incarnation come
+// up, their ACLs being in it. Its failure (the sync went into an older
+// incarnation, or VPP refused) fails the sync, which the agent retries
+// with backoff while its readiness fails: the pods stay down meanwhile.
+func releaseAfterSync(held HeldPods) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := held.ReleasePods(ctx); err != nil {
+			return fmt.Errorf("bring up the pods VPP holds down for their policies: %w", err)
+		}
+		return nil
+	}
 }
 
 // dataplaneRenderer is the renderer of the node's dataplane and its name:

@@ -1,6 +1,8 @@
 package enforcer
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -44,5 +46,30 @@ func TestCleanUpRemovesThePolicyTableOnlyWhenPoliciesAreOffOnLinux(t *testing.T)
 		if has() {
 			t.Fatal("not enforcing on Linux, CleanUp left the policy table")
 		}
+	}
+}
+
+// heldPods counts ReleasePods and fails it with err.
+type heldPods struct {
+	calls int
+	err   error
+}
+
+func (h *heldPods) ReleasePods(context.Context) error {
+	h.calls++
+	return h.err
+}
+
+// On VPP the agent's AfterResync releases the held pods; a refusal fails
+// the sync (the agent then retries and fails its readiness), naming why.
+func TestAfterASyncTheHeldPodsAreReleased(t *testing.T) {
+	h := &heldPods{}
+	after := releaseAfterSync(h)
+	if err := after(t.Context()); err != nil || h.calls != 1 {
+		t.Fatalf("after a sync: %v, %d calls, want nil and 1", err, h.calls)
+	}
+	h.err = errors.New("the policies' ACL lists are not in VPP incarnation 2 yet")
+	if err := after(t.Context()); err == nil || !strings.Contains(err.Error(), "incarnation 2") {
+		t.Fatalf("a refused release: %v", err)
 	}
 }
