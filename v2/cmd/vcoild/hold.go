@@ -23,8 +23,8 @@ import (
 
 // newerState reads the node's state before any part starts, changing
 // nothing (package formatgate): the checkpoint, vcoil's nftables tables
-// in the node's namespace and the egress table in the known pods', and the
-// node's link aliases. It returns what is of a newer format than this
+// in the node's namespace and the egress table in the known pods', the
+// node's link aliases and, on VPP, VPP's tags. It returns what is of a newer format than this
 // vcoild's, nil when nothing is.
 func (f flags) newerState(ctx context.Context) error {
 	log := ctrl.Log.WithName("formats")
@@ -41,6 +41,13 @@ func (f flags) newerState(ctx context.Context) error {
 			egress,
 		}),
 		formatgate.LinkAliases(f.netns),
+	}
+	if f.dataplane == "vpp" {
+		// VPP's tags, when VPP is running: one that is not yet is read by
+		// the dataplane once connected, whose refusal holds the CNI socket.
+		checks = append(checks, formatgate.Check{Name: "VPP at " + f.vpp.apiSocket, Run: func(ctx context.Context) error {
+			return vpp.NewerObjects(ctx, f.vpp.apiSocket, 0)
+		}})
 	}
 	// Opening the checkpoint makes its directory: only read one that is.
 	if _, err := os.Stat(dir); err == nil {

@@ -2,6 +2,7 @@ package vpp_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/netip"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
 type checkpointPods []dataplane.Pod
@@ -159,5 +161,36 @@ func TestRealVPPAdoptsFormat1TagsWithoutDisturbingTraffic(t *testing.T) {
 		if err := upgraded.CheckPod(ctx, p); err != nil {
 			t.Errorf("CheckPod %s after the upgrade: %v", p.ContainerID, err)
 		}
+	}
+}
+
+// vcoild reads VPP's tags before any of its parts starts
+// (vpp.NewerObjects), on a real VPP (VCOIL_VPP_BIN): with the NAT44 plugin
+// off and no vcoil object, nothing is newer; an interface a newer vcoild
+// tagged is refused as a newer format, naming it.
+func TestRealVPPNewerObjectsFindsANewerTag(t *testing.T) {
+	netnstest.RequireRoot(t)
+	bin := vpptest.Binary(t)
+	for _, tc := range []struct {
+		name  string
+		cli   []string
+		newer bool
+	}{
+		{"a VPP without vcoil's objects", []string{"create loopback interface"}, false},
+		{"an interface tagged by a newer vcoild", []string{"create loopback interface", "set interface tag loop0 vcoil@3"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := netnstest.New(t, "vppnewer")
+			v := vpptest.Start(t, bin, node.Path(), tc.cli...)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := vpp.NewerObjects(ctx, v.APISocket, 0)
+			switch {
+			case !tc.newer && err != nil:
+				t.Fatalf("NewerObjects: %v", err)
+			case tc.newer && (!errors.Is(err, formatversion.ErrNewer) || !strings.Contains(err.Error(), `(loop0), tag "vcoil@3"`)):
+				t.Fatalf("NewerObjects = %v, want the loopback's newer tag", err)
+			}
+		})
 	}
 }
