@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
@@ -153,6 +154,9 @@ func Start(opts Options) (*Env, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "v2", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                NewScheme(),
+		// envtest's 20 s is too short on a loaded 2-core machine: a
+		// control plane that starts late is slow, not broken.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	if opts.Webhooks {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
