@@ -75,6 +75,8 @@ func TestPodSourcePrefixesNeedTheNamespacesGrant(t *testing.T) {
 		{"address", "10.20.1.7", false, []string{`"10.20.1.7"`}},
 		{"empty", "10.20.1.0/24,", false, []string{`""`}},
 		{"ipv4-mapped", "::ffff:10.20.1.0/120", false, []string{`"::ffff:10.20.1.0/120"`}},
+		{"everything", "0.0.0.0/0", false, []string{`"0.0.0.0/0"`, "unicast"}},
+		{"link-local", "fe80::/64", false, []string{`"fe80::/64"`}},
 	} {
 		refused(t, tc.name, user.Create(ctx, podWithPrefixes(granted, tc.name, tc.prefixes)), tc.forbidden, tc.parts...)
 	}

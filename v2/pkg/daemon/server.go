@@ -527,7 +527,7 @@ func allocationError(pool, namespace string, err error) error {
 
 func (s *Server) freeOrLog(ctx context.Context, log logr.Logger, a ipam.Allocation) {
 	if err := s.ipam.Free(ctx, a); err != nil {
-		log.Error(err, "freed the address, but could not release its block; it is released at the next start", "block", a.Block)
+		log.Error(err, "could not free the address", "block", a.Block)
 	}
 }
 

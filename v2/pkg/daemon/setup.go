@@ -166,7 +166,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	}
 	d.log.Info("recovered allocations", "restored", rep.Restored, "adopted", rep.Adopted, "stale", rep.Stale, "tornDown", rep.TornDown, "held", rep.Held)
 	if err := d.IPAM.ReleaseUnused(ctx); err != nil {
-		d.log.Error(err, "cannot release unused blocks; they are tried again at the next start")
+		d.log.Error(err, "cannot release unused blocks")
 	}
 	close(d.recovered)
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
 // sourcePrefixesOf reads the pod of args for its allowed-source-prefixes
@@ -47,7 +48,7 @@ func (s *Server) sourcePrefixesOf(ctx context.Context, args *cnirpc.CNIArgs) ([]
 
 // parseSourcePrefixes parses the annotation's comma separated prefixes
 // (spaces around each allowed). A prefix with host bits set, an IPv4-mapped
-// IPv6 prefix or an empty element is refused: what the pod may send from
+// IPv6 prefix, an empty element or a prefix no pod may send from is refused: what the pod may send from
 // must be exactly what was admitted, never a guess at what was meant.
 func parseSourcePrefixes(v string) ([]netip.Prefix, error) {
 	if strings.TrimSpace(v) == "" {
@@ -67,6 +68,11 @@ func parseSourcePrefixes(v string) ([]netip.Prefix, error) {
 			return nil, fmt.Errorf("%q is an IPv4-mapped IPv6 prefix: write the IPv4 prefix", f)
 		case p != p.Masked():
 			return nil, fmt.Errorf("%q has host bits set: want %s", f, p.Masked())
+		}
+		// What no dataplane would wire (0.0.0.0/0, loopback, link-local)
+		// is refused here, before an address is allocated for nothing.
+		if err := dataplane.ValidateSourcePrefix(p); err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}

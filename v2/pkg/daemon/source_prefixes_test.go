@@ -106,6 +106,9 @@ func TestParseSourcePrefixes(t *testing.T) {
 		{in: "10.1.0.0", bad: `"10.1.0.0"`},
 		{in: "10.1.0.0/16,", bad: "empty"},
 		{in: "::ffff:10.1.0.0/112", bad: `"::ffff:10.1.0.0/112"`},
+		{in: "10.1.0.0/16,0.0.0.0/0", bad: "0.0.0.0/0"},
+		{in: "fe80::/64", bad: "fe80::/64"},
+		{in: "127.0.0.0/8", bad: "127.0.0.0/8"},
 	} {
 		got, err := parseSourcePrefixes(c.in)
 		if c.bad != "" {

@@ -177,16 +177,29 @@ func (p Pod) Validate() error {
 		}
 	}
 	for _, sp := range p.SourcePrefixes {
-		switch {
-		case !sp.IsValid():
-			return fmt.Errorf("source prefix %v is not a prefix", sp)
-		case sp != sp.Masked():
-			return fmt.Errorf("source prefix %s has bits set past its length: want %s", sp, sp.Masked())
-		case sp.Addr().Is4In6():
-			return fmt.Errorf("source prefix %s is an IPv4-mapped IPv6 prefix: write it as IPv4", sp)
-		case !podAddr(sp.Addr()):
-			return fmt.Errorf("source prefix %s cannot be a pod's: want unicast addresses outside link-local, loopback and multicast", sp)
+		if err := ValidateSourcePrefix(sp); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// ValidateSourcePrefix refuses a prefix that no pod may send from: not a
+// prefix, bits set past its length, IPv4-mapped, or not starting at an
+// address that could be a pod's (0.0.0.0/0, loopback, link-local,
+// multicast). vcoild checks an annotation's prefixes with it before it
+// allocates, so that what admission lets through and what a dataplane
+// wires are the same.
+func ValidateSourcePrefix(sp netip.Prefix) error {
+	switch {
+	case !sp.IsValid():
+		return fmt.Errorf("source prefix %v is not a prefix", sp)
+	case sp != sp.Masked():
+		return fmt.Errorf("source prefix %s has bits set past its length: want %s", sp, sp.Masked())
+	case sp.Addr().Is4In6():
+		return fmt.Errorf("source prefix %s is an IPv4-mapped IPv6 prefix: write it as IPv4", sp)
+	case !podAddr(sp.Addr()):
+		return fmt.Errorf("source prefix %s cannot be a pod's: want unicast addresses outside link-local, loopback and multicast", sp)
 	}
 	return nil
 }
