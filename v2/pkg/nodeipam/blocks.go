@@ -93,42 +93,56 @@ func (m *NodeIPAM) reconcileRequest(ctx context.Context, name string) error {
 	if !mine || br.Spec.NodeName != m.cfg.NodeName || !br.Done() || !br.DeletionTimestamp.IsZero() {
 		return nil
 	}
+	release := ""
 	if br.FailedCondition() == nil && br.Status.AddressBlockName != "" {
-		if err := m.takeLateBlock(ctx, br); err != nil {
+		var err error
+		if release, err = m.takeLateBlock(ctx, br); err != nil {
 			return err
 		}
 	}
+	// The request goes before an unneeded block is released: vcoil-controller
+	// answers a request whose block is gone again, and would hand the same
+	// block name out anew.
 	if err := m.client.Delete(ctx, br); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete block request %q: %w", name, err)
 	}
 	m.mu.Lock()
 	delete(m.abandoned, name)
 	m.mu.Unlock()
+	if release != "" {
+		m.releaseOrRetry(ctx, release)
+	}
 	return nil
 }
 
-// takeLateBlock adopts or releases the block of a request answered late.
-func (m *NodeIPAM) takeLateBlock(ctx context.Context, br *vcoilv2.BlockRequest) error {
+// takeLateBlock adopts the block of a request answered late, or retires it
+// and returns its name for the caller to release once the request is gone.
+func (m *NodeIPAM) takeLateBlock(ctx context.Context, br *vcoilv2.BlockRequest) (release string, err error) {
 	b := &vcoilv2.AddressBlock{}
 	if err := m.reader.Get(ctx, client.ObjectKey{Name: br.Status.AddressBlockName}, b); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return "", nil
 		}
-		return fmt.Errorf("get address block %q of request %q: %w", br.Status.AddressBlockName, br.Name, err)
+		return "", fmt.Errorf("get address block %q of request %q: %w", br.Status.AddressBlockName, br.Name, err)
 	}
 	if b.Labels[vcoilv2.LabelNode] != m.cfg.NodeName || !b.DeletionTimestamp.IsZero() {
-		return nil
+		return "", nil
 	}
 	pool := b.Labels[vcoilv2.LabelPool]
 	m.mu.Lock()
 	if m.alloc.HasBlock(b.Name) {
+		// Retired by an earlier try whose request delete failed: released
+		// now that the request goes.
+		if m.releasing[b.Name] {
+			release = b.Name
+		}
 		m.mu.Unlock()
-		return nil
+		return release, nil
 	}
 	needed := m.needsBlockLocked(pool, b)
 	if err := m.addBlockLocked(b); err != nil {
 		m.mu.Unlock()
-		return err
+		return "", err
 	}
 	if !needed {
 		m.retireBlockLocked(b.Name)
@@ -137,11 +151,10 @@ func (m *NodeIPAM) takeLateBlock(ctx context.Context, br *vcoilv2.BlockRequest) 
 	if needed {
 		m.log.Info("adopted the address block of a request answered after its wait", "request", br.Name, "pool", pool, "block", b.Name,
 			"ipv4", ptr.Deref(b.IPv4, ""), "ipv6", ptr.Deref(b.IPv6, ""))
-		return nil
+		return "", nil
 	}
 	m.log.Info("releasing the address block of a request answered after its wait: the pool has free addresses", "request", br.Name, "pool", pool, "block", b.Name)
-	m.releaseOrRetry(ctx, b.Name)
-	return nil
+	return b.Name, nil
 }
 
 // needsBlockLocked tells whether the node needs block b of pool: it is the
