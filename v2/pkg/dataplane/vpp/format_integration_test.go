@@ -3,6 +3,7 @@ package vpp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"go.fd.io/govpp/binapi/interface_types"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
@@ -184,13 +186,21 @@ func TestRealVPPNewerObjectsFindsANewerTag(t *testing.T) {
 			v := vpptest.Start(t, bin, node.Path(), tc.cli...)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			err := vpp.NewerObjects(ctx, v.APISocket, 0)
-			switch {
-			case !tc.newer && err != nil:
-				t.Fatalf("NewerObjects: %v", err)
-			case tc.newer && (!errors.Is(err, formatversion.ErrNewer) || !strings.Contains(err.Error(), `(loop0), tag "vcoil@3"`)):
-				t.Fatalf("NewerObjects = %v, want the loopback's newer tag", err)
+			if !tc.newer {
+				if err := vpp.NewerObjects(ctx, v.APISocket, 0); err != nil {
+					t.Fatalf("NewerObjects: %v", err)
+				}
+				return
 			}
+			// VPP runs its startup CLI after its API socket answers: wait
+			// for the tag rather than race it.
+			poll.Eventually(t, 20*time.Second, func() error {
+				err := vpp.NewerObjects(ctx, v.APISocket, 0)
+				if !errors.Is(err, formatversion.ErrNewer) || !strings.Contains(err.Error(), `(loop0), tag "vcoil@3"`) {
+					return fmt.Errorf("NewerObjects = %v, want the loopback's newer tag", err)
+				}
+				return nil
+			})
 		})
 	}
 }
