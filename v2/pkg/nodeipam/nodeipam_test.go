@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -47,19 +46,7 @@ func runManager(t *testing.T, mgr ctrl.Manager) {
 // would have) and loads its blocks.
 func startNode(t *testing.T, node string) *NodeIPAM {
 	t.Helper()
-	mgr, err := controllertest.NewManager(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := New(mgr.GetClient(), mgr.GetAPIReader(), Config{NodeName: node, RequestTimeout: 5 * time.Second, PollInterval: 20 * time.Millisecond}, testr.New(t))
-	if err := m.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	runManager(t, mgr)
-	if err := m.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return startNodeWith(t, node, nil, 5*time.Second)
 }
 
 func cleanAPIServer(t *testing.T) { env.CleanAtEnd(t) }
