@@ -46,7 +46,7 @@ func (f flags) vppConfig() (vpp.Config, error) {
 		APISocket: f.vpp.apiSocket, NodeNetns: f.netns, MTU: f.mtu, GSO: f.vpp.gso,
 		Allocations:  daemon.Allocations{StateDir: f.stateDir},
 		PodInterface: vpp.InterfaceType(f.vpp.podInterface), HostInterconnect: vpp.InterfaceType(f.vpp.hostInterconnect),
-		Uplink: f.vpp.uplink, NATSessions: f.vpp.natSessions,
+		Uplink: f.vpp.uplink, NATSessions: f.vpp.natSessions, StatsSocket: f.vpp.statsSocket,
 		// The policies' ACLs are gone with a restarted VPP: its pods stay
 		// down until the policy agent has set them again.
 		HoldPodsForPolicies: f.policies.enabled,

@@ -112,7 +112,7 @@ func main() {
 	fs.DurationVar(&f.podSweepInterval, "pod-sweep-interval", daemon.DefaultSweepInterval, "how often vcoild looks for pods whose network namespace is gone without a DEL; negative turns the sweep off")
 	fs.DurationVar(&f.podSweepGrace, "pod-sweep-grace", daemon.DefaultSweepGrace, "how long a pod's network namespace must have been seen gone before the sweep releases its address")
 	fs.StringVar(&f.vpp.apiSocket, "vpp-api-socket", vpp.DefaultAPISocket, "VPP's binary API socket (VPP dataplane)")
-	fs.StringVar(&f.vpp.statsSocket, "vpp-stats-socket", "", "VPP's stats socket (startup.conf statseg { socket-name }); when set, each policy ACL's hit counters are exported as metrics")
+	fs.StringVar(&f.vpp.statsSocket, "vpp-stats-socket", "", "VPP's stats socket (startup.conf statseg { socket-name }); when set, each policy ACL's hit counters are exported as metrics, and the router advertisements and redirects the pod guard drops are counted in vcoil_source_validation_drops_total")
 	fs.StringVar(&f.vpp.podInterface, "vpp-pod-interface", string(vpp.Auto), "pod interface type: tap (needs /dev/vhost-net), af_packet (a veth) or auto (tap where /dev/vhost-net exists, else af_packet)")
 	fs.StringVar(&f.vpp.hostInterconnect, "vpp-host-interconnect", "", "host interconnect type: tap, af_packet or auto (default: the pod interface's)")
 	fs.BoolVar(&f.vpp.gso, "vpp-gso", false, "generic segmentation offload on TAPs")

@@ -138,8 +138,15 @@ func (d *driver) setACLLists(inc Incarnation, owner ACLOwner, settings []ACLSett
 		}
 		p.owners[owner] = ACLLists{Input: slices.Clone(s.Lists.Input), Output: slices.Clone(s.Lists.Output)}
 		p.in, p.out = mergeACLs(p.owners)
+		if t.Pod.IsValid() {
+			p.in = d.guard.podInput(p.in)
+		}
 		if n := len(p.in) + len(p.out); n > maxACLs {
-			return fmt.Errorf("%s interface: %d ACLs (%d input, %d output), VPP takes at most %d", t, n, len(p.in), len(p.out), maxACLs)
+			guard := ""
+			if t.Pod.IsValid() {
+				guard = " with the pod guard's"
+			}
+			return fmt.Errorf("%s interface: %d ACLs (%d input%s, %d output), VPP takes at most %d", t, n, len(p.in), guard, len(p.out), maxACLs)
 		}
 		todo = append(todo, p)
 	}
@@ -294,26 +301,61 @@ func (d *driver) podByAddr(a netip.Addr) *podState {
 	return nil
 }
 
-// applyPodACLs sends the lists the owners set for the pod's addresses to
-// its new interface sw, before the interface is up and the routes make the
-// pod reachable: an isolated pod never forwards without its ACLs. A new
-// interface holds no ACLs, so nothing is sent when no owner has any. The
-// caller holds d.mu.
+// applyPodACLs sends the pod guard and the lists the owners set for the
+// pod's addresses to its new interface sw, before the interface is up and
+// the routes make the pod reachable: an isolated pod never forwards
+// without its ACLs. The caller holds d.mu.
 func (d *driver) applyPodACLs(st *podState, sw uint32) error {
-	for _, a := range addrsOf(st.pod.IPv4, st.pod.IPv6) {
-		target := ACLInterface{Pod: a}
-		owners, ok := d.acls[target]
-		if !ok {
-			continue
+	if !d.guard.ok {
+		return errors.New("the pod guard's ACLs are not in VPP yet")
+	}
+	addrs := addrsOf(st.pod.IPv4, st.pod.IPv6)
+	target := ACLInterface{Pod: addrs[0]}
+	var in, out []uint32
+	for _, a := range addrs {
+		if owners, ok := d.acls[ACLInterface{Pod: a}]; ok {
+			target = ACLInterface{Pod: a}
+			in, out = mergeACLs(owners)
+			break
 		}
-		in, out := mergeACLs(owners)
-		if err := vppapi.Call(d.ch, aclListRequest(sw, in, out), &acl.ACLInterfaceSetACLListReply{}); err != nil {
-			return fmt.Errorf("set the ACL lists of %s interface (%d) to input %v, output %v: %w", target, sw, in, out, err)
-		}
-		d.aclsSent[target] = aclSent{sw: sw, input: in, output: out}
+	}
+	in = d.guard.podInput(in)
+	if err := vppapi.Call(d.ch, aclListRequest(sw, in, out), &acl.ACLInterfaceSetACLListReply{}); err != nil {
+		return fmt.Errorf("set the ACL lists of %s interface (%d) to input %v, output %v: %w", target, sw, in, out, err)
+	}
+	d.aclsSent[target] = aclSent{sw: sw, input: in, output: out}
+	return nil
+}
+
+// guardKept puts the pod guard in front of the input list of a pod
+// interface that VPP kept from an earlier vcoild (which may have had
+// none), keeping the owners' ACLs the interface holds: they stay in force
+// until the owners resync. held is the interface's lists as VPP holds
+// them. The caller holds d.mu.
+func (d *driver) guardKept(sw uint32, held aclSent) error {
+	if d.guard.guarded(held.input) {
 		return nil
 	}
+	in := d.guard.podInput(d.guard.withoutGuard(held.input))
+	if err := vppapi.Call(d.ch, aclListRequest(sw, in, held.output), &acl.ACLInterfaceSetACLListReply{}); err != nil {
+		return fmt.Errorf("put the pod guard on interface %d (input %v, output %v): %w", sw, in, held.output, err)
+	}
 	return nil
+}
+
+// interfaceACLs reads the ACL lists of every interface VPP holds.
+func interfaceACLs(ch channel) (map[uint32]aclSent, error) {
+	out := map[uint32]aclSent{}
+	err := vppapi.Dump(ch, &acl.ACLInterfaceListDump{SwIfIndex: ^index(0)},
+		func() *acl.ACLInterfaceListDetails { return &acl.ACLInterfaceListDetails{} },
+		func(m *acl.ACLInterfaceListDetails) {
+			n := min(int(m.NInput), len(m.Acls))
+			out[uint32(m.SwIfIndex)] = aclSent{sw: uint32(m.SwIfIndex), input: slices.Clone(m.Acls[:n]), output: slices.Clone(m.Acls[n:])}
+		})
+	if err != nil {
+		return nil, fmt.Errorf("list the interfaces' ACLs: %w", err)
+	}
+	return out, nil
 }
 
 // resetACLs forgets the lists at a new incarnation: their ACL indexes
@@ -322,4 +364,5 @@ func (d *driver) applyPodACLs(st *podState, sw uint32) error {
 func (d *driver) resetACLs() {
 	clear(d.acls)
 	clear(d.aclsSent)
+	d.guard = guardACLs{}
 }

@@ -33,7 +33,7 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 4 uses 2",
 	}, sourceSetUp(4, "10.100.0.3", ""), []string{
-		"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 5]",
+		"acl_interface_set_acl_list 4 count=3 n_input=2 acls=[100 0 5]", // the pod guard first
 		"sw_interface_set_flags 4 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 4",
 		"sw_interface_dump 4",
@@ -60,7 +60,7 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 		}},
 		{"an output order VPP's own edits do not reach: the whole list", []ACLSetting{
 			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{8, 6}}},
-		}, []string{"acl_interface_set_acl_list 4 count=3 n_input=1 acls=[0 8 6]"}},
+		}, []string{"acl_interface_set_acl_list 4 count=4 n_input=2 acls=[100 0 8 6]"}},
 		{"back to one output ACL", []ACLSetting{
 			{Interface: podAddr, Lists: ACLLists{Input: []uint32{0}, Output: []uint32{6}}},
 		}, []string{"acl_interface_add_del add=false input=false 4 acl=8"}},
@@ -68,7 +68,7 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 			{Interface: podAddr},
 			{Interface: ACLInterface{Node: Uplink}},
 		}, []string{
-			"acl_interface_set_acl_list 4 count=0 n_input=0 acls=[]",
+			"acl_interface_set_acl_list 4 count=2 n_input=2 acls=[100 101]", // the guard and its permit
 			"acl_interface_set_acl_list 1 count=1 n_input=1 acls=[7]",
 		}},
 	}
@@ -90,8 +90,13 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 				sw = 1
 			}
 			in, out := x.Lists.Input, x.Lists.Output
-			if sw == 1 {
+			switch {
+			case sw == 1:
 				in = append([]uint32{7}, in...)
+			case len(in) == 0:
+				in = []uint32{100, 101} // the pod guard and its permit
+			default:
+				in = append([]uint32{100}, in...) // the pod guard
 			}
 			want[sw] = append(append([]uint32{uint32(len(in))}, in...), out...)
 		}
@@ -117,7 +122,7 @@ func TestSetACLListsOnPodsAndNodeInterfaces(t *testing.T) {
 		settings []ACLSetting
 		want     string
 	}{
-		{"256 ACLs on one interface, input and output together", []ACLSetting{{Interface: podAddr, Lists: ACLLists{Input: make([]uint32, 1), Output: make([]uint32, 255)}}}, "pod 10.100.0.3's interface: 256 ACLs (1 input, 255 output), VPP takes at most 255"},
+		{"256 ACLs on one interface, input and output together", []ACLSetting{{Interface: podAddr, Lists: ACLLists{Input: make([]uint32, 1), Output: make([]uint32, 255)}}}, "pod 10.100.0.3's interface: 257 ACLs (2 input with the pod guard's, 255 output), VPP takes at most 255"},
 		{"an interface named twice", []ACLSetting{{Interface: podAddr}, {Interface: podAddr}}, "set twice in one batch"},
 		{"neither a node interface nor a pod", []ACLSetting{{}}, "name a node interface or a pod's address"},
 		{"both", []ACLSetting{{Interface: ACLInterface{Node: Uplink, Pod: podB.IPv4}}}, "name a node interface or a pod's address"},
@@ -160,12 +165,14 @@ func TestSetACLListsResendsARefusedList(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "pod fd00:100::2's interface (3)") {
 		t.Fatalf("a refused list: %v", err)
 	}
+	// Pod A's lists were sent for its IPv4 address: those of its IPv6
+	// address are sent whole.
 	wantLines(t, "the batch", h.vpp.take(), []string{
-		"acl_interface_set_acl_list 3 count=1 n_input=0 acls=[2]",
-		"acl_interface_set_acl_list 4 count=1 n_input=0 acls=[3]",
+		"acl_interface_set_acl_list 3 count=3 n_input=2 acls=[100 101 2]",
+		"acl_interface_add_del add=true input=false 4 acl=3",
 	})
 	if err := h.d.SetACLLists(ctx(t), 1, ACLPolicy, set); err != nil {
 		t.Fatal(err)
 	}
-	wantLines(t, "the next call", h.vpp.take(), []string{"acl_interface_set_acl_list 3 count=1 n_input=0 acls=[2]"})
+	wantLines(t, "the next call", h.vpp.take(), []string{"acl_interface_set_acl_list 3 count=3 n_input=2 acls=[100 101 2]"})
 }

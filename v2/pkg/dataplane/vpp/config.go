@@ -151,6 +151,12 @@ type Config struct {
 	// DefaultVhostNet. Tests point it elsewhere.
 	VhostNet string
 
+	// StatsSocket is VPP's stats socket (startup.conf's statseg {
+	// socket-name }). When set, the drops of the pod guard (guard.go) are
+	// read from VPP's stats segment and counted with the source
+	// validation's; without it only the source checks' drops are counted.
+	StatsSocket string
+
 	// Registry, when set, receives the connection's metrics
 	// (vcoil_vpp_connected, vcoil_vpp_restarts_total,
 	// vcoil_vpp_resync_duration_seconds).

@@ -120,6 +120,11 @@ type driver struct {
 	// first list set is sent whatever VPP holds from an earlier vcoild).
 	acls     map[ACLInterface]map[ACLOwner]ACLLists
 	aclsSent map[ACLInterface]aclSent
+	// guard is the pod guard's ACLs in this incarnation (guard.go).
+	guard guardACLs
+	// sources are the paths VPP's source tables hold, by interface, read
+	// at each sync and kept since (source.go).
+	sources sourcePaths
 	// policiesIn is the last incarnation into which the policy owner set
 	// its lists without an error, and released the one whose held pods
 	// ReleasePods set up (hold.go).
@@ -153,9 +158,6 @@ type podState struct {
 	// hostPorts are the static mappings of the pod's hostPorts that VPP
 	// holds on this connection.
 	hostPorts []hostPortMapping
-	// sourceUnknown: the pod was adopted from VPP, whose source tables
-	// may hold routes pod does not name; its teardown reads them.
-	sourceUnknown bool
 	// held: the pod's interface is wired but left admin-down until
 	// ReleasePods (hold.go).
 	held bool

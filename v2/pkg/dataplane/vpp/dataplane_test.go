@@ -148,9 +148,12 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_set_flags 2 flags=1",
 				"ip_route_add_del add=true 0.0.0.0/0 via 169.254.100.2 2",
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
+				"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
-				"ip_table_dump", "urpf_interface_dump all", // source validation that VPP holds
+				`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
+				"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+				"acl_interface_list_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"SetUpHost", "SyncHostPorts []"},
@@ -183,9 +186,12 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_set_flags 3 flags=1",
 				"ip_route_add_del add=true 0.0.0.0/0 via 198.18.0.254 1",
 				"ip_route_add_del add=true ::/0 via fd00:18::fe 1",
+				"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
-				"ip_table_dump", "urpf_interface_dump all", // source validation that VPP holds
+				`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
+				"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+				"acl_interface_list_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"CreateHostVeth mtu=9000", "SetUpHost", "SyncHostPorts []"},
@@ -215,9 +221,12 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_set_flags 2 flags=1",
 				"ip_route_add_del add=true 0.0.0.0/0 via 198.18.0.1 1",
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
+				"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
 				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
-				"ip_table_dump", "urpf_interface_dump all", // source validation that VPP holds
+				`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
+				"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+				"acl_interface_list_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
 			wantKernel: []string{"SetUpHost", "SyncHostPorts []"},
@@ -257,6 +266,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 				`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 			}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
+				guardOnly(3),
 				"sw_interface_set_flags 3 flags=1",
 				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
 				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
@@ -272,6 +282,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 				`tap_create_v3 tag="vcoil@2 beef eth0" host_if="vctap` + linkName(tapPrefix, podB.PodKey)[5:] + `" ns="/run/netns/node"(true) mtu=1400(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 			}, sourceSetUp(3, "10.100.0.3", ""), []string{
+				guardOnly(3),
 				"sw_interface_set_flags 3 flags=1",
 				"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
 				"sw_interface_dump 3",
@@ -290,6 +301,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 				`sw_interface_tag_add_del add=true 3 "vcoil@2 c0ffee eth0"`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 			}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
+				guardOnly(3),
 				"sw_interface_set_flags 3 flags=1",
 				"ip_neighbor_add_del add=true 3 10.100.0.2 " + podMAC(podA.PodKey).String() + " flags=3",
 				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
@@ -410,7 +422,7 @@ func TestTeardownPodRemovesEverythingAndRepeatsQuietly(t *testing.T) {
 			if n := len(h.vpp.ifs); n != 3 {
 				t.Fatalf("VPP has %d interfaces after the teardown, want local0, loopback and interconnect", n)
 			}
-			if s := h.vpp.source; len(s.tables) != 0 || len(s.destroyedWithRoutes) != 0 || s.cfg[3][false].Mode != 0 || s.cfg[3][true].Mode != 0 {
+			if s := h.vpp.source; s.paths() != 0 || len(s.destroyedWithRoutes) != 0 || s.cfg[3][false].Mode != 0 || s.cfg[3][true].Mode != 0 {
 				t.Fatalf("source validation left after the teardown: tables %v (destroyed with routes %v), uRPF %v", s.tables, s.destroyedWithRoutes, s.cfg)
 			}
 			if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podA.PodKey}); err != nil {
@@ -448,13 +460,13 @@ func TestVPPErrorDuringSetupLeavesNothing(t *testing.T) {
 				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
 				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
 				"ip_route_add_del add=false 10.100.0.2/32 via 10.100.0.2 3",
-			}, sourceUndo(3, "10.100.0.2", "fd00:100::2"), []string{"tap_delete_v2 3"}),
+			}, sourceTearDown(3, "10.100.0.2", "fd00:100::2"), []string{"tap_delete_v2 3"}),
 		},
 		{
 			name: "the IPv6 source validation of a TAP fails", typ: TAP, failMsg: "urpf_update_v2",
 			wantTail: slices.Concat([]string{
-				"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_STRICT table=2000000003",
-			}, sourceUndo(3, "10.100.0.2", "fd00:100::2"), []string{"tap_delete_v2 3"}),
+				"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_STRICT table=2000000000",
+			}, sourceTearDown(3, "10.100.0.2", "fd00:100::2"), []string{"tap_delete_v2 3"}),
 		},
 		{
 			name: "the tag of an af_packet interface fails", typ: AFPacket, failMsg: "sw_interface_tag_add_del",
@@ -498,8 +510,8 @@ func TestVPPErrorDuringSetupLeavesNothing(t *testing.T) {
 			if len(h.vpp.ifs) != 3 || len(h.vpp.routes) != 2 || len(h.vpp.neigh) != 0 {
 				t.Fatalf("VPP holds %d interfaces, %d routes, %d neighbors after the failure", len(h.vpp.ifs), len(h.vpp.routes), len(h.vpp.neigh))
 			}
-			if s := h.vpp.source; len(s.tables) != 0 || len(s.destroyedWithRoutes) != 0 {
-				t.Fatalf("source tables left after the failure: %v (destroyed with routes %v)", s.tables, s.destroyedWithRoutes)
+			if s := h.vpp.source; s.paths() != 0 || len(s.destroyedWithRoutes) != 0 {
+				t.Fatalf("source paths left after the failure: %v (destroyed with routes %v)", s.tables, s.destroyedWithRoutes)
 			}
 			if tc.typ == AFPacket && len(h.kernel.veths) != 0 {
 				t.Fatalf("veths left: %v", h.kernel.veths)
@@ -522,8 +534,9 @@ func TestAKernelErrorDuringSetupLeavesNothingInVPP(t *testing.T) {
 		`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
 	}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
+		guardOnly(3),
 		"sw_interface_set_flags 3 flags=1",
-	}, sourceUndo(3, "10.100.0.2", "fd00:100::2"), []string{
+	}, sourceTearDown(3, "10.100.0.2", "fd00:100::2"), []string{
 		"tap_delete_v2 3",
 	}))
 }
@@ -576,12 +589,16 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		"sw_interface_set_flags 2 flags=1",
 		"ip_route_add_del add=true 0.0.0.0/0 via 169.254.100.2 2",
 		"ip_route_add_del add=true ::/0 via fe80::2 2",
+		"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
 		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
-		"ip_table_dump", "urpf_interface_dump all",
+		`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
+		"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+		"acl_interface_list_dump",
 		// Pods in key order: beef, then c0ffee.
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
 	}, sourceSetUp(3, "10.100.0.3", ""), []string{
+		guardOnly(3),
 		"sw_interface_set_flags 3 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
 		"nat44_ed_plugin_enable_disable enable=true sessions=0",
@@ -591,6 +608,7 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		`tap_create_v3 tag="vcoil@2 c0ffee eth0" host_if="eth0" ns="/run/netns/pod-a"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 4 uses 1",
 	}, sourceSetUp(4, "10.100.0.2", "fd00:100::2"), []string{
+		guardOnly(4),
 		"sw_interface_set_flags 4 flags=1",
 		"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 4",
 		"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 4",

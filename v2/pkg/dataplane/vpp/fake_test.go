@@ -67,6 +67,8 @@ type fakeVPP struct {
 	static map[string]*fakeStaticMapping
 	// source models source validation (source_fake_test.go).
 	source *fakeSource
+	// aclPlugin models the ACLs themselves (guard_fake_test.go).
+	aclPlugin *fakeACLs
 }
 
 type fakeIf struct {
@@ -101,6 +103,7 @@ func (f *fakeVPP) reset() {
 	f.snat = newFakeSNAT()
 	f.static = map[string]*fakeStaticMapping{}
 	f.source = newFakeSource()
+	f.aclPlugin = newFakeACLs()
 }
 
 // restart is a VPP that died and came back: empty, with another PID, and
@@ -289,6 +292,9 @@ func (f *fakeVPP) deleteIf(sw uint32) {
 
 // handle answers a request: the reply and its retval.
 func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
+	if reply, retval, ok := f.handleACL(msg); ok {
+		return reply, retval
+	}
 	if reply, retval, ok := f.handleSource(msg); ok {
 		return reply, retval
 	}
@@ -499,6 +505,9 @@ func (f *fakeVPP) sortedIfs() []*fakeIf {
 }
 
 func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
+	if out, ok := f.handleACLDump(msg); ok {
+		return out
+	}
 	if out, ok := f.handleSourceDump(msg); ok {
 		return out
 	}
@@ -576,6 +585,9 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 // msgString renders a request with the fields that matter, for exact
 // comparisons that stay readable.
 func msgString(msg api.Message) string {
+	if s, ok := guardMsgString(msg); ok {
+		return s
+	}
 	if s, ok := sourceMsgString(msg); ok {
 		return s
 	}

@@ -80,7 +80,7 @@ func TestPodsStayDownUntilTheirPolicyACLsAreInTheIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "the policies' sync, then the release", h.vpp.take(), []string{
-		"acl_interface_set_acl_list 3 count=2 n_input=1 acls=[0 1]",
+		"acl_interface_set_acl_list 3 count=3 n_input=2 acls=[100 0 1]",
 		"sw_interface_set_flags 3 flags=1",
 	})
 	if err := h.d.CheckPod(ctx(t), podA); err != nil {
@@ -147,7 +147,7 @@ func TestPodsStayDownUntilTheirPolicyACLsAreInTheIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "the policies' resync, then the release", h.vpp.take(), []string{
-		"acl_interface_set_acl_list 4 count=2 n_input=1 acls=[0 1]",
+		"acl_interface_set_acl_list 4 count=3 n_input=2 acls=[100 0 1]",
 		"sw_interface_set_flags 3 flags=1",
 		"sw_interface_set_flags 4 flags=1",
 	})
@@ -172,7 +172,7 @@ func TestAWiredPodGetsItsACLsBeforeItComesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := h.vpp.take()
-	acl := slices.Index(msgs, "acl_interface_set_acl_list 3 count=2 n_input=1 acls=[0 1]")
+	acl := slices.Index(msgs, "acl_interface_set_acl_list 3 count=3 n_input=2 acls=[100 0 1]")
 	up := slices.Index(msgs, "sw_interface_set_flags 3 flags=1")
 	route := slices.IndexFunc(msgs, func(m string) bool { return strings.HasPrefix(m, "ip_route_add_del add=true 10.100.0.3/32") })
 	if acl < 0 || up < 0 || route < 0 || acl > up || up > route {

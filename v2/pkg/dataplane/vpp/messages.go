@@ -70,6 +70,12 @@ func messages() []api.Message {
 
 		&acl.ACLInterfaceSetACLList{}, &acl.ACLInterfaceSetACLListReply{},
 		&acl.ACLInterfaceAddDel{}, &acl.ACLInterfaceAddDelReply{},
+		// The pod guard (guard.go).
+		&acl.ACLAddReplace{}, &acl.ACLAddReplaceReply{},
+		&acl.ACLDel{}, &acl.ACLDelReply{},
+		&acl.ACLDump{}, &acl.ACLDetails{},
+		&acl.ACLInterfaceListDump{}, &acl.ACLInterfaceListDetails{},
+		&acl.ACLStatsIntfCountersEnable{}, &acl.ACLStatsIntfCountersEnableReply{},
 
 		// HostPorts (hostport.go); also ip_address_dump and
 		// nat44_forwarding_enable_disable.

@@ -373,11 +373,7 @@ func (d *driver) unwire(ctx context.Context, st *podState) error {
 			}
 		}
 	}
-	removeSource := func() error { return d.disableSourceCheck(sw, pod) }
-	if st.sourceUnknown {
-		removeSource = func() error { return d.dropSourceCheck(sw) }
-	}
-	if err := removeSource(); err != nil {
+	if err := d.disableSourceCheck(sw); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

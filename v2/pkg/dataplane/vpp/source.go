@@ -20,7 +20,8 @@ import (
 // address, so VPP checks the source of what a pod interface receives with
 // the uRPF plugin in strict mode (the source must be reachable through
 // the interface it came in on), for both families. The check looks the
-// source up in a table of the pod's own, not in the main table:
+// source up in vcoil's source table of that family, not in the main
+// table:
 //
 //   - the main table's fe80::/10 entry leads to VPP's link-local lookup,
 //     whose uRPF list holds no interface, so that a pod's unicast neighbour
@@ -30,41 +31,47 @@ import (
 //   - a pod's extra sources (Pod.SourcePrefixes) would need routes in the
 //     main table, which would change where VPP forwards them.
 //
-// So each pod interface gets, per family, a source table: routes through
-// the interface (attached, no next hop) to the pod's address, its source
-// prefixes of that family and, for IPv6, the link-local range. Each table
-// is used only by that interface's uRPF check; nothing forwards through
-// it. Its ID is SourceTableBase plus the interface's sw_if_index, so a
-// sync finds the tables of interfaces that are gone and removes them.
+// So there is one source table per family, used only by the pods' uRPF
+// checks (nothing forwards through it), in which each pod interface adds
+// paths through itself (attached, no next hop) to the pod's address, its
+// source prefixes of that family and, for IPv6, the link-local range. A
+// prefix that several pods may use (the link-local range, a source prefix
+// two pods were given) is one route with a path through each of them: its
+// uRPF list holds all their interfaces. A pod's own address is a host
+// route, more specific than any source prefix, so no other local pod may
+// send from it, whatever prefixes that pod was given.
+//
+// One table per family, not one per pod: VPP's cost grows with its tables
+// (every table brings its multicast table and special entries), and a
+// node's pods add paths, not tables. The driver keeps the paths it knows
+// VPP holds per interface (read at each sync, changed only by the driver
+// under its lock), so that a pod's paths are removed whole at DEL, and a
+// reused sw_if_index never inherits a gone pod's sources.
 //
 // Every IPv6 table VPP makes holds fe80::/10 from a source that outranks
 // the API's, so a route of ours to fe80::/10 would never be used: the
 // link-local range is routed as its two halves, which are more specific.
 
-// SourceTableBase is the first VPP table ID of the pods' source tables:
-// a pod interface's table is SourceTableBase plus its sw_if_index, in
-// both families. IDs from SourceTableBase to SourceTableBase+2^24-1 are
-// vcoil's.
-const SourceTableBase uint32 = 2_000_000_000
+// SourceTableID is the VPP table ID of the source tables, in both
+// families.
+const SourceTableID uint32 = 2_000_000_000
 
-// sourceTableSpan bounds the sw_if_indexes whose tables are recognised.
-const sourceTableSpan = 1 << 24
+// SourceTableName is the name VPP shows for the source tables ("show ip
+// fib table").
+const SourceTableName = "vcoil-source-check"
 
-// SourceTableName is the name VPP shows for a source table
-// ("show ip fib table").
-func SourceTableName(swIfIndex uint32) string {
-	return fmt.Sprintf("vcoil-source-check-%d", swIfIndex)
-}
+// legacyTableSpan: an earlier vcoild made a source table per pod
+// interface, with the ID SourceTableID plus its sw_if_index; a sync moves
+// their routes into the source tables and deletes them.
+const legacyTableSpan = 1 << 24
 
-func sourceTable(swIfIndex uint32) uint32 { return SourceTableBase + swIfIndex }
-
-// sourceTableInterface is the interface whose table id is, if id is a
-// source table's.
-func sourceTableInterface(id uint32) (uint32, bool) {
-	if id < SourceTableBase || id-SourceTableBase >= sourceTableSpan {
+// legacyTableInterface is the interface a table of an earlier vcoild
+// belonged to, if id is one's.
+func legacyTableInterface(id uint32) (uint32, bool) {
+	if id <= SourceTableID || id-SourceTableID >= legacyTableSpan {
 		return 0, false
 	}
-	return id - SourceTableBase, true
+	return id - SourceTableID, true
 }
 
 // linkLocalHalves cover fe80::/10 (see the comment at the top).
@@ -141,6 +148,12 @@ func setURPF(ch channel, sw uint32, v6, off bool, table uint32) error {
 // (false: IPv4).
 type urpfHeld map[bool]urpf.UrpfInterfaceDetails
 
+// strict reports whether the check of family v6 is the one vcoil sets.
+func (h urpfHeld) strict(v6 bool) bool {
+	c, ok := h[v6]
+	return ok && c.Mode == urpf.URPF_API_MODE_STRICT && c.TableID == SourceTableID
+}
+
 // urpfDump returns the uRPF input checks VPP holds for sw (every
 // interface's when sw is ^0), by interface.
 func urpfDump(ch channel, sw uint32) (map[uint32]urpfHeld, error) {
@@ -163,218 +176,311 @@ func urpfDump(ch channel, sw uint32) (map[uint32]urpfHeld, error) {
 	return out, nil
 }
 
-// addSourceTable makes the table of sw's family v6 (adding an existing
-// table changes nothing).
-func addSourceTable(ch channel, sw uint32, v6 bool) error {
-	req := &ip.IPTableAddDel{IsAdd: true, Table: ip.IPTable{TableID: sourceTable(sw), IsIP6: v6, Name: SourceTableName(sw)}}
+// addTable makes table id of family v6 (adding an existing table changes
+// nothing).
+func addTable(ch channel, id uint32, v6 bool, name string) error {
+	req := &ip.IPTableAddDel{IsAdd: true, Table: ip.IPTable{TableID: id, IsIP6: v6, Name: name}}
 	if err := vppapi.Call(ch, req, &ip.IPTableAddDelReply{}); err != nil {
-		return fmt.Errorf("add the %s source table %d: %w", familyName(v6), sourceTable(sw), err)
+		return fmt.Errorf("add the %s table %d: %w", familyName(v6), id, err)
 	}
 	return nil
 }
 
-// delSourceTable deletes table id, whose routes must be gone: VPP
-// destroys a table without flushing it. A missing table is no error.
-func delSourceTable(ch channel, id uint32, v6 bool) error {
+// delTable deletes table id, whose routes must be gone: VPP destroys a
+// table without flushing it. A missing table is no error.
+func delTable(ch channel, id uint32, v6 bool) error {
 	req := &ip.IPTableAddDel{IsAdd: false, Table: ip.IPTable{TableID: id, IsIP6: v6}}
 	if err := vppapi.IgnoreRetval(vppapi.Call(ch, req, &ip.IPTableAddDelReply{}), api.NO_SUCH_FIB, api.NO_SUCH_TABLE); err != nil {
-		return fmt.Errorf("delete the %s source table %d: %w", familyName(v6), id, err)
+		return fmt.Errorf("delete the %s table %d: %w", familyName(v6), id, err)
 	}
 	return nil
 }
 
-func sourceRoute(ch channel, add bool, sw, table uint32, p netip.Prefix) error {
+// sourcePath adds (or removes) the path through sw of prefix p in the
+// source table of p's family, leaving the route's other paths as they
+// are; VPP deletes the route with its last path. Removing a path that is
+// not there changes nothing.
+func sourcePath(ch channel, add bool, sw uint32, p netip.Prefix) error {
 	path := throughInterface(sw, p.Addr().Is6())
-	req := &ip.IPRouteAddDel{IsAdd: add, Route: ip.IPRoute{TableID: table, Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{path}}}
+	req := &ip.IPRouteAddDel{IsAdd: add, IsMultipath: true, Route: ip.IPRoute{TableID: SourceTableID, Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{path}}}
 	err := vppapi.Call(ch, req, &ip.IPRouteAddDelReply{})
 	if !add {
 		err = vppapi.IgnoreRetval(err, api.NO_SUCH_ENTRY, api.NO_SUCH_FIB)
 	}
 	if err != nil {
-		return fmt.Errorf("source table %d: route %s through interface %d: %w", table, p, sw, err)
+		verb := "add"
+		if !add {
+			verb = "remove"
+		}
+		return fmt.Errorf("source table: %s the path of %s through interface %d: %w", verb, p, sw, err)
 	}
 	return nil
 }
 
-// enableSourceCheck gives the new interface sw of pod its source tables
-// and checks, before the interface is up. An earlier interface with this
-// sw_if_index may have left its uRPF configuration behind (VPP keeps it
-// when an interface is deleted, and vcoil removes it first only when it
-// deletes the interface itself): VPP would then take the same mode and
-// table index for no change and leave the check off, so such a
-// configuration, and its table, is removed first. u gets the steps that
-// undo it.
+// tableRoutes reads table id of family v6: each prefix's interfaces, for
+// the routes whose paths go through interfaces (the ones vcoil adds; an
+// IPv6 table's own entries go elsewhere). A missing table has none.
+func tableRoutes(ch channel, id uint32, v6 bool) (map[netip.Prefix][]uint32, error) {
+	out := map[netip.Prefix][]uint32{}
+	err := vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: id, IsIP6: v6}},
+		func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
+		func(m *ip.IPRouteDetails) {
+			p := fromVPPPrefix(m.Route.Prefix)
+			for _, path := range m.Route.Paths {
+				if path.Type == fib_types.FIB_API_PATH_TYPE_NORMAL && path.SwIfIndex != ^uint32(0) && !slices.Contains(out[p], path.SwIfIndex) {
+					out[p] = append(out[p], path.SwIfIndex)
+				}
+			}
+		})
+	if err != nil && !vppapi.IsRetval(err, api.NO_SUCH_FIB) && !vppapi.IsRetval(err, api.NO_SUCH_TABLE) {
+		return nil, fmt.Errorf("list the routes of table %d: %w", id, err)
+	}
+	return out, nil
+}
+
+// sourcePaths are the prefixes of the source tables' paths, by the
+// interface they go through. Kept by the driver between syncs.
+type sourcePaths map[uint32]map[netip.Prefix]bool
+
+func (s sourcePaths) add(sw uint32, p netip.Prefix) {
+	if s[sw] == nil {
+		s[sw] = map[netip.Prefix]bool{}
+	}
+	s[sw][p] = true
+}
+
+func (s sourcePaths) remove(sw uint32, p netip.Prefix) {
+	delete(s[sw], p)
+	if len(s[sw]) == 0 {
+		delete(s, sw)
+	}
+}
+
+// sorted are sw's prefixes, IPv4 first, in address order.
+func (s sourcePaths) sorted(sw uint32) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(s[sw]))
+	for p := range s[sw] {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, comparePrefixes)
+	return out
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+// setSourcePaths makes sw's paths in the source tables those of want:
+// the missing ones added, the others removed. The caller holds d.mu.
+func (d *driver) setSourcePaths(sw uint32, want []netip.Prefix) error {
+	for _, p := range want {
+		if d.sources[sw][p] {
+			continue
+		}
+		if err := sourcePath(d.ch, true, sw, p); err != nil {
+			return err
+		}
+		d.sources.add(sw, p)
+	}
+	for _, p := range d.sources.sorted(sw) {
+		if slices.Contains(want, p) {
+			continue
+		}
+		if err := sourcePath(d.ch, false, sw, p); err != nil {
+			return err
+		}
+		d.sources.remove(sw, p)
+	}
+	return nil
+}
+
+// podSources are every source prefix of pod, IPv4 first.
+func podSources(pod dataplane.Pod) []netip.Prefix {
+	return append(sourcePrefixes(pod, false), sourcePrefixes(pod, true)...)
+}
+
+// enableSourceCheck gives the new interface sw of pod its paths in the
+// source tables and its checks, before the interface is up. An earlier
+// interface with this sw_if_index may have left its uRPF configuration
+// behind (VPP keeps it when an interface is deleted, and vcoil removes it
+// first only when it deletes the interface itself): VPP would then take
+// the same mode and table for no change and leave the check off, so such
+// a configuration is removed first, as are paths through sw the driver
+// knows of. u gets the steps that undo it. The caller holds d.mu.
 func (d *driver) enableSourceCheck(sw uint32, pod dataplane.Pod, u *undo) error {
-	ch := d.ch
-	held, err := urpfDump(ch, sw)
+	held, err := urpfDump(d.ch, sw)
 	if err != nil {
 		return err
 	}
 	for _, v6 := range sourceFamilies {
 		if h, ok := held[sw][v6]; ok && h.Mode != urpf.URPF_API_MODE_OFF {
-			// Its table may be left too, with another pod's sources.
-			if err := d.dropSourceCheck(sw); err != nil {
+			if err := setURPF(d.ch, sw, v6, true, 0); err != nil {
 				return err
 			}
-			break
 		}
 	}
+	u.push(func() error { return d.dropSourceCheck(sw) })
+	if err := d.setSourcePaths(sw, podSources(pod)); err != nil {
+		return err
+	}
 	for _, v6 := range sourceFamilies {
-		table := sourceTable(sw)
-		if err := addSourceTable(ch, sw, v6); err != nil {
-			return err
-		}
-		routes := sourcePrefixes(pod, v6)
-		u.push(func() error { return removeSourceTable(ch, sw, v6, routes) })
-		for _, p := range routes {
-			if err := sourceRoute(ch, true, sw, table, p); err != nil {
-				return err
-			}
-		}
-		if err := setURPF(ch, sw, v6, false, table); err != nil {
+		if err := setURPF(d.ch, sw, v6, false, SourceTableID); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// removeSourceTable turns sw's check of family v6 off, then deletes the
-// routes of its table and the table. What is gone already is no error.
-func removeSourceTable(ch channel, sw uint32, v6 bool, routes []netip.Prefix) error {
-	if err := setURPF(ch, sw, v6, true, 0); err != nil {
-		return err
-	}
+// disableSourceCheck removes what enableSourceCheck made for a pod on sw,
+// before the interface is deleted. The caller holds d.mu.
+func (d *driver) disableSourceCheck(sw uint32) error {
+	return d.dropSourceCheck(sw)
+}
+
+// dropSourceCheck turns sw's checks off, then removes its paths from the
+// source tables. What is gone already is no error. The caller holds d.mu.
+func (d *driver) dropSourceCheck(sw uint32) error {
 	var errs []error
-	for _, p := range routes {
-		if err := sourceRoute(ch, false, sw, sourceTable(sw), p); err != nil {
+	for _, v6 := range sourceFamilies {
+		if err := setURPF(d.ch, sw, v6, true, 0); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	return delSourceTable(ch, sourceTable(sw), v6)
+	return d.setSourcePaths(sw, nil)
 }
 
-// disableSourceCheck removes what enableSourceCheck made for pod on sw,
-// before the interface is deleted.
-func (d *driver) disableSourceCheck(sw uint32, pod dataplane.Pod) error {
-	var errs []error
-	for _, v6 := range sourceFamilies {
-		if err := removeSourceTable(d.ch, sw, v6, sourcePrefixes(pod, v6)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// dropSourceCheck removes the source checks and tables of an interface
-// whose pod is not known (a leftover), reading the tables' routes.
-func (d *driver) dropSourceCheck(sw uint32) error {
-	for _, v6 := range sourceFamilies {
-		routes, err := sourceTableRoutes(d.ch, sourceTable(sw), v6)
-		if err != nil {
-			return err
-		}
-		if err := removeSourceTable(d.ch, sw, v6, routes); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// sourceTableRoutes are the routes of table id that go through an
-// interface: the ones vcoil adds (an IPv6 table's own entries go
-// elsewhere). A missing table has none.
-func sourceTableRoutes(ch channel, id uint32, v6 bool) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	err := vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: id, IsIP6: v6}},
-		func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
-		func(m *ip.IPRouteDetails) {
-			for _, p := range m.Route.Paths {
-				if p.Type == fib_types.FIB_API_PATH_TYPE_NORMAL && p.SwIfIndex != ^uint32(0) {
-					out = append(out, fromVPPPrefix(m.Route.Prefix))
-					return
-				}
-			}
-		})
-	if err != nil && !vppapi.IsRetval(err, api.NO_SUCH_FIB) && !vppapi.IsRetval(err, api.NO_SUCH_TABLE) {
-		return nil, fmt.Errorf("list the routes of source table %d: %w", id, err)
-	}
-	return out, nil
-}
-
-// sourceChecks is what VPP holds of the source checks at a sync: the
-// source tables by ID and family, and the uRPF checks by interface.
+// sourceChecks is what VPP holds of the source checks at a sync: the uRPF
+// checks by interface (the paths are in driver.sources).
 type sourceChecks struct {
-	tables map[uint32]map[bool]bool
-	urpf   map[uint32]urpfHeld
+	urpf map[uint32]urpfHeld
 }
 
-// readSourceChecks reads the source tables and uRPF checks VPP holds.
-func readSourceChecks(ch channel) (sourceChecks, error) {
-	tables, err := readSourceTables(ch)
-	if err != nil {
-		return sourceChecks{}, err
+// readSourceChecks makes the source tables (when VPP lacks them), moves
+// what an earlier vcoild's per-interface tables held into them, and reads
+// the paths (into d.sources) and the uRPF checks VPP holds. The caller
+// holds d.mu.
+func (d *driver) readSourceChecks() (sourceChecks, error) {
+	ch := d.ch
+	for _, v6 := range sourceFamilies {
+		if err := addTable(ch, SourceTableID, v6, SourceTableName); err != nil {
+			return sourceChecks{}, fmt.Errorf("source validation: %w", err)
+		}
+	}
+	d.sources = sourcePaths{}
+	for _, v6 := range sourceFamilies {
+		routes, err := tableRoutes(ch, SourceTableID, v6)
+		if err != nil {
+			return sourceChecks{}, fmt.Errorf("source validation: %w", err)
+		}
+		for p, sws := range routes {
+			for _, sw := range sws {
+				d.sources.add(sw, p)
+			}
+		}
 	}
 	held, err := urpfDump(ch, ^uint32(0))
 	if err != nil {
 		return sourceChecks{}, err
 	}
-	return sourceChecks{tables: tables, urpf: held}, nil
+	if err := d.migrateLegacyTables(held); err != nil {
+		return sourceChecks{}, fmt.Errorf("source validation: %w", err)
+	}
+	return sourceChecks{urpf: held}, nil
 }
 
-// readSourceTables lists the source tables VPP holds, by ID and family.
-func readSourceTables(ch channel) (map[uint32]map[bool]bool, error) {
-	tables := map[uint32]map[bool]bool{}
-	err := vppapi.Dump(ch, &ip.IPTableDump{},
+// migrateLegacyTables moves the routes of an earlier vcoild's source
+// tables (one per interface and family) into the source tables as paths
+// through their interface, points the interfaces' checks that used them
+// at the source tables (in held too), and deletes them: the paths go in
+// before the check moves, so that the interface is never checked against
+// less than it was. The caller holds d.mu.
+func (d *driver) migrateLegacyTables(held map[uint32]urpfHeld) error {
+	type legacy struct {
+		id uint32
+		v6 bool
+	}
+	var tables []legacy
+	err := vppapi.Dump(d.ch, &ip.IPTableDump{},
 		func() *ip.IPTableDetails { return &ip.IPTableDetails{} },
 		func(m *ip.IPTableDetails) {
-			if _, ok := sourceTableInterface(m.Table.TableID); !ok {
-				return
+			if _, ok := legacyTableInterface(m.Table.TableID); ok {
+				tables = append(tables, legacy{m.Table.TableID, m.Table.IsIP6})
 			}
-			if tables[m.Table.TableID] == nil {
-				tables[m.Table.TableID] = map[bool]bool{}
-			}
-			tables[m.Table.TableID][m.Table.IsIP6] = true
 		})
 	if err != nil {
-		return nil, fmt.Errorf("list VPP's tables: %w", err)
+		return fmt.Errorf("list VPP's tables: %w", err)
 	}
-	return tables, nil
-}
-
-// syncSourceCheck makes the source check of a kept pod interface sw match
-// pod: its tables, their routes (added and removed) and its uRPF checks.
-func (d *driver) syncSourceCheck(sw uint32, pod dataplane.Pod, held sourceChecks) error {
-	ch, table := d.ch, sourceTable(sw)
-	for _, v6 := range sourceFamilies {
-		var have []netip.Prefix
-		if held.tables[table][v6] {
-			var err error
-			if have, err = sourceTableRoutes(ch, table, v6); err != nil {
-				return err
-			}
-		} else if err := addSourceTable(ch, sw, v6); err != nil {
+	slices.SortFunc(tables, func(a, b legacy) int {
+		if a.id != b.id {
+			return int(a.id) - int(b.id)
+		}
+		return boolOrder(a.v6) - boolOrder(b.v6)
+	})
+	for _, t := range tables {
+		sw, _ := legacyTableInterface(t.id)
+		routes, err := tableRoutes(d.ch, t.id, t.v6)
+		if err != nil {
 			return err
 		}
-		want := sourcePrefixes(pod, v6)
-		for _, p := range want {
-			if !slices.Contains(have, p) {
-				if err := sourceRoute(ch, true, sw, table, p); err != nil {
+		prefixes := make([]netip.Prefix, 0, len(routes))
+		for p := range routes {
+			prefixes = append(prefixes, p)
+		}
+		slices.SortFunc(prefixes, comparePrefixes)
+		if c, ok := held[sw][t.v6]; ok && c.Mode == urpf.URPF_API_MODE_STRICT && c.TableID == t.id {
+			for _, p := range prefixes {
+				if !slices.Contains(routes[p], sw) || d.sources[sw][p] {
+					continue
+				}
+				if err := sourcePath(d.ch, true, sw, p); err != nil {
 					return err
 				}
+				d.sources.add(sw, p)
+			}
+			// Another table is a change VPP applies (urpf_update compares
+			// mode and table).
+			if err := setURPF(d.ch, sw, t.v6, false, SourceTableID); err != nil {
+				return err
+			}
+			c.TableID = SourceTableID
+			held[sw][t.v6] = c
+		}
+		for _, p := range prefixes {
+			req := &ip.IPRouteAddDel{IsAdd: false, Route: ip.IPRoute{TableID: t.id, Prefix: vppapi.Prefix(p)}}
+			if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, req, &ip.IPRouteAddDelReply{}), api.NO_SUCH_ENTRY, api.NO_SUCH_FIB); err != nil {
+				return fmt.Errorf("table %d: delete the route to %s: %w", t.id, p, err)
 			}
 		}
-		for _, p := range have {
-			if !slices.Contains(want, p) {
-				if err := sourceRoute(ch, false, sw, table, p); err != nil {
-					return err
-				}
-			}
+		if err := delTable(d.ch, t.id, t.v6); err != nil {
+			return err
 		}
-		if h, ok := held.urpf[sw][v6]; !ok || h.Mode != urpf.URPF_API_MODE_STRICT || h.TableID != table {
-			if err := setURPF(ch, sw, v6, false, table); err != nil {
+		d.log.Info("moved an earlier vcoild's per-interface source table into the source table", "table", t.id, "family", familyName(t.v6), "interface", sw, "routes", len(prefixes))
+	}
+	return nil
+}
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// syncSourceCheck makes the source check of a kept pod interface sw hold
+// paths (added and removed) and its uRPF checks. The caller holds d.mu.
+func (d *driver) syncSourceCheck(sw uint32, pod dataplane.Pod, held sourceChecks, paths []netip.Prefix) error {
+	if err := d.setSourcePaths(sw, paths); err != nil {
+		return err
+	}
+	for _, v6 := range sourceFamilies {
+		if !held.urpf[sw].strict(v6) {
+			if err := setURPF(d.ch, sw, v6, false, SourceTableID); err != nil {
 				return err
 			}
 		}
@@ -382,67 +488,75 @@ func (d *driver) syncSourceCheck(sw uint32, pod dataplane.Pod, held sourceChecks
 	return nil
 }
 
-// removeStaleSourceTables deletes the source tables of held (read at the
-// start of the sync) whose interface is no wired pod's, with their
-// routes, after turning the interface's check off (when the interface
-// still exists). A table the sync removed already with its interface is
-// asked for again, which changes nothing.
-func (d *driver) removeStaleSourceTables(held map[uint32]map[bool]bool) error {
+// adoptSourceCheck makes sure that an adopted pod interface sw (its pod
+// known only by its addresses) is checked, and may send from pod's
+// addresses and the link-local range. Paths it holds beyond those stay:
+// they may be source prefixes of the pod, which vcoild's recovery names
+// when it sets the pod up again (updateSourceCheck). The caller holds
+// d.mu.
+func (d *driver) adoptSourceCheck(sw uint32, pod dataplane.Pod, held sourceChecks) error {
+	want := podSources(pod)
+	for p := range d.sources[sw] {
+		if !slices.Contains(want, p) {
+			want = append(want, p)
+		}
+	}
+	return d.syncSourceCheck(sw, pod, held, want)
+}
+
+// removeStaleSources removes the paths, and turns off the checks, of
+// interfaces that are no wired pod's (held: the uRPF checks read at the
+// start of the sync). An interface the sync deleted already is asked
+// again, which changes nothing. The caller holds d.mu.
+func (d *driver) removeStaleSources(held sourceChecks) error {
 	wired := map[uint32]bool{}
 	for _, st := range d.pods {
 		if st.wired {
 			wired[st.swIfIndex] = true
 		}
 	}
-	ids := make([]uint32, 0, len(held))
-	for id := range held {
-		ids = append(ids, id)
+	stale := map[uint32]bool{}
+	for sw := range d.sources {
+		stale[sw] = !wired[sw]
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		sw, _ := sourceTableInterface(id)
-		if wired[sw] {
-			continue
+	for sw, h := range held.urpf {
+		if !wired[sw] && (h.strict(false) || h.strict(true)) {
+			stale[sw] = true
 		}
-		for _, v6 := range sourceFamilies {
-			if !held[id][v6] {
-				continue
-			}
-			routes, err := sourceTableRoutes(d.ch, id, v6)
-			if err != nil {
-				return err
-			}
-			if err := removeSourceTable(d.ch, sw, v6, routes); err != nil {
-				return err
-			}
-			d.log.Info("removed a source table no pod interface uses", "table", id, "family", familyName(v6))
+	}
+	sws := make([]uint32, 0, len(stale))
+	for sw, s := range stale {
+		if s {
+			sws = append(sws, sw)
 		}
+	}
+	slices.Sort(sws)
+	for _, sw := range sws {
+		n := len(d.sources[sw])
+		if err := d.dropSourceCheck(sw); err != nil {
+			return err
+		}
+		d.log.Info("removed the source checks of an interface no pod uses", "interface", sw, "paths", n)
 	}
 	return nil
 }
 
-// updateSourceCheck changes the routes of a wired pod's source tables to
-// pod's (its SourcePrefixes changed).
+// updateSourceCheck changes the paths of a wired pod's interface to
+// pod's (its SourcePrefixes changed). The caller holds d.mu.
 func (d *driver) updateSourceCheck(sw uint32, pod dataplane.Pod) error {
-	held, err := urpfDump(d.ch, sw)
-	if err != nil {
-		return err
-	}
-	return d.syncSourceCheck(sw, pod, sourceChecks{
-		tables: map[uint32]map[bool]bool{sourceTable(sw): {false: true, true: true}}, urpf: held,
-	})
+	return d.setSourcePaths(sw, podSources(pod))
 }
 
 // checkSourceCheck fails unless VPP checks the sources of both families
-// on sw against its source tables.
+// on sw against the source tables.
 func (d *driver) checkSourceCheck(sw uint32) error {
 	held, err := urpfDump(d.ch, sw)
 	if err != nil {
 		return err
 	}
 	for _, v6 := range sourceFamilies {
-		if h, ok := held[sw][v6]; !ok || h.Mode != urpf.URPF_API_MODE_STRICT || h.TableID != sourceTable(sw) {
-			return fmt.Errorf("VPP does not validate the %s sources of interface %d (strict uRPF against table %d)", familyName(v6), sw, sourceTable(sw))
+		if !held[sw].strict(v6) {
+			return fmt.Errorf("VPP does not validate the %s sources of interface %d (strict uRPF against table %d)", familyName(v6), sw, SourceTableID)
 		}
 	}
 	return nil

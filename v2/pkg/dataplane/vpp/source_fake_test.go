@@ -16,12 +16,13 @@ import (
 )
 
 // fakeSource is the fake VPP's model of source validation as VPP 25.10's
-// uRPF plugin and FIB behave: the source tables and their routes, each
+// uRPF plugin and FIB behave: the source tables (and an earlier vcoild's
+// per-interface ones) and their routes' paths, each
 // interface's uRPF configuration (which VPP keeps when the interface is
 // deleted) apart from whether its feature runs (which it does not keep),
 // and the error counters "show errors" prints.
 type fakeSource struct {
-	tables map[fakeTable]map[netip.Prefix]fib_types.FibPath
+	tables map[fakeTable]map[netip.Prefix][]fib_types.FibPath
 	// cfg is urpf_cfgs: mode and table by interface and family.
 	cfg map[uint32]map[bool]urpf.UrpfInterfaceDetails
 	// feature: the strict check runs on the interface, by family.
@@ -38,18 +39,34 @@ type fakeTable struct {
 }
 
 func newFakeSource() *fakeSource {
-	return &fakeSource{tables: map[fakeTable]map[netip.Prefix]fib_types.FibPath{},
+	return &fakeSource{tables: map[fakeTable]map[netip.Prefix][]fib_types.FibPath{},
 		cfg: map[uint32]map[bool]urpf.UrpfInterfaceDetails{}, feature: map[uint32]map[bool]bool{}}
 }
 
 // checked reports whether VPP validates sw's sources of family v6 against
-// its source table.
+// the source table.
 func (s *fakeSource) checked(sw uint32, v6 bool) bool {
 	c := s.cfg[sw][v6]
-	return s.feature[sw][v6] && c.Mode == urpf.URPF_API_MODE_STRICT && c.TableID == sourceTable(sw)
+	return s.feature[sw][v6] && c.Mode == urpf.URPF_API_MODE_STRICT && c.TableID == SourceTableID
 }
 
-func isSourceTable(id uint32) bool { _, ok := sourceTableInterface(id); return ok }
+// through are the prefixes of family v6 whose routes in the source table
+// have a path through sw, sorted.
+func (s *fakeSource) through(sw uint32, v6 bool) []netip.Prefix {
+	var out []netip.Prefix
+	for p, paths := range s.tables[fakeTable{SourceTableID, v6}] {
+		if slices.ContainsFunc(paths, func(x fib_types.FibPath) bool { return x.SwIfIndex == sw }) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, comparePrefixes)
+	return out
+}
+
+func isSourceTable(id uint32) bool {
+	_, legacy := legacyTableInterface(id)
+	return id == SourceTableID || legacy
+}
 
 func (f *fakeVPP) handleSource(msg api.Message) (api.Message, int32, bool) {
 	s := f.source
@@ -61,7 +78,7 @@ func (f *fakeVPP) handleSource(msg api.Message) (api.Message, int32, bool) {
 		k := fakeTable{m.Table.TableID, m.Table.IsIP6}
 		switch {
 		case m.IsAdd && s.tables[k] == nil:
-			s.tables[k] = map[netip.Prefix]fib_types.FibPath{}
+			s.tables[k] = map[netip.Prefix][]fib_types.FibPath{}
 		case !m.IsAdd:
 			if len(s.tables[k]) > 0 {
 				s.destroyedWithRoutes = append(s.destroyedWithRoutes, k)
@@ -78,11 +95,24 @@ func (f *fakeVPP) handleSource(msg api.Message) (api.Message, int32, bool) {
 		switch {
 		case rs == nil:
 			return &ip.IPRouteAddDelReply{}, int32(api.NO_SUCH_FIB), true
+		case m.IsMultipath && len(m.Route.Paths) == 0:
+			return &ip.IPRouteAddDelReply{}, -57, true
+		case m.IsMultipath && m.IsAdd:
+			// fib_path_list: no duplicate paths.
+			if !slices.Contains(rs[p], m.Route.Paths[0]) {
+				rs[p] = append(rs[p], m.Route.Paths[0])
+			}
+		case m.IsMultipath:
+			// fib_table_entry_path_remove2: nothing to remove is no
+			// error; the route goes with its last path.
+			rs[p] = slices.DeleteFunc(rs[p], func(x fib_types.FibPath) bool { return x == m.Route.Paths[0] })
+			if len(rs[p]) == 0 {
+				delete(rs, p)
+			}
 		case m.IsAdd:
-			rs[p] = m.Route.Paths[0]
-		case rs[p] == (fib_types.FibPath{}):
-			return &ip.IPRouteAddDelReply{}, int32(api.NO_SUCH_ENTRY), true
+			rs[p] = slices.Clone(m.Route.Paths)
 		default:
+			// fib_table_entry_delete of a missing entry changes nothing.
 			delete(rs, p)
 		}
 		return &ip.IPRouteAddDelReply{}, 0, true
@@ -149,7 +179,7 @@ func (f *fakeVPP) handleSourceDump(msg api.Message) ([]api.Message, bool) {
 		}
 		slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		for _, p := range ps {
-			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{TableID: m.Table.TableID, Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{rs[p]}}})
+			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{TableID: m.Table.TableID, Prefix: vppapi.Prefix(p), NPaths: uint8(len(rs[p])), Paths: slices.Clone(rs[p])}})
 		}
 		return out, true
 	case *urpf.UrpfInterfaceDump:
@@ -179,12 +209,18 @@ func sourceMsgString(msg api.Message) (string, bool) {
 		if !isSourceTable(m.Route.TableID) {
 			return "", false
 		}
-		p := m.Route.Paths[0]
+		var p fib_types.FibPath
+		if len(m.Route.Paths) > 0 {
+			p = m.Route.Paths[0]
+		}
 		nh := "none"
 		if p.Nh.Address != (ip_types.AddressUnion{}) {
 			nh = "set"
 		}
-		return fmt.Sprintf("ip_route_add_del add=%t table=%d %s through %d nh=%s", m.IsAdd, m.Route.TableID, fromVPPPrefix(m.Route.Prefix), p.SwIfIndex, nh), true
+		if !m.IsMultipath {
+			return fmt.Sprintf("ip_route_add_del add=%t table=%d %s", m.IsAdd, m.Route.TableID, fromVPPPrefix(m.Route.Prefix)), true
+		}
+		return fmt.Sprintf("ip_route_add_del add=%t path table=%d %s through %d nh=%s", m.IsAdd, m.Route.TableID, fromVPPPrefix(m.Route.Prefix), p.SwIfIndex, nh), true
 	case *ip.IPTableDump:
 		return "ip_table_dump", true
 	case *urpf.UrpfUpdateV2:
@@ -212,58 +248,67 @@ func sourceMsgString(msg api.Message) (string, bool) {
 // validation: v4 and v6 are the pod's addresses ("" when it lacks one),
 // extra its other source prefixes.
 func sourceSetUp(sw uint32, v4, v6 string, extra ...string) []string {
-	t := sourceTable(sw)
 	out := []string{fmt.Sprintf("urpf_interface_dump %d", sw)}
+	for _, p := range sourcePathsOf(v4, v6, extra) {
+		out = append(out, fmt.Sprintf("ip_route_add_del add=true path table=%d %s through %d nh=none", SourceTableID, p, sw))
+	}
 	for _, fam := range []string{"ip4", "ip6"} {
-		out = append(out, fmt.Sprintf("ip_table_add_del add=true table=%d ip6=%t name=%q", t, fam == "ip6", SourceTableName(sw)))
-		for _, p := range sourceRoutesOf(fam, v4, v6, extra) {
-			out = append(out, fmt.Sprintf("ip_route_add_del add=true table=%d %s through %d nh=none", t, p, sw))
-		}
-		out = append(out, fmt.Sprintf("urpf_update_v2 %d %s input=true mode=URPF_API_MODE_STRICT table=%d", sw, fam, t))
+		out = append(out, fmt.Sprintf("urpf_update_v2 %d %s input=true mode=URPF_API_MODE_STRICT table=%d", sw, fam, SourceTableID))
 	}
 	return out
 }
 
-// sourceTearDown are the messages that remove them.
+// sourceTearDown are the messages that remove them, also when a set-up
+// fails after them.
 func sourceTearDown(sw uint32, v4, v6 string, extra ...string) []string {
-	return sourceRemoval([]string{"ip4", "ip6"}, sw, v4, v6, extra)
-}
-
-// sourceUndo are the messages that remove them when a set-up fails after
-// them: in the reverse order.
-func sourceUndo(sw uint32, v4, v6 string, extra ...string) []string {
-	return sourceRemoval([]string{"ip6", "ip4"}, sw, v4, v6, extra)
-}
-
-func sourceRemoval(families []string, sw uint32, v4, v6 string, extra []string) []string {
-	t := sourceTable(sw)
-	var out []string
-	for _, fam := range families {
-		out = append(out, fmt.Sprintf("urpf_update_v2 %d %s input=true mode=URPF_API_MODE_OFF table=none", sw, fam))
-		for _, p := range sourceRoutesOf(fam, v4, v6, extra) {
-			out = append(out, fmt.Sprintf("ip_route_add_del add=false table=%d %s through %d nh=none", t, p, sw))
-		}
-		out = append(out, fmt.Sprintf("ip_table_add_del add=false table=%d ip6=%t name=\"\"", t, fam == "ip6"))
+	out := []string{
+		fmt.Sprintf("urpf_update_v2 %d ip4 input=true mode=URPF_API_MODE_OFF table=none", sw),
+		fmt.Sprintf("urpf_update_v2 %d ip6 input=true mode=URPF_API_MODE_OFF table=none", sw),
+	}
+	paths := sourcePathsOf(v4, v6, extra)
+	ps := make([]netip.Prefix, 0, len(paths))
+	for _, p := range paths {
+		ps = append(ps, netip.MustParsePrefix(p))
+	}
+	slices.SortFunc(ps, comparePrefixes)
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("ip_route_add_del add=false path table=%d %s through %d nh=none", SourceTableID, p, sw))
 	}
 	return out
 }
 
-func sourceRoutesOf(fam, v4, v6 string, extra []string) []string {
+// sourcePathsOf are a pod's source prefixes in the order they are added:
+// IPv4's, then IPv6's with the link-local halves.
+func sourcePathsOf(v4, v6 string, extra []string) []string {
 	var out []string
-	a := v4
-	if fam == "ip6" {
-		a = v6
-	}
-	if a != "" {
-		out = append(out, hostPrefix(netip.MustParseAddr(a)).String())
-	}
-	for _, e := range extra {
-		if netip.MustParsePrefix(e).Addr().Is6() == (fam == "ip6") {
-			out = append(out, e)
+	for _, fam := range []string{"ip4", "ip6"} {
+		a := v4
+		if fam == "ip6" {
+			a = v6
+		}
+		if a != "" {
+			out = append(out, hostPrefix(netip.MustParseAddr(a)).String())
+		}
+		for _, e := range extra {
+			if netip.MustParsePrefix(e).Addr().Is6() == (fam == "ip6") {
+				out = append(out, e)
+			}
+		}
+		if fam == "ip6" {
+			out = append(out, "fe80::/11", "fea0::/11")
 		}
 	}
-	if fam == "ip6" {
-		out = append(out, "fe80::/11", "fea0::/11")
-	}
 	return out
+}
+
+// paths counts the paths of every route of the source tables (and of
+// an earlier vcoild's tables).
+func (s *fakeSource) paths() int {
+	n := 0
+	for _, rs := range s.tables {
+		for _, ps := range rs {
+			n += len(ps)
+		}
+	}
+	return n
 }

@@ -37,8 +37,11 @@ import (
 // forged packet from the pod's namespace (both families) is dropped, counted
 // by vcoil_source_validation_drops_total, and leaves no ACL session, while
 // the pod's own address and its allowed prefix pass; a unicast neighbour
-// solicitation from the pod's link-local address is answered. Again after
-// VPP's restart.
+// solicitation from the pod's link-local address is answered. Router
+// advertisements and redirects from the pod, from its own address and
+// from a link-local one, reach neither the other pod nor VPP's forwarding,
+// and are counted (the pod guard, read from the stats segment). Again
+// after VPP's restart.
 func TestRealVPPSourceValidation(t *testing.T) {
 	netnstest.RequireRoot(t)
 	bin := vpptest.Binary(t)
@@ -49,6 +52,7 @@ func TestRealVPPSourceValidation(t *testing.T) {
 	d, err := vpp.New(vpp.Config{
 		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()), Uplink: "host-vppup",
 		PingInterval: 200 * time.Millisecond, ReadyWait: 30 * time.Second, Registry: reg,
+		StatsSocket: filepath.Join(v.Dir, "stats.sock"),
 	}, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +81,8 @@ func TestRealVPPSourceValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := listenUDP(t, b, ":9999")
+	icmp6 := listenICMP(t, b, true)
+	icmp4 := listenICMP(t, b, false)
 
 	for _, when := range []string{"before VPP's restart", "after VPP's restart"} {
 		if when != "before VPP's restart" {
@@ -122,7 +128,7 @@ func TestRealVPPSourceValidation(t *testing.T) {
 				}
 			}
 		}
-		want := documentedFeatures(t, "always", "input ACLs", "output ACLs", "a NAT role", "frontend and backend")
+		want := documentedFeatures(t, "always", "output ACLs", "a NAT role", "frontend and backend")
 		for arc, nodes := range want {
 			if !slices.Equal(arcs[arc], nodes) {
 				t.Fatalf("%s: VPP runs %v on %s of %s, docs/vpp.md's table says %v:\n%s", when, arcs[arc], arc, ifs.HostIfName, nodes, features)
@@ -216,8 +222,143 @@ func TestRealVPPSourceValidation(t *testing.T) {
 			}
 			return nil
 		})
+
+		// Router advertisements and redirects, from pod a's own addresses
+		// and from its link-local one, to pod b: none arrives, each is
+		// counted; an echo request behind them arrives (the barrier).
+		v4Before, v6Before = drops()
+		for _, m := range []struct {
+			src, dst string
+			typ      byte
+		}{
+			{"fd00:100::2", "fd00:100::3", 134}, {"fe80::a", "fd00:100::3", 134},
+			{"fd00:100::2", "fd00:100::3", 137}, {"fe80::a", "fd00:100::3", 137},
+			{"10.100.0.2", "10.100.0.3", 5},
+		} {
+			if err := sendICMP(a, "eth0", netip.MustParseAddr(m.src), netip.MustParseAddr(m.dst), m.typ); err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+		}
+		for _, barrier := range []struct {
+			src, dst string
+			typ      byte
+			got      <-chan byte
+		}{{"fd00:100::2", "fd00:100::3", 128, icmp6}, {"10.100.0.2", "10.100.0.3", 8, icmp4}} {
+			poll.Eventually(t, 10*time.Second, func() error {
+				if err := sendICMP(a, "eth0", netip.MustParseAddr(barrier.src), netip.MustParseAddr(barrier.dst), barrier.typ); err != nil {
+					return err
+				}
+				for {
+					select {
+					case typ := <-barrier.got:
+						if typ == barrier.typ {
+							return nil
+						}
+						if typ == 134 || typ == 137 || typ == 5 {
+							t.Fatalf("%s: pod b received ICMP type %d from pod a", when, typ)
+						}
+					case <-time.After(time.Second):
+						return fmt.Errorf("%s: pod b did not receive the echo request from %s", when, barrier.src)
+					}
+				}
+			})
+		}
+		poll.Eventually(t, 10*time.Second, func() error {
+			if v4, v6 := drops(); v4 != v4Before+1 || v6 != v6Before+4 {
+				return fmt.Errorf("%s: drops %v/%v, were %v/%v: want 1 IPv4 and 4 IPv6 router messages counted", when, v4, v6, v4Before, v6Before)
+			}
+			return nil
+		})
 		ch.Close()
 	}
+}
+
+// listenICMP returns the types of the ICMP (v6: ICMPv6) messages ns
+// receives, whatever their destination port or hop limit.
+func listenICMP(t *testing.T, ns *netnstest.NS, v6 bool) <-chan byte {
+	t.Helper()
+	network, address := "ip4:icmp", "0.0.0.0"
+	if v6 {
+		network, address = "ip6:ipv6-icmp", "::"
+	}
+	var c net.PacketConn
+	if err := ns.Do(func() (err error) { c, err = net.ListenPacket(network, address); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	got := make(chan byte, 64)
+	go func() {
+		b := make([]byte, 1500)
+		for {
+			n, _, err := c.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			if n > 0 {
+				got <- b[0]
+			}
+		}
+	}()
+	return got
+}
+
+// sendICMP sends, from src on ifname in ns, one ICMP (ICMPv6 when dst is
+// IPv6) message of type typ, code 0, to dst, with the hop limit a router
+// gives its own messages (255); the body is 28 bytes of zeros, enough for
+// a router advertisement's or a redirect's fixed part.
+func sendICMP(ns *netnstest.NS, ifname string, src, dst netip.Addr, typ byte) error {
+	return ns.Do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		msg := make([]byte, 40)
+		msg[0] = typ
+		if dst.Is4() {
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
+			if err != nil {
+				return err
+			}
+			defer syscall.Close(fd)
+			if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: src.As4()}); err != nil {
+				return fmt.Errorf("bind to %s: %w", src, err)
+			}
+			sum := icmpChecksum(msg)
+			msg[2], msg[3] = byte(sum>>8), byte(sum)
+			return syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet4{Addr: dst.As4()})
+		}
+		fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_RAW, syscall.IPPROTO_ICMPV6)
+		if err != nil {
+			return err
+		}
+		defer syscall.Close(fd)
+		if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IPV6, syscall.IPV6_UNICAST_HOPS, 255); err != nil {
+			return err
+		}
+		zone := uint32(0)
+		if src.IsLinkLocalUnicast() {
+			zone = uint32(ifi.Index)
+		}
+		if err := syscall.Bind(fd, &syscall.SockaddrInet6{Addr: src.As16(), ZoneId: zone}); err != nil {
+			return fmt.Errorf("bind to %s: %w", src, err)
+		}
+		// The kernel fills the ICMPv6 checksum.
+		if err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet6{Addr: dst.As16()}); err != nil {
+			return fmt.Errorf("send ICMPv6 type %d from %s to %s: %w", typ, src, dst, err)
+		}
+		return nil
+	})
+}
+
+func icmpChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }
 
 func addACL(ctx context.Context, t *testing.T, ch api.Channel, tag string, rules []acl_types.ACLRule) uint32 {

@@ -28,36 +28,34 @@ var podS = dataplane.Pod{
 }
 
 // SetupPod validates the sources of both families before the interface is
-// up, against a table per family that holds the pod's address, its source
-// prefixes and (IPv6) the link-local range; a repeat with other source
-// prefixes changes the tables' routes only; TeardownPod turns the checks
-// off and removes the routes and tables before the interface.
+// up, against the source tables, where the pod's interface adds paths to
+// the pod's address, its source prefixes and (IPv6) the link-local range;
+// a repeat with other source prefixes changes the paths only; TeardownPod
+// turns the checks off and removes the paths before the interface.
 func TestSourceValidationOfAPodFromSetupToTeardown(t *testing.T) {
 	h := start(t, testConfig())
 	h.vpp.take()
 	if _, err := h.d.SetupPod(ctx(t), podS); err != nil {
 		t.Fatal(err)
 	}
-	wantLines(t, "the set-up", h.vpp.take(), slices.Concat([]string{
+	wantLines(t, "the set-up", h.vpp.take(), []string{
 		`tap_create_v3 tag="vcoil@2 5afe eth0" host_if="eth0" ns="/run/netns/pod-s"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
 		"urpf_interface_dump 3",
-		`ip_table_add_del add=true table=2000000003 ip6=false name="vcoil-source-check-3"`,
-		"ip_route_add_del add=true table=2000000003 10.100.0.5/32 through 3 nh=none",
-		"ip_route_add_del add=true table=2000000003 203.0.113.0/24 through 3 nh=none",
-		"urpf_update_v2 3 ip4 input=true mode=URPF_API_MODE_STRICT table=2000000003",
-		`ip_table_add_del add=true table=2000000003 ip6=true name="vcoil-source-check-3"`,
-		"ip_route_add_del add=true table=2000000003 fd00:100::5/128 through 3 nh=none",
-		"ip_route_add_del add=true table=2000000003 2001:db8:5::/48 through 3 nh=none",
-		"ip_route_add_del add=true table=2000000003 fe80::/11 through 3 nh=none",
-		"ip_route_add_del add=true table=2000000003 fea0::/11 through 3 nh=none",
-		"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_STRICT table=2000000003",
+		"ip_route_add_del add=true path table=2000000000 10.100.0.5/32 through 3 nh=none",
+		"ip_route_add_del add=true path table=2000000000 203.0.113.0/24 through 3 nh=none",
+		"ip_route_add_del add=true path table=2000000000 fd00:100::5/128 through 3 nh=none",
+		"ip_route_add_del add=true path table=2000000000 2001:db8:5::/48 through 3 nh=none",
+		"ip_route_add_del add=true path table=2000000000 fe80::/11 through 3 nh=none",
+		"ip_route_add_del add=true path table=2000000000 fea0::/11 through 3 nh=none",
+		"urpf_update_v2 3 ip4 input=true mode=URPF_API_MODE_STRICT table=2000000000",
+		"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_STRICT table=2000000000",
+		"acl_interface_set_acl_list 3 count=2 n_input=2 acls=[100 101]",
 		"sw_interface_set_flags 3 flags=1",
-	}, []string{
 		"ip_route_add_del add=true 10.100.0.5/32 via 10.100.0.5 3",
 		"ip_route_add_del add=true fd00:100::5/128 via fd00:100::5 3",
 		"sw_interface_dump 3",
-	}))
+	})
 	for _, v6 := range sourceFamilies {
 		if !h.vpp.source.checked(3, v6) {
 			t.Fatalf("VPP does not validate the %s sources of the pod", familyName(v6))
@@ -75,11 +73,8 @@ func TestSourceValidationOfAPodFromSetupToTeardown(t *testing.T) {
 	}
 	wantLines(t, "a repeat with other source prefixes", h.vpp.take(), []string{
 		"sw_interface_dump 3",
-		"urpf_interface_dump 3",
-		"ip_route_dump table=2000000003 ip6=false",
-		"ip_route_add_del add=true table=2000000003 198.51.100.0/24 through 3 nh=none",
-		"ip_route_add_del add=false table=2000000003 203.0.113.0/24 through 3 nh=none",
-		"ip_route_dump table=2000000003 ip6=true",
+		"ip_route_add_del add=true path table=2000000000 198.51.100.0/24 through 3 nh=none",
+		"ip_route_add_del add=false path table=2000000000 203.0.113.0/24 through 3 nh=none",
 	})
 
 	if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podS.PodKey}); err != nil {
@@ -91,8 +86,47 @@ func TestSourceValidationOfAPodFromSetupToTeardown(t *testing.T) {
 	}, sourceTearDown(3, "10.100.0.5", "fd00:100::5", "198.51.100.0/24", "2001:db8:5::/48"), []string{
 		"tap_delete_v2 3",
 	}))
-	if s := h.vpp.source; len(s.tables) != 0 || len(s.destroyedWithRoutes) != 0 {
-		t.Fatalf("source tables after the teardown: %v (destroyed with routes: %v)", s.tables, s.destroyedWithRoutes)
+	for k, rs := range h.vpp.source.tables {
+		if len(rs) != 0 {
+			t.Fatalf("source table %v after the teardown: %v", k, rs)
+		}
+	}
+}
+
+// Pods share the source tables: a prefix two pods may use is one route with
+// a path through each, and one pod's teardown leaves the other's path; a
+// pod's own address is a host route only through its interface, so that
+// another pod's wider prefix does not let that pod send from it.
+func TestSourceTablesAreSharedByPods(t *testing.T) {
+	h := start(t, testConfig())
+	wide := podS
+	wide.IPv6 = netip.Addr{}
+	wide.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("10.100.0.0/24")}
+	other := podA
+	other.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("10.100.0.0/24")}
+	for _, p := range []dataplane.Pod{wide, other} {
+		if _, err := h.d.SetupPod(ctx(t), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.vpp.mu.Lock()
+	v4 := h.vpp.source.tables[fakeTable{SourceTableID, false}]
+	shared := v4[netip.MustParsePrefix("10.100.0.0/24")]
+	own := v4[hostPrefix(other.IPv4)]
+	h.vpp.mu.Unlock()
+	if len(shared) != 2 || len(own) != 1 || own[0].SwIfIndex != 4 {
+		t.Fatalf("the shared prefix goes through %v, the second pod's address through %v; want both pods, and the second pod (4) only", shared, own)
+	}
+	if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: wide.PodKey}); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.mu.Lock()
+	defer h.vpp.mu.Unlock()
+	if got := h.vpp.source.through(4, false); !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.100.0.0/24"), hostPrefix(other.IPv4)}) {
+		t.Fatalf("after the first pod's teardown, the second one's IPv4 paths are %v", got)
+	}
+	if got := h.vpp.source.through(3, false); len(got) != 0 {
+		t.Fatalf("the torn-down pod's paths are left: %v", got)
 	}
 }
 
@@ -114,15 +148,12 @@ func TestCheckPodNamesAMissingSourceValidation(t *testing.T) {
 // VPP keeps an interface's uRPF configuration when the interface is
 // deleted, and takes the same configuration again for no change: a new
 // interface with the sw_if_index of one that was deleted with its check on
-// would run unchecked. SetupPod finds and removes such a leftover (and its
-// table, which holds another pod's sources) first.
+// would run unchecked. SetupPod finds and removes such a leftover first.
 func TestSourceValidationOfAReusedInterfaceIndex(t *testing.T) {
 	h := start(t, testConfig())
 	h.vpp.take()
 	h.vpp.mu.Lock()
-	gone := fakeTable{sourceTable(3), false}
-	h.vpp.source.tables[gone] = map[netip.Prefix]fib_types.FibPath{netip.MustParsePrefix("10.100.0.77/32"): throughInterface(3, false)}
-	h.vpp.source.cfg[3] = map[bool]urpf.UrpfInterfaceDetails{false: {SwIfIndex: 3, IsInput: true, Mode: urpf.URPF_API_MODE_STRICT, TableID: sourceTable(3)}}
+	h.vpp.source.cfg[3] = map[bool]urpf.UrpfInterfaceDetails{false: {SwIfIndex: 3, IsInput: true, Mode: urpf.URPF_API_MODE_STRICT, TableID: SourceTableID}}
 	h.vpp.mu.Unlock()
 
 	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
@@ -132,14 +163,9 @@ func TestSourceValidationOfAReusedInterfaceIndex(t *testing.T) {
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,
 		"sw_interface_set_unnumbered add=true 3 uses 1",
 		"urpf_interface_dump 3",
-		"ip_route_dump table=2000000003 ip6=false",
 		"urpf_update_v2 3 ip4 input=true mode=URPF_API_MODE_OFF table=none",
-		"ip_route_add_del add=false table=2000000003 10.100.0.77/32 through 3 nh=none",
-		`ip_table_add_del add=false table=2000000003 ip6=false name=""`,
-		"ip_route_dump table=2000000003 ip6=true",
-		"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_OFF table=none",
-		`ip_table_add_del add=false table=2000000003 ip6=true name=""`,
 	}, sourceSetUp(3, "10.100.0.3", "")[1:], []string{
+		"acl_interface_set_acl_list 3 count=2 n_input=2 acls=[100 101]",
 		"sw_interface_set_flags 3 flags=1",
 		"ip_route_add_del add=true 10.100.0.3/32 via 10.100.0.3 3",
 		"sw_interface_dump 3",
@@ -149,21 +175,19 @@ func TestSourceValidationOfAReusedInterfaceIndex(t *testing.T) {
 			t.Fatalf("the new interface runs without its %s source validation", familyName(v6))
 		}
 	}
-	if rs := h.vpp.source.tables[gone]; len(rs) != 1 || rs[netip.MustParsePrefix("10.100.0.3/32")] == (fib_types.FibPath{}) {
-		t.Fatalf("the IPv4 source table holds %v, want the new pod's address only", rs)
-	}
 }
 
 // After a vcoild restart on a VPP that kept its pods, the sync gives a
-// kept pod the source validation it lacks (an earlier vcoild had none) and
-// the source prefixes vcoild's allocations name, and removes the tables of
-// interfaces that are gone.
-func TestSyncRestoresSourceValidationAndRemovesStaleTables(t *testing.T) {
+// kept pod the source validation it lacks (an earlier vcoild had none, or
+// a table per interface, which is moved into the source tables and
+// deleted) and the source prefixes vcoild's allocations name, and removes
+// the paths and checks of interfaces that are gone.
+func TestSyncRestoresSourceValidationAndRemovesStalePaths(t *testing.T) {
 	cfg := testConfig()
 	pod := podS
 	pod.SourcePrefixes = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
 	cfg.Allocations = allocations{pod}
-	var stale fakeTable
+	legacy := fakeTable{SourceTableID + 3, false}
 	h := start(t, cfg, func(h *harness) {
 		f := h.vpp
 		f.add(&fakeIf{name: "loop1", tag: loopbackTag, addrs: []netip.Prefix{LoopbackIPv4}, up: true})
@@ -172,24 +196,33 @@ func TestSyncRestoresSourceValidationAndRemovesStaleTables(t *testing.T) {
 		for _, addr := range []netip.Addr{pod.IPv4, pod.IPv6} {
 			f.routes[hostPrefix(addr)] = viaPath(a.sw, addr)
 		}
-		// The IPv6 table exists already with a prefix the pod lost.
-		f.source.tables[fakeTable{sourceTable(a.sw), true}] = map[netip.Prefix]fib_types.FibPath{
-			netip.MustParsePrefix("2001:db8:9::/48"): throughInterface(a.sw, true),
+		// An earlier vcoild's IPv4 table of the pod, in use.
+		f.source.tables[legacy] = map[netip.Prefix][]fib_types.FibPath{
+			hostPrefix(pod.IPv4): {throughInterface(a.sw, false)},
 		}
-		stale = fakeTable{sourceTable(9), false}
-		f.source.tables[stale] = map[netip.Prefix]fib_types.FibPath{netip.MustParsePrefix("10.100.0.9/32"): throughInterface(9, false)}
+		f.source.cfg[a.sw] = map[bool]urpf.UrpfInterfaceDetails{false: {SwIfIndex: index(a.sw), IsInput: true, Mode: urpf.URPF_API_MODE_STRICT, TableID: legacy.id}}
+		f.source.feature[a.sw] = map[bool]bool{false: true}
+		// The IPv6 source table holds a prefix the pod lost, and a path of
+		// an interface that is gone, whose uRPF configuration VPP kept.
+		f.source.tables[fakeTable{SourceTableID, true}] = map[netip.Prefix][]fib_types.FibPath{
+			netip.MustParsePrefix("2001:db8:9::/48"): {throughInterface(a.sw, true)},
+			netip.MustParsePrefix("fe80::/11"):       {throughInterface(9, true)},
+		}
+		f.source.cfg[9] = map[bool]urpf.UrpfInterfaceDetails{true: {SwIfIndex: 9, IsInput: true, Mode: urpf.URPF_API_MODE_STRICT, Af: 1, TableID: SourceTableID}}
 	})
 	got := h.vpp.take()
 	for _, w := range []string{
-		`ip_table_add_del add=true table=2000000003 ip6=false name="vcoil-source-check-3"`,
-		"ip_route_add_del add=true table=2000000003 10.100.0.5/32 through 3 nh=none",
-		"ip_route_add_del add=true table=2000000003 203.0.113.0/24 through 3 nh=none",
-		"urpf_update_v2 3 ip4 input=true mode=URPF_API_MODE_STRICT table=2000000003",
-		"ip_route_add_del add=true table=2000000003 fe80::/11 through 3 nh=none",
-		"ip_route_add_del add=false table=2000000003 2001:db8:9::/48 through 3 nh=none",
-		"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_STRICT table=2000000003",
-		"ip_route_add_del add=false table=2000000009 10.100.0.9/32 through 9 nh=none",
-		`ip_table_add_del add=false table=2000000009 ip6=false name=""`,
+		`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`,
+		"ip_route_add_del add=true path table=2000000000 10.100.0.5/32 through 3 nh=none",
+		"urpf_update_v2 3 ip4 input=true mode=URPF_API_MODE_STRICT table=2000000000",
+		"ip_route_add_del add=false table=2000000003 10.100.0.5/32",
+		`ip_table_add_del add=false table=2000000003 ip6=false name=""`,
+		"ip_route_add_del add=true path table=2000000000 203.0.113.0/24 through 3 nh=none",
+		"ip_route_add_del add=true path table=2000000000 fe80::/11 through 3 nh=none",
+		"ip_route_add_del add=false path table=2000000000 2001:db8:9::/48 through 3 nh=none",
+		"urpf_update_v2 3 ip6 input=true mode=URPF_API_MODE_STRICT table=2000000000",
+		"acl_interface_set_acl_list 3 count=2 n_input=2 acls=[100 101]",
+		"ip_route_add_del add=false path table=2000000000 fe80::/11 through 9 nh=none",
 	} {
 		if !slices.Contains(got, w) {
 			t.Fatalf("the sync did not send %q:\n%s", w, strings.Join(got, "\n"))
@@ -200,14 +233,22 @@ func TestSyncRestoresSourceValidationAndRemovesStaleTables(t *testing.T) {
 			t.Fatalf("the sync rewired the kept pod: %s", m)
 		}
 	}
+	h.vpp.mu.Lock()
 	for _, v6 := range sourceFamilies {
 		if !h.vpp.source.checked(3, v6) {
 			t.Fatalf("the kept pod's %s sources are not validated", familyName(v6))
 		}
 	}
-	if _, ok := h.vpp.source.tables[stale]; ok || len(h.vpp.source.destroyedWithRoutes) != 0 {
-		t.Fatalf("the stale table is left (destroyed with routes: %v)", h.vpp.source.destroyedWithRoutes)
+	if _, ok := h.vpp.source.tables[legacy]; ok || len(h.vpp.source.destroyedWithRoutes) != 0 {
+		t.Fatalf("the earlier vcoild's table is left (destroyed with routes: %v)", h.vpp.source.destroyedWithRoutes)
 	}
+	if got := h.vpp.source.through(9, true); len(got) != 0 {
+		t.Fatalf("the gone interface's paths are left: %v", got)
+	}
+	if got := h.vpp.source.through(3, true); !slices.Equal(got, []netip.Prefix{hostPrefix(pod.IPv6), netip.MustParsePrefix("fe80::/11"), netip.MustParsePrefix("fea0::/11")}) {
+		t.Fatalf("the kept pod's IPv6 paths are %v", got)
+	}
+	h.vpp.mu.Unlock()
 
 	// A second sync (a reconnection) finds everything as wanted.
 	h.vpp.setDown(true)
@@ -221,8 +262,9 @@ func TestSyncRestoresSourceValidationAndRemovesStaleTables(t *testing.T) {
 	h.vpp.setDown(false)
 	poll.Eventually(t, 5*time.Second, func() error { return h.d.Healthy(ctx(t)) })
 	for _, m := range h.vpp.take() {
-		if strings.HasPrefix(m, "urpf_update") || strings.HasPrefix(m, "ip_table_add_del") || strings.Contains(m, "table=2000000003 ") && strings.HasPrefix(m, "ip_route_add_del") {
-			t.Fatalf("a sync of a VPP that holds the wanted source validation changed it: %s", m)
+		if strings.HasPrefix(m, "urpf_update") || strings.HasPrefix(m, "ip_table_add_del add=false") || strings.Contains(m, "table=2000000000 ") && strings.HasPrefix(m, "ip_route_add_del") ||
+			strings.HasPrefix(m, "acl_interface_set_acl_list") || strings.HasPrefix(m, "acl_add_replace") {
+			t.Fatalf("a sync of a VPP that holds the wanted source validation and guard changed them: %s", m)
 		}
 	}
 }
@@ -247,19 +289,15 @@ func TestHealthyNamesAMissingURPFPlugin(t *testing.T) {
 	}
 }
 
+const sourceDropsHelp = "# HELP vcoil_source_validation_drops_total Packets from pod interfaces that VPP dropped because their source address is not the pod's (nor one of its allowed source prefixes), or because they are router advertisements or redirects (counted with --vpp-stats-socket), by address family, since VPP started.\n"
+
 // vcoil_source_validation_drops_total is read from VPP's error counters of
 // the uRPF nodes at each scrape, on a channel of its own, summed over
 // VPP's threads.
 func TestSourceValidationDropsMetric(t *testing.T) {
 	h := start(t, testConfig())
 	h.vpp.mu.Lock()
-	h.vpp.source.showErrors = `   Count                  Node                              Reason               Severity
-         3            ip4-rx-urpf-strict                   uRPF Drop                 error
-         2            ip4-rx-urpf-strict                   uRPF Drop                 error
-         7            ip6-rx-urpf-strict                   uRPF Drop                 error
-        12                ip4-input                       ip4 ttl <= 1               error
-         4            ip4-rx-urpf-loose                    uRPF Drop                 error
-`
+	h.vpp.source.showErrors = urpfErrors
 	h.vpp.opened = nil
 	h.vpp.mu.Unlock()
 	h.vpp.take()
@@ -267,8 +305,7 @@ func TestSourceValidationDropsMetric(t *testing.T) {
 	if err := reg.Register(newSourceDropCollector(h.d)); err != nil {
 		t.Fatal(err)
 	}
-	want := `# HELP vcoil_source_validation_drops_total Packets from pod interfaces that VPP dropped because their source address is not the pod's (nor one of its allowed source prefixes), by address family, since VPP started.
-# TYPE vcoil_source_validation_drops_total counter
+	want := sourceDropsHelp + `# TYPE vcoil_source_validation_drops_total counter
 vcoil_source_validation_drops_total{family="ipv4"} 5
 vcoil_source_validation_drops_total{family="ipv6"} 7
 `
@@ -290,27 +327,42 @@ vcoil_source_validation_drops_total{family="ipv6"} 7
 	})
 }
 
-// A pod adopted from VPP (vcoild does not know it) may have source tables
-// with prefixes vcoild never heard of: its teardown reads them, so that no
-// table is deleted with routes in it.
-func TestTeardownOfAnAdoptedPodRemovesTheSourceRoutesItFinds(t *testing.T) {
+const urpfErrors = `   Count                  Node                              Reason               Severity
+         3            ip4-rx-urpf-strict                   uRPF Drop                 error
+         2            ip4-rx-urpf-strict                   uRPF Drop                 error
+         7            ip6-rx-urpf-strict                   uRPF Drop                 error
+        12                ip4-input                       ip4 ttl <= 1               error
+         4            ip4-rx-urpf-loose                    uRPF Drop                 error
+`
+
+// A pod adopted from VPP (vcoild does not know it) may have paths to
+// prefixes vcoild never heard of: its teardown removes every path of its
+// interface.
+func TestTeardownOfAnAdoptedPodRemovesTheSourcePathsItFinds(t *testing.T) {
 	h := start(t, testConfig(), func(h *harness) {
 		f := h.vpp
 		f.add(&fakeIf{name: "loop1", tag: loopbackTag, addrs: []netip.Prefix{LoopbackIPv4}, up: true})
 		f.add(&fakeIf{name: "tap2", tag: interconnectTag, addrs: []netip.Prefix{InterconnectVPPIPv4}, up: true, tap: &tapv2.TapCreateV3{}})
 		b := f.add(&fakeIf{name: "tap3", tag: podTag(podB.PodKey), up: true, mtu: 1500, tap: &tapv2.TapCreateV3{HostNamespace: podB.Netns, HostMtuSize: 1500}})
 		f.routes[hostPrefix(podB.IPv4)] = viaPath(b.sw, podB.IPv4)
-		f.source.tables[fakeTable{sourceTable(b.sw), false}] = map[netip.Prefix]fib_types.FibPath{
-			hostPrefix(podB.IPv4):                    throughInterface(b.sw, false),
-			netip.MustParsePrefix("198.51.100.0/24"): throughInterface(b.sw, false),
+		f.source.tables[fakeTable{SourceTableID, false}] = map[netip.Prefix][]fib_types.FibPath{
+			hostPrefix(podB.IPv4):                    {throughInterface(b.sw, false)},
+			netip.MustParsePrefix("198.51.100.0/24"): {throughInterface(b.sw, false)},
 		}
-		f.source.cfg[b.sw] = map[bool]urpf.UrpfInterfaceDetails{false: {SwIfIndex: index(b.sw), IsInput: true, Mode: urpf.URPF_API_MODE_STRICT, TableID: sourceTable(b.sw)}}
+		f.source.cfg[b.sw] = map[bool]urpf.UrpfInterfaceDetails{false: {SwIfIndex: index(b.sw), IsInput: true, Mode: urpf.URPF_API_MODE_STRICT, TableID: SourceTableID}}
 		f.source.feature[b.sw] = map[bool]bool{false: true}
 	})
+	h.vpp.mu.Lock()
+	if got := h.vpp.source.through(3, false); len(got) != 2 || !h.vpp.source.checked(3, true) {
+		t.Fatalf("the adopted pod's IPv4 paths are %v and its IPv6 check is on: %t; want its two kept, and a check", got, h.vpp.source.checked(3, true))
+	}
+	h.vpp.mu.Unlock()
 	if err := h.d.TeardownPod(ctx(t), dataplane.Pod{PodKey: podB.PodKey}); err != nil {
 		t.Fatal(err)
 	}
-	if s := h.vpp.source; len(s.tables) != 0 || len(s.destroyedWithRoutes) != 0 || s.cfg[3][false].Mode != urpf.URPF_API_MODE_OFF {
-		t.Fatalf("after the teardown: tables %v, destroyed with routes %v, uRPF %v", s.tables, s.destroyedWithRoutes, s.cfg[3])
+	h.vpp.mu.Lock()
+	defer h.vpp.mu.Unlock()
+	if s := h.vpp.source; len(s.through(3, false))+len(s.through(3, true)) != 0 || s.cfg[3][false].Mode != urpf.URPF_API_MODE_OFF {
+		t.Fatalf("after the teardown: tables %v, uRPF %v", s.tables, s.cfg[3])
 	}
 }

@@ -49,6 +49,9 @@ func (d *driver) replay(ctx context.Context) error {
 	if err := d.ensureNode(ctx, ifs); err != nil {
 		return fmt.Errorf("node set-up: %w", err)
 	}
+	if err := d.ensureGuard(); err != nil {
+		return err
+	}
 	veths, err := d.kernel.PodVeths(ctx)
 	if err != nil {
 		return err
@@ -69,16 +72,20 @@ func (d *driver) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sources, err := readSourceChecks(ch)
+	sources, err := d.readSourceChecks()
 	if err != nil {
 		return err
 	}
-	if err := d.syncPodInterfaces(ctx, found, routes, taps, sources); err != nil {
+	acls, err := interfaceACLs(ch)
+	if err != nil {
+		return err
+	}
+	if err := d.syncPodInterfaces(ctx, found, routes, taps, sources, acls); err != nil {
 		return err
 	}
 	// Before new pods are wired: an interface made now may get the
-	// sw_if_index, and so the table ID, of a stale table.
-	if err := d.removeStaleSourceTables(sources.tables); err != nil {
+	// sw_if_index of a stale interface's paths.
+	if err := d.removeStaleSources(sources); err != nil {
 		return fmt.Errorf("source validation: %w", err)
 	}
 	d.wireMissingPods(ctx)
@@ -173,9 +180,11 @@ func (d *driver) podInterfaces(ifs []vppInterface, veths map[string]dataplane.Po
 // keep it when it is a desired pod wired as wanted, adopt it on the first
 // sync when vcoild does not know it, and remove it otherwise (a desired pod
 // is then wired again by wireMissingPods). routes are the pod routes
-// through each interface; taps, on the first sync, VPP's TAPs.
+// through each interface; taps, on the first sync, VPP's TAPs; acls the
+// interfaces' ACL lists. A pod interface that stays gets the pod guard in
+// front of its input list.
 func (d *driver) syncPodInterfaces(ctx context.Context, found map[dataplane.PodKey]vppInterface,
-	routes map[uint32][]netip.Addr, taps map[uint32]*tapv2.SwInterfaceTapV2Details, sources sourceChecks) error {
+	routes map[uint32][]netip.Addr, taps map[uint32]*tapv2.SwInterfaceTapV2Details, sources sourceChecks, acls map[uint32]aclSent) error {
 	keys := make([]dataplane.PodKey, 0, len(found))
 	for k := range found {
 		keys = append(keys, k)
@@ -187,14 +196,20 @@ func (d *driver) syncPodInterfaces(ctx context.Context, found map[dataplane.PodK
 		st := d.pods[key]
 		switch {
 		case st == nil && d.initial:
+			if err := d.guardKept(i.swIfIndex, acls[i.swIfIndex]); err != nil {
+				return err
+			}
 			d.adopt(key, i, have, taps[i.swIfIndex])
+			if err := d.adoptSourceCheck(i.swIfIndex, d.pods[key].pod, sources); err != nil {
+				return err
+			}
 		case st == nil:
 			d.log.Info("removing a pod interface vcoild does not want", "vppInterface", i.name, "containerID", key.ContainerID, "ifname", key.IfName)
 			if err := d.removeInterface(ctx, i, key, have); err != nil {
 				return err
 			}
 		default:
-			if d.keep(ctx, st, i, have, sources) {
+			if d.keep(ctx, st, i, have, sources, acls[i.swIfIndex]) {
 				continue
 			}
 			if err := d.removeInterface(ctx, i, key, have); err != nil {
@@ -261,7 +276,7 @@ func compareKeys(a, b dataplane.PodKey) int {
 // keep reports whether VPP's interface i is st's pod wired as wanted, and
 // then records it. Its source validation is made to match the pod (an
 // earlier vcoild may have had other source prefixes, or none).
-func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []netip.Addr, sources sourceChecks) bool {
+func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []netip.Addr, sources sourceChecks, acls aclSent) bool {
 	want := addrsOf(st.pod.IPv4, st.pod.IPv6)
 	slices.SortFunc(have, netip.Addr.Compare)
 	slices.SortFunc(want, netip.Addr.Compare)
@@ -277,8 +292,12 @@ func (d *driver) keep(ctx context.Context, st *podState, i vppInterface, have []
 			return false
 		}
 	}
-	if err := d.syncSourceCheck(i.swIfIndex, st.pod, sources); err != nil {
+	if err := d.syncSourceCheck(i.swIfIndex, st.pod, sources, podSources(st.pod)); err != nil {
 		d.log.Error(err, "cannot restore the source validation of a pod", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName)
+		return false
+	}
+	if err := d.guardKept(i.swIfIndex, acls); err != nil {
+		d.log.Error(err, "cannot put the pod guard on a pod's interface", "containerID", st.pod.ContainerID, "ifname", st.pod.IfName)
 		return false
 	}
 	if st.role != 0 {
@@ -312,7 +331,7 @@ func (d *driver) adopt(key dataplane.PodKey, i vppInterface, have []netip.Addr, 
 			pod.MTU = int(tap.HostMtuSize)
 		}
 	}
-	st := &podState{pod: pod, wired: true, swIfIndex: i.swIfIndex, vppName: i.name, hostMAC: i.mac, roleUnknown: true, sourceUnknown: true}
+	st := &podState{pod: pod, wired: true, swIfIndex: i.swIfIndex, vppName: i.name, hostMAC: i.mac, roleUnknown: true}
 	d.pods[key] = st
 	d.log.Info("found a pod in VPP that vcoild did not know", "containerID", key.ContainerID, "ifname", key.IfName,
 		"vppInterface", i.name, "ipv4", pod.IPv4, "ipv6", pod.IPv6)

@@ -3,11 +3,11 @@ package acl
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"go.fd.io/govpp/binapi/acl_types"
 	"go.fd.io/govpp/binapi/ip_types"
 
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -79,34 +79,12 @@ func aclRules(rules []renderer.Rule) ([]acl_types.ACLRule, error) {
 	return out, nil
 }
 
-// sameRules compares rules by meaning (VPP may return the unused bytes of
-// an IPv4 address union differently).
-func sameRules(a, b []acl_types.ACLRule) bool {
-	return slices.EqualFunc(a, b, func(x, y acl_types.ACLRule) bool {
-		return canonicalRule(x) == canonicalRule(y)
-	})
-}
-
-func canonicalRule(r acl_types.ACLRule) acl_types.ACLRule {
-	r.SrcPrefix, r.DstPrefix = canonical(r.SrcPrefix), canonical(r.DstPrefix)
-	return r
-}
-
-func canonical(p ip_types.Prefix) ip_types.Prefix {
-	if p.Address.Af == ip_types.ADDRESS_IP4 {
-		var u ip_types.AddressUnion
-		u.SetIP4(p.Address.Un.GetIP4())
-		p.Address.Un = u
-	}
-	return p
-}
-
 // contentKey identifies an ACL's rules, for adopting after a restart of
 // vcoild the ACLs that VPP already holds with the rules a table needs.
 func contentKey(rules []acl_types.ACLRule) string {
 	b := make([]byte, 0, len(rules)*48)
 	for _, r := range rules {
-		b = fmt.Appendf(b, "%v;", canonicalRule(r))
+		b = fmt.Appendf(b, "%v;", vpp.CanonicalACLRule(r))
 	}
 	return string(b)
 }

@@ -10,6 +10,7 @@ import (
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/core"
 
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -86,7 +87,7 @@ func TestRealVPPRenderAtScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := held[e.r.local[tab.ID].index]
-		if got == nil || got.Tag != tagOf(tab.ID) || !sameRules(got.R, want) {
+		if got == nil || got.Tag != tagOf(tab.ID) || !vpp.SameACLRules(got.R, want) {
 			t.Fatalf("table %s: VPP's ACL %v differs", tab.ID, got)
 		}
 	}

@@ -109,25 +109,6 @@ func portRule(action acl_types.ACLAction, src, dst netip.Prefix, proto uint8, po
 	}
 }
 
-// sameRules compares rules by meaning (VPP may return the unused bytes of
-// an IPv4 address union differently).
-func sameRules(a, b []acl_types.ACLRule) bool {
-	return slices.EqualFunc(a, b, func(x, y acl_types.ACLRule) bool {
-		x.SrcPrefix, y.SrcPrefix = canonical(x.SrcPrefix), canonical(y.SrcPrefix)
-		x.DstPrefix, y.DstPrefix = canonical(x.DstPrefix), canonical(y.DstPrefix)
-		return x == y
-	})
-}
-
-func canonical(p ip_types.Prefix) ip_types.Prefix {
-	if p.Address.Af == ip_types.ADDRESS_IP4 {
-		var u ip_types.AddressUnion
-		u.SetIP4(p.Address.Un.GetIP4())
-		p.Address.Un = u
-	}
-	return p
-}
-
 // syncACL makes VPP hold the source-ranges ACL on the outside interfaces
 // (input side, through the dataplane, which merges it with the policy
 // renderer's ACLs), or neither the ACL nor its use when no service has
@@ -156,7 +137,7 @@ func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInte
 		}
 		return nil
 	}
-	if !r.acl.exists || !sameRules(r.acl.rules, want) {
+	if !r.acl.exists || !vpp.SameACLRules(r.acl.rules, want) {
 		index := ^uint32(0)
 		if r.acl.exists {
 			index = r.acl.index
