@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.fd.io/govpp/adapter"
-	"github.com/go-logr/logr"
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/tapv2"
 
