@@ -104,7 +104,13 @@ func TestRealVPPStateDump(t *testing.T) {
 	if typ == vpp.AFPacket && "host-"+pi.HostName != pi.Name {
 		t.Errorf("af_packet interface %s is bound to %q", pi.Name, pi.HostName)
 	}
-	want := []nodestate.VPPACL{{Index: indexes[1], Tag: "vcoil-pol state-test", Rules: []string{"permit tcp 10.100.0.0/29 > 10.100.0.2/32:8080"}}}
+	// The pod guard's two ACLs, made at the sync, then the test's own.
+	want := []nodestate.VPPACL{
+		{Index: 0, Tag: "vcoil-guard@2 deny", Rules: []string{
+			"deny icmp6 ::/0 > ::/0 type 134-134 code 0-255", "deny icmp6 ::/0 > ::/0 type 137-137 code 0-255", "deny icmp 0.0.0.0/0 > 0.0.0.0/0 type 5-5 code 0-255"}},
+		{Index: 1, Tag: "vcoil-guard@2 permit", Rules: []string{"permit any 0.0.0.0/0 > 0.0.0.0/0", "permit any ::/0 > ::/0"}},
+		{Index: indexes[1], Tag: "vcoil-pol state-test", Rules: []string{"permit tcp 10.100.0.0/29 > 10.100.0.2/32:8080"}},
+	}
 	if !slices.EqualFunc(s.ACLs, want, func(a, b nodestate.VPPACL) bool {
 		return a.Index == b.Index && a.Tag == b.Tag && slices.Equal(a.Rules, b.Rules)
 	}) {
