@@ -12,6 +12,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
+	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -74,7 +75,12 @@ func TestRealVPPRenderAtScale(t *testing.T) {
 	}
 	defer ch.Close()
 	held := map[uint32]*acl.ACLDetails{}
-	err = vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) { held[d.ACLIndex] = d })
+	// The renderer's ACLs: the dataplane's pod guard has its own.
+	err = vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
+		if kind, _, _, _ := formatversion.ParseTag(d.Tag); kind == tagKind {
+			held[d.ACLIndex] = d
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
