@@ -41,8 +41,10 @@ import (
 // route, more specific than any source prefix, so no other local pod may
 // send from it, whatever prefixes that pod was given.
 //
-// One table per family, not one per pod: VPP's cost grows with its tables
-// (every table brings its multicast table and special entries), and a
+// One table per family, not one per pod: every VPP table comes with its
+// own multicast table and special entries, and with two tables per pod a
+// real VPP stopped answering a route into the 137th pod's table (make
+// bench-cni; the cause inside VPP was not pinned down). Here a
 // node's pods add paths, not tables. The driver keeps the paths it knows
 // VPP holds per interface (read at each sync, changed only by the driver
 // under its lock), so that a pod's paths are removed whole at DEL, and a
