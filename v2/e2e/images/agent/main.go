@@ -5,6 +5,8 @@
 //	agent connect tcp|udp|http HOST:PORT [--timeout 2s] [--message TEXT] [--path /] [--upload BYTES]
 //	agent routes [--table N]
 //	agent resolve NAME [--server IP:PORT] [--timeout 2s]
+//	agent bench-serve [--port 5201]
+//	agent bench stream|pingpong HOST:PORT [--streams N] [--duration D] [--count N]
 //
 // The TCP and UDP servers echo what they receive; the HTTP server answers
 // GET / with {"hostname": ..., "client": "IP:PORT"} (the client's source
@@ -16,7 +18,8 @@
 // connection failed or the answer is wrong, 2 on a usage error. routes prints
 // a routing table of the agent's network namespace (of the node, in a
 // hostNetwork pod); resolve prints a name's IPv4 and IPv6 addresses as a DNS
-// server answers A and AAAA queries. Tests run it with `kubectl exec POD -- /agent ...`.
+// server answers A and AAAA queries. bench-serve and bench measure a path
+// for make bench-dataplane (package netbench) and print JSON. Tests run it with `kubectl exec POD -- /agent ...`.
 package main
 
 import (
@@ -37,7 +40,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), connectCommand(), routesCommand(), resolveCommand())
+	root.AddCommand(serveCommand(), connectCommand(), routesCommand(), resolveCommand(), benchServeCommand(), benchCommand())
 	cmd, err := root.ExecuteC()
 	if err == nil {
 		return
