@@ -205,6 +205,24 @@ lab-e2e: lab-up ## run the e2e suite (v2/e2e/suite) against the lab (report in _
 		"$$gotestsum" --format standard-verbose --hide-summary=skipped --jsonfile $(abspath $(TEST_OUT))/e2e-test.json -- \
 		$(E2E_FLAGS) ./v2/e2e/suite $(E2E_ARGS)
 
+# make bench-dataplane: pod traffic on the Linux dataplane, then on VPP, on
+# the same machine (docs/dataplane-benchmark.md). Each lab comes up, runs the
+# suite's TestBenchDataplane (agents' bulk TCP streams and 1-byte round
+# trips, and the CPU they cost) and goes down; both add their rows to one
+# JSON file, and the second prints the table of both. Without VCOIL_VPP_BIN
+# only the Linux lab runs. A lab that is up is taken down first.
+BENCH_DATAPLANE_JSON = $(abspath $(BENCH_OUT))/bench-dataplane.json
+.PHONY: bench-dataplane
+bench-dataplane: ## TCP throughput (1 and 4 streams), 1-byte round trips and CPU per GB between pods, Linux lab then VPP lab (as root; VCOIL_VPP_BIN=<vpp binary> for the VPP rows); JSON in $(BENCH_OUT)/bench-dataplane.json
+	@mkdir -p $(BENCH_OUT); rm -f $(BENCH_DATAPLANE_JSON)
+	@if [ -z "$(VCOIL_VPP_BIN)" ]; then echo "VCOIL_VPP_BIN is not set: the VPP lab is skipped (docs/dataplane-benchmark.md)" >&2; fi
+	@rc=0; for dp in linux $(if $(VCOIL_VPP_BIN),vpp); do \
+		$(MAKE) --no-print-directory lab-down || exit 1; \
+		VCOIL_BENCH_DATAPLANE=$(BENCH_DATAPLANE_JSON) $(MAKE) --no-print-directory lab-e2e LAB_DATAPLANE=$$dp LAB_IP_FAMILY=ipv4 \
+			E2E_ARGS='-run ^TestBenchDataplane$$$$' E2E_FLAGS='-count=1 -timeout 40m -v' || rc=1; \
+	done; $(MAKE) --no-print-directory lab-down || rc=1; \
+	cat $(BENCH_DATAPLANE_JSON); exit $$rc
+
 # make e2e is part of make test: the lab comes up, the suite runs, and the
 # lab goes down again — unless it was already up (a demo), which it leaves.
 # A lab up of another IP family than LAB_IP_FAMILY (an IPv4 lab, and make

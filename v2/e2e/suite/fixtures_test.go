@@ -167,6 +167,12 @@ func (k *cluster) agentPod(t *testing.T, ns, name, node string, hostNetwork bool
 	if hostNetwork {
 		args = []string{"serve", "--tcp", fmt.Sprint(portNodeTCP)}
 	}
+	return k.createAgentPod(t, ns, name, node, hostNetwork, ports, args)
+}
+
+// createAgentPod creates a pod running the agent with args, pinned to node.
+func (k *cluster) createAgentPod(t *testing.T, ns, name, node string, hostNetwork bool, ports []corev1.ContainerPort, args []string) *corev1.Pod {
+	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "vcoil-e2e", "name": name}},
 		Spec: corev1.PodSpec{
