@@ -80,6 +80,18 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !br.DeletionTimestamp.IsZero() || br.Done() {
 		return ctrl.Result{}, nil
 	}
+	// The cache may lag behind a request that an earlier reconcile
+	// answered and vcoild has consumed (deleted, its block released, when
+	// it no longer needed it): answered again from the cache, it would get
+	// a block nobody reads. The apiserver's copy decides.
+	fresh := &vcoilv2.BlockRequest{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !fresh.DeletionTimestamp.IsZero() || fresh.Done() {
+		return ctrl.Result{}, nil
+	}
+	br = fresh
 
 	node := &corev1.Node{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: br.Spec.NodeName}, node); err != nil {
@@ -124,7 +136,7 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		mu.(*sync.Mutex).Lock()
 		defer mu.(*sync.Mutex).Unlock()
 	}
-	block, err := r.allocate(ctx, br, pool, parsed)
+	block, created, err := r.allocate(ctx, br, pool, parsed)
 	switch {
 	case errors.Is(err, ipam.ErrNoSuchBlock):
 		msg := fmt.Sprintf("all %d blocks of address pool %q are allocated", parsed.NumBlocks(), pool.Name)
@@ -155,8 +167,11 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		case apierrors.IsConflict(err):
 			return ctrl.Result{Requeue: true}, nil
 		case apierrors.IsNotFound(err):
-			// Answered by an earlier reconcile and already deleted by vcoild:
-			// this one worked from a stale cache.
+			// Deleted meanwhile (vcoild gave up on it, or an earlier
+			// reconcile answered it): a block made now is nobody's.
+			if created {
+				return ctrl.Result{}, r.dropBlock(ctx, block)
+			}
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("complete block request %q: %w", br.Name, err)
@@ -166,8 +181,9 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	return ctrl.Result{}, nil
 }
 
-// allocate runs steps 1 and 2 of the protocol and returns the request's block.
-func (r *BlockRequestReconciler) allocate(ctx context.Context, br *vcoilv2.BlockRequest, pool *vcoilv2.AddressPool, parsed ipam.Pool) (*vcoilv2.AddressBlock, error) {
+// allocate runs steps 1 and 2 of the protocol and returns the request's
+// block, and whether this call created it.
+func (r *BlockRequestReconciler) allocate(ctx context.Context, br *vcoilv2.BlockRequest, pool *vcoilv2.AddressPool, parsed ipam.Pool) (*vcoilv2.AddressBlock, bool, error) {
 	tried := map[int64]bool{}
 	for range maxClaims {
 		name := br.Status.AddressBlockName
@@ -176,28 +192,28 @@ func (r *BlockRequestReconciler) allocate(ctx context.Context, br *vcoilv2.Block
 			// No claim yet, or one that no longer fits the pool.
 			next, err := r.nextIndex(ctx, pool, parsed, tried)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			index, name = next, vcoilv2.BlockName(pool.Name, next)
 			if err := r.claim(ctx, br, name); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		tried[index] = true
 
-		block, err := r.createBlock(ctx, br, pool, parsed, index)
+		block, created, err := r.createBlock(ctx, br, pool, parsed, index)
 		if err == nil {
-			return block, nil
+			return block, created, nil
 		}
 		if !errors.Is(err, errBlockTaken) {
-			return nil, err
+			return nil, false, err
 		}
 		// Another request holds that block: choose again.
 		if err := r.claim(ctx, br, ""); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return nil, errClaimLost
+	return nil, false, errClaimLost
 }
 
 // claim writes name (or clears it) into the request's status. A conflict
@@ -216,16 +232,17 @@ func (r *BlockRequestReconciler) claim(ctx context.Context, br *vcoilv2.BlockReq
 
 var errBlockTaken = errors.New("the block belongs to another request")
 
-// createBlock creates the block at index for the request, or finds the one a
-// previous attempt created. errBlockTaken means another request has it.
-func (r *BlockRequestReconciler) createBlock(ctx context.Context, br *vcoilv2.BlockRequest, pool *vcoilv2.AddressPool, parsed ipam.Pool, index int64) (*vcoilv2.AddressBlock, error) {
+// createBlock creates the block at index for the request (created), or
+// finds the one a previous attempt created. errBlockTaken means another
+// request has it.
+func (r *BlockRequestReconciler) createBlock(ctx context.Context, br *vcoilv2.BlockRequest, pool *vcoilv2.AddressPool, parsed ipam.Pool, index int64) (*vcoilv2.AddressBlock, bool, error) {
 	cidrs, err := parsed.Block(index)
 	if err != nil {
-		return nil, fmt.Errorf("carve block %d of address pool %q: %w", index, pool.Name, err)
+		return nil, false, fmt.Errorf("carve block %d of address pool %q: %w", index, pool.Name, err)
 	}
 	nodeSubnet, err := r.needsNodeSubnet(ctx, br)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	block := &vcoilv2.AddressBlock{
 		ObjectMeta: metav1.ObjectMeta{
@@ -247,27 +264,42 @@ func (r *BlockRequestReconciler) createBlock(ctx context.Context, br *vcoilv2.Bl
 		block.IPv6 = ptr.To(cidrs.IPv6.String())
 	}
 	if err := controllerutil.SetControllerReference(pool, block, r.Client.Scheme()); err != nil {
-		return nil, fmt.Errorf("set owner of address block %q: %w", block.Name, err)
+		return nil, false, fmt.Errorf("set owner of address block %q: %w", block.Name, err)
 	}
 	err = r.Client.Create(ctx, block)
 	if err == nil {
-		return block, nil
+		return block, true, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create address block %q for block request %q: %w", block.Name, br.Name, err)
+		return nil, false, fmt.Errorf("create address block %q for block request %q: %w", block.Name, br.Name, err)
 	}
 	existing := &vcoilv2.AddressBlock{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(block), existing); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Deleted in between: the next attempt chooses again.
-			return nil, errBlockTaken
+			return nil, false, errBlockTaken
 		}
-		return nil, fmt.Errorf("get address block %q: %w", block.Name, err)
+		return nil, false, fmt.Errorf("get address block %q: %w", block.Name, err)
 	}
 	if existing.Labels[vcoilv2.LabelRequest] != string(br.UID) {
-		return nil, errBlockTaken
+		return nil, false, errBlockTaken
 	}
-	return existing, nil
+	return existing, false, nil
+}
+
+// dropBlock deletes a block this instance just created for a request that
+// is gone, with vcoil's finalizer (no node uses it).
+func (r *BlockRequestReconciler) dropBlock(ctx context.Context, block *vcoilv2.AddressBlock) error {
+	log.FromContext(ctx).Info("deleting the address block made for a request that is gone", "block", block.Name)
+	patch := client.MergeFrom(block.DeepCopy())
+	controllerutil.RemoveFinalizer(block, vcoilv2.Finalizer)
+	if err := r.Client.Patch(ctx, block, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("release address block %q of a request that is gone: %w", block.Name, err)
+	}
+	if err := r.Client.Delete(ctx, block); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete address block %q of a request that is gone: %w", block.Name, err)
+	}
+	return nil
 }
 
 // needsNodeSubnet decides whether the block for br is the node's node subnet:

@@ -256,7 +256,7 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.createBlock(ctx, br, pool, parsed, 5); err != nil {
+		if _, _, err := r.createBlock(ctx, br, pool, parsed, 5); err != nil {
 			t.Fatal(err)
 		}
 		reconcileN(t, br, 3)
@@ -293,6 +293,58 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 			t.Fatalf("blocks %v, status %+v; want one block other than p-5", names, got.Status)
 		}
 	})
+
+	// A reconcile from a cache that has not seen the answer nor the
+	// deletion of a request vcoild consumed (it deleted the request and
+	// released the block, no longer needing it) must not make the block
+	// again: nobody would ever release it.
+	t.Run("a consumed request seen from a stale cache gets no block", func(t *testing.T) {
+		br := createRequest(t, "node-1", "p")
+		reconcileN(t, br, 1)
+		got := get(t, br)
+		if !got.Completed() {
+			t.Fatalf("status %+v, want the request answered", got.Status)
+		}
+		// The cache saw the claim, not the answer.
+		stale := got.DeepCopy()
+		stale.Status.Conditions = nil
+		// vcoild: the request goes, then the block.
+		if err := env.Client.Delete(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		block := &vcoilv2.AddressBlock{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: got.Status.AddressBlockName}, block); err != nil {
+			t.Fatal(err)
+		}
+		block.Finalizers = nil
+		if err := env.Client.Update(ctx, block); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Delete(ctx, block); err != nil {
+			t.Fatal(err)
+		}
+		cached := &BlockRequestReconciler{Client: staleReader{Client: env.Client, obj: stale}, APIReader: env.Client}
+		if _, err := cached.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(br)}); err != nil {
+			t.Fatal(err)
+		}
+		if names := blocksOf(t, br); len(names) != 0 {
+			t.Fatalf("blocks %v made for a request that is gone", names)
+		}
+	})
+}
+
+// staleReader is a cache that still holds obj as it was.
+type staleReader struct {
+	client.Client
+	obj *vcoilv2.BlockRequest
+}
+
+func (s staleReader) Get(ctx context.Context, key client.ObjectKey, out client.Object, opts ...client.GetOption) error {
+	if br, ok := out.(*vcoilv2.BlockRequest); ok && key == client.ObjectKeyFromObject(s.obj) {
+		s.obj.DeepCopyInto(br)
+		return nil
+	}
+	return s.Client.Get(ctx, key, out, opts...)
 }
 
 // TestRacingControllersGiveEveryBlockOnce creates 64 requests from 16 nodes at
