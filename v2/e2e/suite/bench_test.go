@@ -193,6 +193,11 @@ func (k *cluster) benchRun(t *testing.T, from *corev1.Pod, result any, args ...s
 	if err != nil {
 		return cpuCost{}, err
 	}
+	if out == "" {
+		// The exec session ended without the agent's answer nor its exit
+		// status: the way to the node's kubelet was lost meanwhile.
+		return cpuCost{}, errors.New("no answer: the exec session ended before the agent printed its result")
+	}
 	if err := json.Unmarshal([]byte(out), result); err != nil {
 		return cpuCost{}, fmt.Errorf("the agent's answer %q: %w", out, err)
 	}
