@@ -281,39 +281,37 @@ func listenICMP(t *testing.T, ns *netnstest.NS, v6 bool) <-chan byte {
 	if v6 {
 		network, address = "ip6:ipv6-icmp", "::"
 	}
-	var c net.PacketConn
-	if err := ns.Do(func() (err error) { c, err = net.ListenPacket(network, address); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	got := make(chan byte, 64)
+	types := make(chan byte, 64)
+	msgs := listenPackets(t, ns, network, address, 1500)
 	go func() {
-		b := make([]byte, 1500)
-		for {
-			n, _, err := c.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			if n > 0 {
-				got <- b[0]
+		for m := range msgs {
+			if len(m) > 0 {
+				types <- m[0]
 			}
 		}
 	}()
-	return got
+	return types
 }
 
 // sendICMP sends, from src on ifname in ns, one ICMP (ICMPv6 when dst is
 // IPv6) message of type typ, code 0, to dst, with the hop limit a router
-// gives its own messages (255); the body is 28 bytes of zeros, enough for
-// a router advertisement's or a redirect's fixed part.
+// gives its own messages (255); the body is zeros, enough for a router
+// advertisement's or a redirect's fixed part.
 func sendICMP(ns *netnstest.NS, ifname string, src, dst netip.Addr, typ byte) error {
+	msg := make([]byte, 40)
+	msg[0] = typ
+	return sendICMPMessage(ns, ifname, src, dst, msg)
+}
+
+// sendICMPMessage sends msg (an ICMP or ICMPv6 message whose checksum the
+// sender fills) from src on ifname in ns to dst, with hop limit 255 for
+// IPv6; link-local addresses are scoped to ifname.
+func sendICMPMessage(ns *netnstest.NS, ifname string, src, dst netip.Addr, msg []byte) error {
 	return ns.Do(func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
 			return err
 		}
-		msg := make([]byte, 40)
-		msg[0] = typ
 		if dst.Is4() {
 			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
 			if err != nil {
@@ -323,6 +321,7 @@ func sendICMP(ns *netnstest.NS, ifname string, src, dst netip.Addr, typ byte) er
 			if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: src.As4()}); err != nil {
 				return fmt.Errorf("bind to %s: %w", src, err)
 			}
+			msg[2], msg[3] = 0, 0
 			sum := icmpChecksum(msg)
 			msg[2], msg[3] = byte(sum>>8), byte(sum)
 			return syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet4{Addr: dst.As4()})
@@ -335,16 +334,18 @@ func sendICMP(ns *netnstest.NS, ifname string, src, dst netip.Addr, typ byte) er
 		if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IPV6, syscall.IPV6_UNICAST_HOPS, 255); err != nil {
 			return err
 		}
-		zone := uint32(0)
-		if src.IsLinkLocalUnicast() {
-			zone = uint32(ifi.Index)
+		zone := func(a netip.Addr) uint32 {
+			if a.IsLinkLocalUnicast() {
+				return uint32(ifi.Index)
+			}
+			return 0
 		}
-		if err := syscall.Bind(fd, &syscall.SockaddrInet6{Addr: src.As16(), ZoneId: zone}); err != nil {
-			return fmt.Errorf("bind to %s: %w", src, err)
+		if err := syscall.Bind(fd, &syscall.SockaddrInet6{Addr: src.As16(), ZoneId: zone(src)}); err != nil {
+			return fmt.Errorf("bind to %s%%%s: %w", src, ifname, err)
 		}
 		// The kernel fills the ICMPv6 checksum.
-		if err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet6{Addr: dst.As16()}); err != nil {
-			return fmt.Errorf("send ICMPv6 type %d from %s to %s: %w", typ, src, dst, err)
+		if err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet6{Addr: dst.As16(), ZoneId: zone(dst)}); err != nil {
+			return fmt.Errorf("send ICMPv6 type %d from %s to %s: %w", msg[0], src, dst, err)
 		}
 		return nil
 	})
@@ -451,20 +452,35 @@ func documentedFeatures(t *testing.T, whens ...string) map[string][]string {
 // listenUDP returns the datagrams ns receives at address.
 func listenUDP(t *testing.T, ns *netnstest.NS, address string) <-chan string {
 	t.Helper()
+	got := make(chan string, 64)
+	msgs := listenPackets(t, ns, "udp", address, 256)
+	go func() {
+		for m := range msgs {
+			got <- string(m)
+		}
+	}()
+	return got
+}
+
+// listenPackets returns what a packet socket of network at address in ns
+// receives (up to size bytes of each), until the test ends.
+func listenPackets(t *testing.T, ns *netnstest.NS, network, address string, size int) <-chan []byte {
+	t.Helper()
 	var c net.PacketConn
-	if err := ns.Do(func() (err error) { c, err = net.ListenPacket("udp", address); return err }); err != nil {
+	if err := ns.Do(func() (err error) { c, err = net.ListenPacket(network, address); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	got := make(chan string, 64)
+	got := make(chan []byte, 64)
 	go func() {
-		b := make([]byte, 256)
+		defer close(got)
+		b := make([]byte, size)
 		for {
 			n, _, err := c.ReadFrom(b)
 			if err != nil {
 				return
 			}
-			got <- string(b[:n])
+			got <- slices.Clone(b[:n])
 		}
 	}()
 	return got
@@ -485,32 +501,15 @@ func sendUDP(ns *netnstest.NS, src, dst, msg string) error {
 // unicastFromLinkLocal sends, from src on ifname in ns, one unicast
 // neighbour solicitation for dst to dst.
 func unicastFromLinkLocal(ns *netnstest.NS, ifname string, src, dst netip.Addr) error {
-	return ns.Do(func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_RAW, syscall.IPPROTO_ICMPV6)
-		if err != nil {
-			return err
-		}
-		defer syscall.Close(fd)
-		if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IPV6, syscall.IPV6_UNICAST_HOPS, 255); err != nil {
-			return err
-		}
-		if err := syscall.Bind(fd, &syscall.SockaddrInet6{Addr: src.As16(), ZoneId: uint32(ifi.Index)}); err != nil {
-			return fmt.Errorf("bind to %s%%%s: %w", src, ifname, err)
-		}
-		// type 135, code 0, checksum (the kernel's), reserved, target.
-		ns6 := make([]byte, 24)
-		ns6[0] = 135
-		target := dst.As16()
-		copy(ns6[8:], target[:])
-		if err := syscall.Sendto(fd, ns6, 0, &syscall.SockaddrInet6{Addr: target, ZoneId: uint32(ifi.Index)}); err != nil {
-			return fmt.Errorf("send a neighbour solicitation from %s to %s: %w", src, dst, err)
-		}
-		return nil
-	})
+	// type 135, code 0, checksum (the kernel's), reserved, target.
+	ns6 := make([]byte, 24)
+	ns6[0] = 135
+	target := dst.As16()
+	copy(ns6[8:], target[:])
+	if err := sendICMPMessage(ns, ifname, src, dst, ns6); err != nil {
+		return fmt.Errorf("a neighbour solicitation from %s to %s: %w", src, dst, err)
+	}
+	return nil
 }
 
 // A pod on a VPP node sends to 127.0.0.1 through VPP (its own kernel told
