@@ -373,7 +373,7 @@ func (d *driver) unwire(ctx context.Context, st *podState) error {
 			}
 		}
 	}
-	if err := d.disableSourceCheck(sw); err != nil {
+	if err := d.dropSourceCheck(sw); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

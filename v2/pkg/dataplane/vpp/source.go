@@ -336,14 +336,9 @@ func (d *driver) enableSourceCheck(sw uint32, pod dataplane.Pod, u *undo) error 
 	return nil
 }
 
-// disableSourceCheck removes what enableSourceCheck made for a pod on sw,
-// before the interface is deleted. The caller holds d.mu.
-func (d *driver) disableSourceCheck(sw uint32) error {
-	return d.dropSourceCheck(sw)
-}
-
 // dropSourceCheck turns sw's checks off, then removes its paths from the
-// source tables. What is gone already is no error. The caller holds d.mu.
+// source tables (at DEL, before the interface is deleted, and for
+// interfaces no pod uses). What is gone already is no error. The caller holds d.mu.
 func (d *driver) dropSourceCheck(sw uint32) error {
 	var errs []error
 	for _, v6 := range sourceFamilies {
