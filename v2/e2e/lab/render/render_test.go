@@ -200,6 +200,7 @@ func TestVPPNodeConfiguration(t *testing.T) {
 	cli := VPPStartupCLI(n)
 	for _, want := range []string{
 		"create host-interface name eth0\n",
+		"set interface mtu packet 1500 host-eth0\n",
 		"set interface ip address host-eth0 198.18.0.12/24\n",
 		"create host-interface v2 name vcoilvpp\n",
 		"set interface ip address host-vcoilvpp 169.254.100.1/30\n",

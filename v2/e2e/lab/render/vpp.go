@@ -28,6 +28,10 @@ const (
 	VPPUplinkGuard = "vcoil-lab-uplink"
 )
 
+// FabricMTU is the MTU of the lab's fabric: its veths' and bridge's, the
+// kernel's default.
+const FabricMTU = 1500
+
 // The host interconnect: vcoild's names and addresses for an af_packet
 // one (the kernel's veth end, the end VPP attaches), which VPP's start-up
 // configuration makes here and vcoild adopts.
@@ -96,6 +100,13 @@ func VPPStartupCLI(n topology.Node) string {
 	dual := n.IP6.IsValid()
 	lines := []string{
 		"create host-interface name " + VPPUplink,
+		// VPP 25.10 gives an af_packet interface an L3 MTU of 9000
+		// whatever its link's; the fabric's veths and bridge carry
+		// 1500. VPP must know (vcoild gives pods the uplink's MTU), or
+		// it forwards packets the fabric drops and bulk TCP between
+		// nodes stalls. "packet" sets VPP's own MTU and leaves the
+		// link's alone.
+		fmt.Sprintf("set interface mtu packet %d %s", FabricMTU, up),
 		fmt.Sprintf("set interface ip address %s %s/%d", up, n.IP, topology.FabricNet.Bits()),
 	}
 	if dual {

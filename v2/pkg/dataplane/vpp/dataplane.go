@@ -61,6 +61,8 @@ type driver struct {
 	log    logr.Logger
 	dial   dialer
 	kernel kernel
+	// mtuWarned: the uplink's MTU mismatch was logged once.
+	mtuWarned bool
 
 	startOnce sync.Once
 	stop      context.CancelFunc

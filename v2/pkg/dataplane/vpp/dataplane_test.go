@@ -917,3 +917,39 @@ func TestAutoInterfaceTypeFollowsVhostNet(t *testing.T) {
 		}
 	}
 }
+
+// An af_packet uplink's pods get no more than its kernel link's MTU: VPP
+// 25.10 gives the interface an L3 MTU of 9000 whatever the link carries,
+// and pod packets of that size stalled bulk TCP between nodes.
+func TestPodMTUIsTheUplinkLinksWhenSmaller(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		vppMTU  int
+		links   map[string]int
+		wantMTU int
+	}{
+		{"the kernel link's when VPP's is larger", 9000, map[string]int{"up0": 1500}, 1500},
+		{"VPP's when the kernel link's is larger", 1500, map[string]int{"up0": 1544}, 1500},
+		{"VPP's without a kernel link of that name", 9000, nil, 9000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.PodInterface, cfg.Uplink = AFPacket, "host-up0"
+			h := start(t, cfg, func(h *harness) {
+				h.vpp.add(&fakeIf{name: "host-up0", mtu: uint32(tc.vppMTU)})
+				h.kernel.mtus = tc.links
+			})
+			want := fmt.Sprintf("CreateHostVeth mtu=%d", tc.wantMTU)
+			if got := h.kernel.take(); !slices.Contains(got, want) {
+				t.Fatalf("kernel calls %q, want %q among them", got, want)
+			}
+			if _, err := h.d.SetupPod(ctx(t), podA); err != nil {
+				t.Fatal(err)
+			}
+			want = fmt.Sprintf("mtu=%d", tc.wantMTU)
+			if got := h.kernel.take(); !slices.ContainsFunc(got, func(c string) bool { return strings.HasPrefix(c, "CreatePodVeth ") && strings.HasSuffix(c, want) }) {
+				t.Fatalf("kernel calls %q, want a CreatePodVeth with %s", got, want)
+			}
+		})
+	}
+}

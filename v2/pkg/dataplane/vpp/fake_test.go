@@ -688,6 +688,9 @@ type fakeKernel struct {
 	veths  map[string]dataplane.PodKey
 	failOn string // a call name that fails
 	blocks []netip.Prefix
+	// mtus are the node namespace's links' MTUs that LinkMTU reads (a
+	// read: not recorded among the calls).
+	mtus map[string]int
 }
 
 func newFakeKernel() *fakeKernel { return &fakeKernel{veths: map[string]dataplane.PodKey{}} }
@@ -713,6 +716,12 @@ func (k *fakeKernel) take() []string {
 
 func (k *fakeKernel) CreateHostVeth(_ context.Context, mtu int) error {
 	return k.record("CreateHostVeth mtu=%d", mtu)
+}
+func (k *fakeKernel) LinkMTU(_ context.Context, name string) (int, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	mtu, ok := k.mtus[name]
+	return mtu, ok, nil
 }
 func (k *fakeKernel) SetUpHost(context.Context) error { return k.record("SetUpHost") }
 func (k *fakeKernel) SyncBlockRoutes(_ context.Context, blocks []netip.Prefix) ([]netip.Prefix, error) {

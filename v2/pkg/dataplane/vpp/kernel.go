@@ -17,6 +17,9 @@ type kernel interface {
 	// the node namespace (HostInterconnectName, HostInterconnectVPPName)
 	// unless it exists.
 	CreateHostVeth(ctx context.Context, mtu int) error
+	// LinkMTU is the MTU of the node namespace's link name (found: false
+	// when there is none).
+	LinkMTU(ctx context.Context, name string) (mtu int, found bool, err error)
 	// SetUpHost gives HostInterconnectName its addresses, sets it up and
 	// makes the node namespace forward.
 	SetUpHost(ctx context.Context) error

@@ -67,6 +67,19 @@ func (k *netlinkKernel) CreateHostVeth(_ context.Context, mtu int) error {
 	return node.SetSysctls(kernelns.Sysctl{Key: "net/ipv6/conf/" + HostInterconnectVPPName + "/disable_ipv6", Value: "1"})
 }
 
+func (k *netlinkKernel) LinkMTU(_ context.Context, name string) (int, bool, error) {
+	node, err := k.openNode()
+	if err != nil {
+		return 0, false, err
+	}
+	defer node.Close()
+	l, err := node.FindLink(name)
+	if err != nil || l == nil {
+		return 0, false, err
+	}
+	return l.Attrs().MTU, true, nil
+}
+
 // openHost opens the node's namespace and finds the node's end of the host
 // interconnect, which must exist. The caller closes the namespace.
 func (k *netlinkKernel) openHost() (*kernelns.Namespace, netlink.Link, error) {

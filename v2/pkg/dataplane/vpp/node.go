@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/fib_types"
@@ -66,6 +67,35 @@ func interfaceDump(ch channel, swIfIndex uint32) ([]vppInterface, error) {
 	return out, err
 }
 
+// uplinkMTU is the MTU pods get from the uplink up: VPP's L3 MTU of it,
+// and for an af_packet uplink ("host-" and the kernel link's name, VPP's
+// naming) no more than the kernel link's MTU. VPP 25.10 gives a new
+// af_packet interface an L3 MTU of 9000 whatever its link's is, and
+// forwards pod packets of that size to a link that cannot carry them: the
+// veth drops them (VPP counts "tx sendto temporary failure"), or a router
+// behind it does, and bulk TCP between nodes stalls. 0 when neither is
+// known.
+func (d *driver) uplinkMTU(ctx context.Context, up vppInterface) int {
+	mtu := up.mtu
+	host, ok := strings.CutPrefix(up.name, "host-")
+	if !ok {
+		return mtu
+	}
+	link, found, err := d.kernel.LinkMTU(ctx, host)
+	switch {
+	case err != nil:
+		d.log.Error(err, "cannot read the MTU of the uplink's kernel link; pods get VPP's", "uplink", up.name, "link", host, "mtu", mtu)
+	case found && link > 0 && (mtu == 0 || link < mtu):
+		if mtu != 0 && !d.mtuWarned {
+			d.log.Info("the uplink's MTU in VPP is larger than its kernel link's; pods get the link's (set VPP's with \"set interface mtu packet\" in its start-up configuration)",
+				"uplink", up.name, "vppMTU", mtu, "link", host, "linkMTU", link)
+			d.mtuWarned = true
+		}
+		mtu = link
+	}
+	return mtu
+}
+
 // ensureNode makes vcoil's loopback, the host interconnect, the uplink and
 // VPP's default routes, from the interface dump ifs. The caller holds d.mu.
 func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
@@ -88,8 +118,8 @@ func (d *driver) ensureNode(ctx context.Context, ifs []vppInterface) error {
 		}
 		up := ifs[i]
 		n.uplink = up.swIfIndex
-		if n.mtu == 0 && up.mtu != 0 {
-			n.mtu = up.mtu
+		if n.mtu == 0 {
+			n.mtu = d.uplinkMTU(ctx, up)
 		}
 		if err := d.ensureAddresses(up.swIfIndex, d.cfg.Uplink, d.cfg.UplinkAddresses); err != nil {
 			return err
