@@ -137,9 +137,8 @@ func TestBenchCNI(t *testing.T) {
 				p.ns.Remove()
 			}
 			if vppProc != nil {
-				// An idle VPP still wakes every 100 µs (poll-sleep-usec): stop it, and
-				// its vcoild first, so that it does not weigh on the rows
-				// that follow.
+				// Stop VPP, and its vcoild first, so that neither weighs
+				// on the rows that follow.
 				n.kill()
 				vppProc.Kill()
 			}

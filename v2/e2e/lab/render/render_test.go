@@ -199,7 +199,7 @@ func TestVPPNodeConfiguration(t *testing.T) {
 	}
 	cli := VPPStartupCLI(n)
 	for _, want := range []string{
-		"create host-interface name eth0\n",
+		"create host-interface v2 name eth0 rx-per-block 512 tx-per-block 512\n",
 		"set interface mtu packet 1500 host-eth0\n",
 		"set interface ip address host-eth0 198.18.0.12/24\n",
 		"create host-interface v2 name vcoilvpp\n",

@@ -53,7 +53,7 @@ func TestVPPNodeConfigurationByIPFamily(t *testing.T) {
 		{
 			family: topology.IPFamilyIPv4,
 			cli: []string{
-				"create host-interface name eth0",
+				"create host-interface v2 name eth0 rx-per-block 512 tx-per-block 512",
 				"set interface mtu packet 1500 host-eth0",
 				"set interface ip address host-eth0 198.18.0.12/24",
 				"set interface state host-eth0 up",
@@ -83,7 +83,7 @@ func TestVPPNodeConfigurationByIPFamily(t *testing.T) {
 		{
 			family: topology.IPFamilyDual,
 			cli: []string{
-				"create host-interface name eth0",
+				"create host-interface v2 name eth0 rx-per-block 512 tx-per-block 512",
 				"set interface mtu packet 1500 host-eth0",
 				"set interface ip address host-eth0 198.18.0.12/24",
 				"set interface ip address host-eth0 2001:db8:18::12/64",

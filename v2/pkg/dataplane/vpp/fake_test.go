@@ -637,8 +637,8 @@ func msgString(msg api.Message) string {
 	case *tapv2.SwInterfaceTapV2Dump:
 		return "sw_interface_tap_v2_dump"
 	case *af_packet.AfPacketCreateV3:
-		return fmt.Sprintf("af_packet_create_v3 host_if=%q mode=%d mac=%s random=%t frames=%d/%d tx_frames=%d flags=%d",
-			m.HostIfName, m.Mode, m.HwAddr, m.UseRandomHwAddr, m.RxFrameSize, m.TxFrameSize, m.TxFramesPerBlock, m.Flags)
+		return fmt.Sprintf("af_packet_create_v3 host_if=%q mode=%d mac=%s random=%t frames=%dx%d/%dx%d flags=%d",
+			m.HostIfName, m.Mode, m.HwAddr, m.UseRandomHwAddr, m.RxFramesPerBlock, m.RxFrameSize, m.TxFramesPerBlock, m.TxFrameSize, m.Flags)
 	case *af_packet.AfPacketDelete:
 		return fmt.Sprintf("af_packet_delete host_if=%q", m.HostIfName)
 	case *nat44_ed.Nat44EdPluginEnableDisable:

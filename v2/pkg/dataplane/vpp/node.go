@@ -241,7 +241,7 @@ func (d *driver) createInterconnect(ctx context.Context, mtu int) (uint32, error
 		if err := d.kernel.CreateHostVeth(ctx, mtu); err != nil {
 			return 0, fmt.Errorf("create the host interconnect's veth: %w", err)
 		}
-		s, err := createAfPacket(ch, HostInterconnectVPPName, nil, mtu)
+		s, err := createAfPacket(ch, HostInterconnectVPPName, nil, afPacketHostFrames)
 		if err != nil {
 			return 0, fmt.Errorf("attach the host interconnect %s: %w", HostInterconnectVPPName, err)
 		}

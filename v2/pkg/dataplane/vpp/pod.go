@@ -43,32 +43,42 @@ func (d *driver) tapRequest(t, ifName, netns string, mtu int) *tapv2.TapCreateV3
 	return req
 }
 
-// Transmit rings of af_packet interfaces. With CKSUM_GSO, VPP hands the
-// kernel GSO packets of up to 64 KiB that it received from other
-// af_packet interfaces (a veth passes its peer's TSO segments on
-// unsegmented), and it copies each packet into one ring frame without
-// checking the frame's size: a packet larger than the frame runs into the
-// next frame, the kernel stops at the garbage and the ring never moves
-// again (every later packet to the interface counts as "tx frame not
-// ready"). So a transmit frame holds a 64 KiB GSO packet, as VPP's own
-// default, and there are fewer of them: 240 frames of 66 KiB take the
-// same 16 MiB allocation in the kernel as 1024 frames of 10 KiB did.
+// The rings of af_packet interfaces. VPP 25.10 opens them TPACKET_V3 by
+// default, whose receive blocks the kernel hands over only when they are
+// full or after a 1 ms timeout: with VPP woken by the socket (interrupt
+// mode), every receive hop of a lone packet waited for that timeout, and a
+// round trip between two pods cost 1 to 3 ms. TPACKET_V2
+// (AF_PACKET_API_FLAG_VERSION_2) hands over each frame as it is written.
+//
+// A V2 frame holds one packet, and a veth passes its peer's TSO packets
+// on unsegmented, up to 64 KiB: a frame smaller than that truncates them
+// on receive (VPP drops the partial packet), and on transmit VPP copies
+// each packet into one frame without checking its size, so a larger one
+// runs into the next frame, the kernel stops at the garbage and the ring
+// never moves again (every later packet counts as "tx frame not ready").
+// So every frame holds a 64 KiB GSO packet, as VPP's own default, and the
+// rings have few frames: the kernel allocates and zeroes them at each
+// pod's creation, and their memory is the pod's cost on the node.
 const (
-	afPacketTxFrameSize      = 2048 * 33
-	afPacketTxFramesPerBlock = 240
+	afPacketFrameSize = 2048 * 33
+	afPacketFrames    = 128
+	// The host interconnect carries all of the node's own traffic to and
+	// from pods and Services: one per node, it gets more frames.
+	afPacketHostFrames = 512
 )
 
-// createAfPacket attaches VPP to the host link hostIf; mac nil lets VPP
-// choose. Receive frames are sized for mtu (the kernel truncates nothing
-// larger: a TPACKET_V3 receive block holds whole GSO packets); CKSUM_GSO
-// makes VPP complete the checksums that veths leave to offload.
-func createAfPacket(ch channel, hostIf string, mac net.HardwareAddr, mtu int) (uint32, error) {
-	frame := uint32((mtu + 14 + 4 + 128 + 2047) / 2048 * 2048)
+// createAfPacket attaches VPP to the host link hostIf (TPACKET_V2, frames
+// of afPacketFrameSize, that many in each ring); mac nil lets VPP choose.
+// CKSUM_GSO makes VPP complete the checksums that veths leave to offload
+// and pass GSO packets on whole.
+func createAfPacket(ch channel, hostIf string, mac net.HardwareAddr, frames uint32) (uint32, error) {
 	req := &af_packet.AfPacketCreateV3{
 		Mode: af_packet.AF_PACKET_API_MODE_ETHERNET, HostIfName: hostIf,
 		UseRandomHwAddr: mac == nil,
-		RxFrameSize:     frame, TxFrameSize: afPacketTxFrameSize, TxFramesPerBlock: afPacketTxFramesPerBlock,
-		Flags:       af_packet.AF_PACKET_API_FLAG_QDISC_BYPASS | af_packet.AF_PACKET_API_FLAG_CKSUM_GSO,
+		RxFrameSize:     afPacketFrameSize, RxFramesPerBlock: frames,
+		TxFrameSize: afPacketFrameSize, TxFramesPerBlock: frames,
+		Flags: af_packet.AF_PACKET_API_FLAG_QDISC_BYPASS | af_packet.AF_PACKET_API_FLAG_CKSUM_GSO |
+			af_packet.AF_PACKET_API_FLAG_VERSION_2,
 		NumRxQueues: 1, NumTxQueues: 1,
 	}
 	if mac != nil {
@@ -228,7 +238,7 @@ func (d *driver) wire(ctx context.Context, st *podState) (err error) {
 			return fmt.Errorf("create the pod's veth: %w", err)
 		}
 		u.push(func() error { return d.kernel.DeleteNodeLink(ctx, veth) })
-		s, err := createAfPacket(ch, veth, podMAC(key), pod.MTU)
+		s, err := createAfPacket(ch, veth, podMAC(key), afPacketFrames)
 		if err != nil {
 			return fmt.Errorf("attach %s with af_packet: %w", veth, err)
 		}

@@ -135,7 +135,7 @@ func PrepareWith(t testing.TB, bin string, opts Options, startupCLI ...string) *
 		}
 		startup = " startup-config " + cli
 	}
-	conf := fmt.Sprintf(`unix { nodaemon cli-listen %[1]s/cli.sock log %[1]s/vpp.log runtime-dir %[1]s pidfile %[1]s/vpp.pid poll-sleep-usec 100%[3]s }
+	conf := fmt.Sprintf(`unix { nodaemon cli-listen %[1]s/cli.sock log %[1]s/vpp.log runtime-dir %[1]s pidfile %[1]s/vpp.pid%[3]s }
 api-segment { prefix %[2]s }
 socksvr { socket-name %[1]s/api.sock }
 cpu { main-core 0 }
