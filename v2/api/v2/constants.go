@@ -38,6 +38,18 @@ const (
 	// cluster-scoped, so only those allowed to update Namespaces can grant it.
 	AnnotationPermittedSourcePrefixes = "vcoil.io/permitted-source-prefixes"
 
+	// AnnotationChecksumOffload on a Pod set to "off" makes the pod's
+	// interface complete every checksum it sends instead of leaving it to
+	// offload ("on", the default, or absent: offload). It is for pods that
+	// tunnel or forward packets on VPP nodes: VPP completes the outer
+	// checksum of a packet whose checksum a pod left to offload, never the
+	// inner one of a tunnelled packet, which its receiver then drops.
+	// vcoild chooses "off" by itself for Egress routers (LabelEgress) and
+	// Egress clients (AnnotationEgressPrefix). The Linux dataplane needs no
+	// such choice and ignores it. vcoild reads it at the pod's first CNI
+	// ADD; later changes take effect when the pod is made again.
+	AnnotationChecksumOffload = "vcoil.io/checksum-offload"
+
 	// LoadBalancerClass is the spec.loadBalancerClass vcoil serves; Services
 	// without a class are served too unless vcoil-controller runs with
 	// --lb-class-only.

@@ -55,7 +55,12 @@ type Entry struct {
 	// wires the pod with its own addresses only, which fails closed (the
 	// pod's other sources are dropped) rather than open.
 	SourcePrefixes []netip.Prefix `json:"sourcePrefixes,omitempty"`
-	Created        time.Time      `json:"created"`
+	// NoChecksumOffload is the pod's checksum choice as made at its first
+	// ADD (dataplane.Pod.NoChecksumOffload), so that a restarted vcoild or
+	// VPP wires it identically. Optional, like SourcePrefixes: a vcoild
+	// that predates it wires the pod with offload.
+	NoChecksumOffload bool      `json:"noChecksumOffload,omitempty"`
+	Created           time.Time `json:"created"`
 }
 
 // PortMapping is one hostPort of an entry: HostIP (zero: every address of

@@ -163,7 +163,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 		if err != nil {
 			return nil, err
 		}
-		prefixes, err := s.sourcePrefixesOf(ctx, args)
+		opts, err := s.podOptionsOf(ctx, args)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +177,8 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 			ContainerID: args.ContainerId, IfName: args.Ifname, Netns: args.Netns,
 			Namespace: args.Args[argPodNamespace], Name: args.Args[argPodName],
 			Pool: a.Pool, Block: a.Block, Offset: a.Offset, IPv4: a.IPv4, IPv6: a.IPv6,
-			MTU: conf.MTU, PortMappings: checkpointMappings(portMappings), SourcePrefixes: prefixes, Created: s.now().UTC(),
+			MTU: conf.MTU, PortMappings: checkpointMappings(portMappings), SourcePrefixes: opts.sourcePrefixes,
+			NoChecksumOffload: opts.noChecksumOffload, Created: s.now().UTC(),
 		}
 		if err := s.store.Save(entry); err != nil {
 			s.freeOrLog(ctx, log, a)
@@ -537,8 +538,9 @@ func podOf(e checkpoint.Entry) dataplane.Pod {
 		Netns:     e.Netns,
 		Namespace: e.Namespace, Name: e.Name,
 		IPv4: e.IPv4, IPv6: e.IPv6, MTU: e.MTU,
-		PortMappings:   dataplaneMappings(e.PortMappings),
-		SourcePrefixes: e.SourcePrefixes,
+		PortMappings:      dataplaneMappings(e.PortMappings),
+		SourcePrefixes:    e.SourcePrefixes,
+		NoChecksumOffload: e.NoChecksumOffload,
 	}
 }
 

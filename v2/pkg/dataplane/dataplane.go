@@ -51,6 +51,15 @@ type Pod struct {
 	// Source validation drops a packet from the pod's interface whose source
 	// is neither one of the pod's addresses nor inside one of these.
 	SourcePrefixes []netip.Prefix
+	// NoChecksumOffload: the pod tunnels or forwards packets (the pod's
+	// checksum-offload annotation "off", or an Egress router or client),
+	// and its own interface must complete every checksum it sends instead
+	// of leaving it to offload. A dataplane that completes only the outer
+	// checksum of what a pod leaves to offload (VPP) turns the pod's
+	// transmit checksum offload off; the Linux dataplane, whose veths hand
+	// the partial checksums on to the kernel that completes them, ignores
+	// it.
+	NoChecksumOffload bool
 }
 
 // Protocols of a PortMapping, as the CNI portMappings capability spells

@@ -114,6 +114,12 @@ var podA = dataplane.Pod{
 	IPv4: netip.MustParseAddr("10.100.0.2"), IPv6: netip.MustParseAddr("fd00:100::2"),
 }
 
+// forwarding is p as a pod that forwards others' packets.
+func forwarding(p dataplane.Pod) dataplane.Pod {
+	p.NoChecksumOffload = true
+	return p
+}
+
 var podB = dataplane.Pod{
 	PodKey: dataplane.PodKey{ContainerID: "beef", IfName: "eth0"}, Netns: "/run/netns/pod-b",
 	IPv4: netip.MustParseAddr("10.100.0.3"),
@@ -312,6 +318,28 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 			wantKernel: []string{
 				"CreatePodVeth " + linkName(vethPrefix, podA.PodKey) + " /run/netns/pod-a/eth0 mac=" + podMAC(podA.PodKey).String() + " mtu=1500",
 				"ConfigurePod /run/netns/pod-a/eth0 10.100.0.2 fd00:100::2",
+			},
+			wantIfs: dataplane.Interfaces{HostIfName: "host-" + linkName(vethPrefix, podA.PodKey), HostMAC: podMAC(podA.PodKey).String(), PodMAC: podMAC(podA.PodKey).String(), MTU: 1500},
+		},
+		{
+			name: "a forwarding af_packet pod computes its own checksums",
+			typ:  AFPacket, pod: forwarding(podA),
+			wantVPP: slices.Concat([]string{
+				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=128x67584/128x67584 flags=11`,
+				`sw_interface_tag_add_del add=true 3 "vcoil@2 c0ffee eth0"`,
+				"sw_interface_set_unnumbered add=true 3 uses 1",
+			}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
+				guardOnly(3),
+				"sw_interface_set_flags 3 flags=1",
+				"ip_neighbor_add_del add=true 3 10.100.0.2 " + podMAC(podA.PodKey).String() + " flags=3",
+				"ip_route_add_del add=true 10.100.0.2/32 via 10.100.0.2 3",
+				"ip_neighbor_add_del add=true 3 fd00:100::2 " + podMAC(podA.PodKey).String() + " flags=3",
+				"ip_route_add_del add=true fd00:100::2/128 via fd00:100::2 3",
+				"sw_interface_dump 3",
+			}),
+			wantKernel: []string{
+				"CreatePodVeth " + linkName(vethPrefix, podA.PodKey) + " /run/netns/pod-a/eth0 mac=" + podMAC(podA.PodKey).String() + " mtu=1500",
+				"ConfigurePod /run/netns/pod-a/eth0 10.100.0.2 fd00:100::2 no-checksum-offload",
 			},
 			wantIfs: dataplane.Interfaces{HostIfName: "host-" + linkName(vethPrefix, podA.PodKey), HostMAC: podMAC(podA.PodKey).String(), PodMAC: podMAC(podA.PodKey).String(), MTU: 1500},
 		},

@@ -780,6 +780,9 @@ func (k *fakeKernel) MoveToPod(_ context.Context, from string, pod dataplane.Pod
 	return k.record("MoveToPod %s -> %s/%s", from, pod.Netns, pod.IfName)
 }
 func (k *fakeKernel) ConfigurePod(_ context.Context, pod dataplane.Pod) error {
+	if pod.NoChecksumOffload {
+		return k.record("ConfigurePod %s/%s %s %s no-checksum-offload", pod.Netns, pod.IfName, pod.IPv4, pod.IPv6)
+	}
 	return k.record("ConfigurePod %s/%s %s %s", pod.Netns, pod.IfName, pod.IPv4, pod.IPv6)
 }
 func (k *fakeKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ InterfaceType, mtu int) error {

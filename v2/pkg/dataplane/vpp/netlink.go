@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 
+	cnins "github.com/containernetworking/plugins/pkg/ns"
+	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -336,6 +338,11 @@ func (k *netlinkKernel) ConfigurePod(_ context.Context, pod dataplane.Pod) error
 			return fmt.Errorf("add address %s to %s in %s: %w", a.IPNet, pod.IfName, pod.Netns, err)
 		}
 	}
+	if pod.NoChecksumOffload {
+		if err := setTxChecksumOffload(podNS, pod.IfName, false); err != nil {
+			return err
+		}
+	}
 	if err := podNS.NL.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set %s up in %s: %w", pod.IfName, pod.Netns, err)
 	}
@@ -373,6 +380,15 @@ func (k *netlinkKernel) CheckPod(_ context.Context, pod dataplane.Pod, typ Inter
 	}
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		errs = append(errs, fmt.Errorf("%s in %s is down", pod.IfName, pod.Netns))
+	}
+	if pod.NoChecksumOffload {
+		on, err := txChecksumOffload(podNS, pod.IfName)
+		if err != nil {
+			return err
+		}
+		if on {
+			errs = append(errs, fmt.Errorf("%s in %s leaves checksums to offload (%s on), want it to compute them", pod.IfName, pod.Netns, txChecksumFeature))
+		}
 	}
 	addrs, err := podNS.NL.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
@@ -416,4 +432,59 @@ func podRoutes(pod dataplane.Pod, index int) []netlink.Route {
 func isDefault(dst *net.IPNet) bool {
 	ones, _ := dst.Mask.Size()
 	return ones == 0
+}
+
+// txChecksumFeature is the transmit checksum offload (NETIF_F_HW_CSUM) of
+// a pod's interface (veth or tun) by its ethtool name. Off, the pod's
+// kernel completes every checksum before a packet leaves the pod, the
+// inner ones of what it tunnels included, and TSO goes off with it (the
+// kernel segments instead).
+const txChecksumFeature = "tx-checksum-ip-generic"
+
+// setTxChecksumOffload turns the transmit checksum offload of link name in
+// ns on or off, unless it already is. Ethtool's ioctls act in the
+// namespace their socket was made in, hence the socket is made inside ns.
+func setTxChecksumOffload(ns *kernelns.Namespace, name string, on bool) error {
+	err := ns.NS.Do(func(cnins.NetNS) error {
+		e, err := ethtool.NewEthtool()
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		fs, err := e.Features(name)
+		if err != nil {
+			return err
+		}
+		if v, ok := fs[txChecksumFeature]; ok && v == on {
+			return nil
+		}
+		return e.Change(name, map[string]bool{txChecksumFeature: on})
+	})
+	if err != nil {
+		return fmt.Errorf("set %s of %s in %s to %t: %w", txChecksumFeature, name, ns.Path, on, err)
+	}
+	return nil
+}
+
+// txChecksumOffload reads whether link name in ns leaves transmit
+// checksums to offload.
+func txChecksumOffload(ns *kernelns.Namespace, name string) (bool, error) {
+	var on bool
+	err := ns.NS.Do(func(cnins.NetNS) error {
+		e, err := ethtool.NewEthtool()
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		fs, err := e.Features(name)
+		if err != nil {
+			return err
+		}
+		on = fs[txChecksumFeature]
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("read %s of %s in %s: %w", txChecksumFeature, name, ns.Path, err)
+	}
+	return on, nil
 }

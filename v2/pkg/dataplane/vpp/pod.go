@@ -166,7 +166,8 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 
 // samePod: the wiring SetupPod makes depends on these fields only.
 func samePod(a, b dataplane.Pod) bool {
-	return a.PodKey == b.PodKey && a.Netns == b.Netns && a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 && a.MTU == b.MTU
+	return a.PodKey == b.PodKey && a.Netns == b.Netns && a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 && a.MTU == b.MTU &&
+		a.NoChecksumOffload == b.NoChecksumOffload
 }
 
 func (st *podState) interfaces(typ InterfaceType) dataplane.Interfaces {

@@ -18,8 +18,13 @@ import (
 
 func createAnnotatedPod(t *testing.T, namespace, name string, annotations map[string]string) {
 	t.Helper()
+	createLabelledPod(t, namespace, name, nil, annotations)
+}
+
+func createLabelledPod(t *testing.T, namespace, name string, labels, annotations map[string]string) {
+	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels, Annotations: annotations},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c"}}},
 	}
 	if err := env.Client.Create(context.Background(), pod); err != nil {
@@ -120,5 +125,64 @@ func TestParseSourcePrefixes(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("parse %q = %v, %v; want %v", c.in, got, err, c.want)
 		}
+	}
+}
+
+// The checksum choice, made at the first ADD from the pod's annotation or,
+// without one, from its being an Egress router or client, reaches the
+// dataplane and the checkpoint and survives a restart; a malformed
+// annotation refuses the ADD naming it.
+func TestChecksumChoiceReachesTheDataplaneAndTheCheckpoint(t *testing.T) {
+	ensureNode(t, "node-cs")
+	state := t.TempDir()
+	dp := newFakeDataplane()
+	n := startNode(t, "node-cs", state, dp)
+	off := map[string]string{vcoilv2.AnnotationChecksumOffload: "off"}
+	for _, c := range []struct {
+		id                  string
+		labels, annotations map[string]string
+		want                bool
+	}{
+		{"c0000001", nil, off, true},
+		{"c0000002", nil, nil, false},
+		{"c0000003", map[string]string{vcoilv2.LabelEgress: "nat"}, nil, true},                         // a router
+		{"c0000004", nil, map[string]string{vcoilv2.AnnotationEgressPrefix + "internet": "nat"}, true}, // a client
+		{"c0000005", map[string]string{vcoilv2.LabelEgress: "nat"}, map[string]string{vcoilv2.AnnotationChecksumOffload: " on "}, false},
+	} {
+		createLabelledPod(t, "plain", "pod-"+c.id, c.labels, c.annotations)
+		n.add(t, c.id, "plain")
+		k := dataplane.PodKey{ContainerID: c.id, IfName: "eth0"}
+		if got := dp.pods[k].NoChecksumOffload; got != c.want {
+			t.Fatalf("pod %s (labels %v, annotations %v): the dataplane got NoChecksumOffload %t, want %t", c.id, c.labels, c.annotations, got, c.want)
+		}
+		e, found, err := n.srv.store.Get(c.id, "eth0")
+		if err != nil || !found || e.NoChecksumOffload != c.want {
+			t.Fatalf("pod %s: checkpoint entry %+v (%v), want NoChecksumOffload %t", c.id, e, err, c.want)
+		}
+	}
+
+	createAnnotatedPod(t, "plain", "pod-c0000006", map[string]string{vcoilv2.AnnotationChecksumOffload: "no"})
+	_, err := n.srv.Add(context.Background(), n.args("c0000006", "plain"))
+	if cniCode(err) != cnirpc.ErrorCode_INVALID_NETWORK_CONFIG {
+		t.Fatalf("ADD of a pod with a malformed checksum annotation: %v, want INVALID_NETWORK_CONFIG", err)
+	}
+	msg := cnicontract.FromRPCError(err, 0).Msg
+	for _, w := range []string{vcoilv2.AnnotationChecksumOffload, "plain/pod-c0000006", `"no"`} {
+		if !strings.Contains(msg, w) {
+			t.Fatalf("message %q does not name %q", msg, w)
+		}
+	}
+
+	n2 := startNode(t, "node-cs", state, dp)
+	pods, err := podsOf(n2.srv.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, p := range pods {
+		got[p.ContainerID] = p.NoChecksumOffload
+	}
+	if want := map[string]bool{"c0000001": true, "c0000002": false, "c0000003": true, "c0000004": true, "c0000005": false}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a restart the dataplane is given %v, want %v", got, want)
 	}
 }
