@@ -223,6 +223,16 @@ bench-dataplane: ## TCP throughput (1 and 4 streams), 1-byte round trips and CPU
 	done; $(MAKE) --no-print-directory lab-down || rc=1; \
 	cat $(BENCH_DATAPLANE_JSON); exit $$rc
 
+# make soak-dataplane: a VPP lab (LAB_DATAPLANE, vpp by default), then the
+# suite's TestSoakDataplane for SOAK_DURATION (10 minutes by default): 4 TCP
+# streams pod → pod across nodes and 4 pod → node at once, failing on any
+# stall longer than 2 s, broken connection or VPP restart. The lab stays up.
+SOAK_DURATION ?= 10m
+.PHONY: soak-dataplane
+soak-dataplane: ## bulk TCP between pods across nodes and from pods to the node for SOAK_DURATION (10m) on a VPP lab: no stall, no lost connection, no VPP restart (as root, VCOIL_VPP_BIN=<vpp binary>)
+	@VCOIL_SOAK_DATAPLANE=$(SOAK_DURATION) $(MAKE) --no-print-directory lab-e2e LAB_DATAPLANE=$(or $(LAB_DATAPLANE),vpp) \
+		E2E_ARGS='-run ^TestSoakDataplane$$$$' E2E_FLAGS='-count=1 -timeout 60m -v'
+
 # make e2e is part of make test: the lab comes up, the suite runs, and the
 # lab goes down again — unless it was already up (a demo), which it leaves.
 # A lab up of another IP family than LAB_IP_FAMILY (an IPv4 lab, and make

@@ -108,6 +108,10 @@ type Throughput struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Gbps is Bytes in Duration, in 10^9 bits per second.
 	Gbps float64 `json:"gbps"`
+	// MaxStall is the longest a stream's write waited (from one write's
+	// return to the next's, each writing bufSize): where a path stalls and
+	// recovers, the throughput alone hides it.
+	MaxStall time.Duration `json:"max_stall_ns"`
 }
 
 // Stream sends bulk data to address on streams connections at once for
@@ -136,13 +140,14 @@ func Stream(ctx context.Context, dial Dialer, address string, streams int, d tim
 	start := time.Now()
 	deadline := start.Add(d)
 	counts := make([]int64, streams)
+	stalls := make([]time.Duration, streams)
 	errs := make([]error, streams)
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			counts[i], errs[i] = sink(ctx, c, deadline)
+			counts[i], stalls[i], errs[i] = sink(ctx, c, deadline)
 		}()
 	}
 	wg.Wait()
@@ -154,32 +159,38 @@ func Stream(ctx context.Context, dial Dialer, address string, streams int, d tim
 	for _, n := range counts {
 		total += n
 	}
-	return Throughput{Streams: streams, Bytes: total, Duration: elapsed, Gbps: float64(total) * 8 / elapsed.Seconds() / 1e9}, nil
+	return Throughput{Streams: streams, Bytes: total, Duration: elapsed, Gbps: float64(total) * 8 / elapsed.Seconds() / 1e9,
+		MaxStall: slices.Max(stalls)}, nil
 }
 
 // sink writes to c until deadline, half-closes it and reads the server's
-// count of what arrived.
-func sink(ctx context.Context, c net.Conn, deadline time.Time) (int64, error) {
+// count of what arrived; it returns the count and the longest a write
+// waited.
+func sink(ctx context.Context, c net.Conn, deadline time.Time) (int64, time.Duration, error) {
 	buf := make([]byte, bufSize)
 	// A stalled path must not hold the benchmark: no write may block
 	// beyond the deadline by more than a few seconds.
 	_ = c.SetWriteDeadline(deadline.Add(5 * time.Second))
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	var stall time.Duration
+	last := time.Now()
+	for last.Before(deadline) && ctx.Err() == nil {
 		if _, err := c.Write(buf); err != nil {
-			return 0, fmt.Errorf("write: %w", err)
+			return 0, max(stall, time.Since(last)), fmt.Errorf("write: %w (no write for %s)", err, time.Since(last).Round(time.Millisecond))
 		}
+		now := time.Now()
+		stall, last = max(stall, now.Sub(last)), now
 	}
 	if tc, ok := c.(interface{ CloseWrite() error }); ok {
 		if err := tc.CloseWrite(); err != nil {
-			return 0, err
+			return 0, stall, err
 		}
 	}
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	var count [8]byte
 	if _, err := io.ReadFull(c, count[:]); err != nil {
-		return 0, fmt.Errorf("read the server's count: %w", err)
+		return 0, stall, fmt.Errorf("read the server's count: %w", err)
 	}
-	return int64(binary.BigEndian.Uint64(count[:])), nil
+	return int64(binary.BigEndian.Uint64(count[:])), stall, nil
 }
 
 // Latency is the result of a ping-pong.

@@ -2,6 +2,8 @@ package netbench
 
 import (
 	"context"
+	"encoding/binary"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -79,5 +81,51 @@ func TestSummarizeNearestRank(t *testing.T) {
 	}
 	if got := Summarize(nil); got.Count != 0 {
 		t.Fatalf("Summarize(nil) = %+v", got)
+	}
+}
+
+// A stream whose server stops reading for a while reports the wait as its
+// longest stall; the same stream to a server that reads on reports less.
+func TestStreamReportsItsLongestStall(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	const pause = 800 * time.Millisecond
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, bufSize)
+		var n int64
+		for n < 1<<20 {
+			m, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			n += int64(m)
+		}
+		time.Sleep(pause) // the path stalls: nothing is read
+		m, _ := io.CopyBuffer(io.Discard, c, buf)
+		var count [8]byte
+		binary.BigEndian.PutUint64(count[:], uint64(n+m-1)) // without the mode byte
+		_, _ = c.Write(count[:])
+	}()
+	r, err := Stream(t.Context(), &net.Dialer{}, l.Addr().String(), 1, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.MaxStall < pause/2 {
+		t.Fatalf("longest stall %s through a pause of %s: want at least half of it", r.MaxStall, pause)
+	}
+	ok, err := Stream(t.Context(), &net.Dialer{}, serveLoopback(t), 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok.MaxStall >= pause/2 {
+		t.Fatalf("longest stall %s to a server that reads on", ok.MaxStall)
 	}
 }

@@ -142,6 +142,10 @@ func TestBenchDataplane(t *testing.T) {
 			rows = append(rows, row)
 			continue
 		}
+		pids, err := vppPIDs()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var one, four netbench.Throughput
 		if _, err := k.benchRun(t, p.from, &one, "stream", addr, "--streams", "1", "--duration", duration.String()); err != nil {
 			row.Errors["one_stream"] = err.Error()
@@ -162,6 +166,17 @@ func TestBenchDataplane(t *testing.T) {
 			row.Errors["round_trip"] = err.Error()
 		} else {
 			row.RoundTrip = &rtt
+		}
+		// A VPP that its supervisor restarted under the measurement (an
+		// unresponsive one) is a failure of the path, whatever the figures.
+		after, err := vppPIDs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for node, pid := range pids {
+			if after[node] != pid {
+				row.Errors["vpp_restarted"] = fmt.Sprintf("VPP of %s was restarted during the measurement (PID %s, then %s)", node, pid, after[node])
+			}
 		}
 		t.Logf("%s: %s", p.name, row.summary())
 		rows = append(rows, row)
@@ -346,6 +361,9 @@ func benchTable(rows []benchRow) string {
 		if e, ok := r.Errors["reachable"]; ok {
 			fmt.Fprintf(&b, "| %s | %s | unreachable: %s | | | |\n", r.Dataplane, r.Path, e)
 			continue
+		}
+		if e, ok := r.Errors["vpp_restarted"]; ok {
+			cpu += " (" + e + ")"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Dataplane, r.Path, gbps(r.One, r.Errors["one_stream"]), gbps(r.Four, r.Errors["four_streams"]), rtt, cpu)
 	}
