@@ -147,12 +147,12 @@ func TestBenchDataplane(t *testing.T) {
 			t.Fatal(err)
 		}
 		var one, four netbench.Throughput
-		if _, err := k.benchRun(t, p.from, &one, "stream", addr, "--streams", "1", "--duration", duration.String()); err != nil {
+		if _, err := k.benchRun(ctx(t, 5*time.Minute), p.from, &one, "stream", addr, "--streams", "1", "--duration", duration.String()); err != nil {
 			row.Errors["one_stream"] = err.Error()
 		} else {
 			row.One = &one
 		}
-		cost, err := k.benchRun(t, p.from, &four, "stream", addr, "--streams", "4", "--duration", duration.String())
+		cost, err := k.benchRun(ctx(t, 5*time.Minute), p.from, &four, "stream", addr, "--streams", "4", "--duration", duration.String())
 		if err != nil {
 			row.Errors["four_streams"] = err.Error()
 		} else {
@@ -162,7 +162,7 @@ func TestBenchDataplane(t *testing.T) {
 			}
 		}
 		var rtt netbench.Latency
-		if _, err := k.benchRun(t, p.from, &rtt, "pingpong", addr, "--count", strconv.Itoa(count)); err != nil {
+		if _, err := k.benchRun(ctx(t, 5*time.Minute), p.from, &rtt, "pingpong", addr, "--count", strconv.Itoa(count)); err != nil {
 			row.Errors["round_trip"] = err.Error()
 		} else {
 			row.RoundTrip = &rtt
@@ -191,11 +191,9 @@ func TestBenchDataplane(t *testing.T) {
 // cpuCost is the CPU time a measurement cost, in seconds.
 type cpuCost struct{ machine, vpp float64 }
 
-// benchRun runs the agent's bench in from with args, decodes its JSON into
-// result and returns the CPU time spent meanwhile.
-func (k *cluster) benchRun(t *testing.T, from *corev1.Pod, result any, args ...string) (cpuCost, error) {
-	t.Helper()
-	c := ctx(t, 5*time.Minute)
+// benchRun runs the agent's bench in from with args (within c), decodes
+// its JSON into result and returns the CPU time spent meanwhile.
+func (k *cluster) benchRun(c context.Context, from *corev1.Pod, result any, args ...string) (cpuCost, error) {
 	m0, v0, err := cpuTimes()
 	if err != nil {
 		return cpuCost{}, err

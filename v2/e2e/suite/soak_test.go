@@ -92,7 +92,7 @@ func TestSoakDataplane(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = k.benchRun(t, cli, &results[i], "stream", f.addr, "--streams", "4", "--duration", duration.String())
+			_, errs[i] = k.benchRun(c, cli, &results[i], "stream", f.addr, "--streams", "4", "--duration", duration.String())
 		}()
 	}
 	wg.Wait()

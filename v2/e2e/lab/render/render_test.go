@@ -199,10 +199,10 @@ func TestVPPNodeConfiguration(t *testing.T) {
 	}
 	cli := VPPStartupCLI(n)
 	for _, want := range []string{
-		"create host-interface v2 name eth0 rx-per-block 512 tx-per-block 512\n",
+		"create host-interface v2 name eth0 rx-per-block 496 tx-per-block 496\n",
 		"set interface mtu packet 1500 host-eth0\n",
 		"set interface ip address host-eth0 198.18.0.12/24\n",
-		"create host-interface v2 name vcoilvpp\n",
+		"create host-interface v2 name vcoilvpp rx-per-block 496 tx-per-block 496\n",
 		"set interface ip address host-vcoilvpp 169.254.100.1/30\n",
 		"ip route add 0.0.0.0/0 via 198.18.0.1 host-eth0\n",
 		"ip punt redirect add rx all via 169.254.100.2 host-vcoilvpp\n",

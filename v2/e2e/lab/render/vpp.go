@@ -106,8 +106,9 @@ func VPPStartupCLI(n topology.Node) string {
 		// TPACKET_V2, as vcoild makes pod interfaces: a V3 receive
 		// ring hands packets to VPP only when a block fills or after a
 		// 1 ms timeout, which every lone packet waited for. Frames hold
-		// 64 KiB GSO packets (VPP's default size); 512 of them.
-		"create host-interface v2 name " + VPPUplink + " rx-per-block 512 tx-per-block 512",
+		// 64 KiB GSO packets (VPP's default size); 496 of them fill 32 MiB
+		// per ring (the kernel rounds a ring up to a power of two pages).
+		"create host-interface v2 name " + VPPUplink + " rx-per-block 496 tx-per-block 496",
 		// VPP 25.10 gives an af_packet interface an L3 MTU of 9000
 		// whatever its link's; the fabric's veths and bridge carry
 		// 1500. VPP must know (vcoild gives pods the uplink's MTU), or
@@ -128,7 +129,7 @@ func VPPStartupCLI(n topology.Node) string {
 		// the kernel, none sent), and the node lost its network. The
 		// checksum and GSO offload stays: the kernel leaves checksums to
 		// it on the veth.
-		"create host-interface v2 name "+vppHostPeer,
+		"create host-interface v2 name "+vppHostPeer+" rx-per-block 496 tx-per-block 496",
 		fmt.Sprintf("set interface ip address %s %s/30", host, vppHostVPPIP),
 	)
 	if dual {

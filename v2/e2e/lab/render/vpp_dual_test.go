@@ -53,11 +53,11 @@ func TestVPPNodeConfigurationByIPFamily(t *testing.T) {
 		{
 			family: topology.IPFamilyIPv4,
 			cli: []string{
-				"create host-interface v2 name eth0 rx-per-block 512 tx-per-block 512",
+				"create host-interface v2 name eth0 rx-per-block 496 tx-per-block 496",
 				"set interface mtu packet 1500 host-eth0",
 				"set interface ip address host-eth0 198.18.0.12/24",
 				"set interface state host-eth0 up",
-				"create host-interface v2 name vcoilvpp",
+				"create host-interface v2 name vcoilvpp rx-per-block 496 tx-per-block 496",
 				"set interface ip address host-vcoilvpp 169.254.100.1/30",
 				"set interface state host-vcoilvpp up",
 				"ip route add 0.0.0.0/0 via 198.18.0.1 host-eth0",
@@ -83,12 +83,12 @@ func TestVPPNodeConfigurationByIPFamily(t *testing.T) {
 		{
 			family: topology.IPFamilyDual,
 			cli: []string{
-				"create host-interface v2 name eth0 rx-per-block 512 tx-per-block 512",
+				"create host-interface v2 name eth0 rx-per-block 496 tx-per-block 496",
 				"set interface mtu packet 1500 host-eth0",
 				"set interface ip address host-eth0 198.18.0.12/24",
 				"set interface ip address host-eth0 2001:db8:18::12/64",
 				"set interface state host-eth0 up",
-				"create host-interface v2 name vcoilvpp",
+				"create host-interface v2 name vcoilvpp rx-per-block 496 tx-per-block 496",
 				"set interface ip address host-vcoilvpp 169.254.100.1/30",
 				"enable ip6 interface host-vcoilvpp",
 				"set interface ip address host-vcoilvpp fe80::1/128",

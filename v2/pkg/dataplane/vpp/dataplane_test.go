@@ -183,7 +183,7 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"sw_interface_add_del_address add=true 2 169.254.1.1/32",
 				"sw_interface_ip6_enable_disable 2 enable=true",
 				"sw_interface_set_flags 2 flags=1",
-				`af_packet_create_v3 host_if="vcoilvpp" mode=1 mac=00:00:00:00:00:00 random=true frames=512x67584/512x67584 flags=11`,
+				`af_packet_create_v3 host_if="vcoilvpp" mode=1 mac=00:00:00:00:00:00 random=true frames=496x67584/496x67584 flags=11`,
 				`sw_interface_tag_add_del add=true 3 "vcoil-host@2"`,
 				"ip_address_dump 3 ip6=false", "ip_address_dump 3 ip6=true",
 				"sw_interface_add_del_address add=true 3 169.254.100.1/30",
@@ -303,7 +303,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 			name: "an af_packet pod gets a veth, VPP attached with the pod's MAC, static neighbors and host routes",
 			typ:  AFPacket, pod: podA,
 			wantVPP: slices.Concat([]string{
-				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=128x67584/128x67584 flags=11`,
+				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=62x67584/62x67584 flags=11`,
 				`sw_interface_tag_add_del add=true 3 "vcoil@2 c0ffee eth0"`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 			}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{
@@ -325,7 +325,7 @@ func TestSetupPodSendsTheseMessages(t *testing.T) {
 			name: "a forwarding af_packet pod computes its own checksums",
 			typ:  AFPacket, pod: forwarding(podA),
 			wantVPP: slices.Concat([]string{
-				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=128x67584/128x67584 flags=11`,
+				`af_packet_create_v3 host_if="` + linkName(vethPrefix, podA.PodKey) + `" mode=1 mac=` + podMAC(podA.PodKey).String() + ` random=false frames=62x67584/62x67584 flags=11`,
 				`sw_interface_tag_add_del add=true 3 "vcoil@2 c0ffee eth0"`,
 				"sw_interface_set_unnumbered add=true 3 uses 1",
 			}, sourceSetUp(3, "10.100.0.2", "fd00:100::2"), []string{

@@ -56,15 +56,26 @@ func (d *driver) tapRequest(t, ifName, netns string, mtu int) *tapv2.TapCreateV3
 // each packet into one frame without checking its size, so a larger one
 // runs into the next frame, the kernel stops at the garbage and the ring
 // never moves again (every later packet counts as "tx frame not ready").
-// So every frame holds a 64 KiB GSO packet, as VPP's own default, and the
-// rings have few frames: the kernel allocates and zeroes them at each
-// pod's creation, and their memory is the pod's cost on the node.
+// So every frame holds a 64 KiB GSO packet, as VPP's own default.
+//
+// The kernel allocates and zeroes each ring at the pod's creation, which
+// is most of the time a VPP pod's ADD takes, and its memory is the pod's
+// cost on the node. VPP gives a V2 ring one block of all its frames, and
+// the kernel rounds a block up to a power of two pages: 128 frames of
+// 66 KiB (8.25 MiB) take 16 MiB. 62 frames fill 4 MiB, 8 MiB per pod
+// (VPP 25.10's V3 defaults took 10 MiB to receive, and vcoil's 64 KiB
+// transmit frames 16 MiB more). 62 frames hold 62 packets of any size:
+// VPP sends a ring's frames to the kernel at the end of each vector and
+// gets them back at once (a veth's peer in another namespace frees them
+// as it takes them), and reads the receive ring whenever the socket wakes
+// it.
 const (
 	afPacketFrameSize = 2048 * 33
-	afPacketFrames    = 128
+	afPacketFrames    = 62
 	// The host interconnect carries all of the node's own traffic to and
-	// from pods and Services: one per node, it gets more frames.
-	afPacketHostFrames = 512
+	// from pods and Services: one per node, it gets more frames (496 fill
+	// 32 MiB per ring).
+	afPacketHostFrames = 496
 )
 
 // createAfPacket attaches VPP to the host link hostIf (TPACKET_V2, frames

@@ -77,7 +77,7 @@ func TestSNATSetUpSendsTheseMessages(t *testing.T) {
 		"sw_interface_add_del_address add=true 2 169.254.1.1/32",
 		"sw_interface_ip6_enable_disable 2 enable=true",
 		"sw_interface_set_flags 2 flags=1",
-		`af_packet_create_v3 host_if="vcoilvpp" mode=1 mac=00:00:00:00:00:00 random=true frames=512x67584/512x67584 flags=11`,
+		`af_packet_create_v3 host_if="vcoilvpp" mode=1 mac=00:00:00:00:00:00 random=true frames=496x67584/496x67584 flags=11`,
 		`sw_interface_tag_add_del add=true 3 "vcoil-host@2"`,
 		"ip_address_dump 3 ip6=false", "ip_address_dump 3 ip6=true",
 		"sw_interface_add_del_address add=true 3 169.254.100.1/30",
