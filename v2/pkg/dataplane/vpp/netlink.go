@@ -442,15 +442,9 @@ func isDefault(dst *net.IPNet) bool {
 const txChecksumFeature = "tx-checksum-ip-generic"
 
 // setTxChecksumOffload turns the transmit checksum offload of link name in
-// ns on or off, unless it already is. Ethtool's ioctls act in the
-// namespace their socket was made in, hence the socket is made inside ns.
+// ns on or off, unless it already is.
 func setTxChecksumOffload(ns *kernelns.Namespace, name string, on bool) error {
-	err := ns.NS.Do(func(cnins.NetNS) error {
-		e, err := ethtool.NewEthtool()
-		if err != nil {
-			return err
-		}
-		defer e.Close()
+	err := withEthtool(ns, func(e *ethtool.Ethtool) error {
 		fs, err := e.Features(name)
 		if err != nil {
 			return err
@@ -470,21 +464,27 @@ func setTxChecksumOffload(ns *kernelns.Namespace, name string, on bool) error {
 // checksums to offload.
 func txChecksumOffload(ns *kernelns.Namespace, name string) (bool, error) {
 	var on bool
-	err := ns.NS.Do(func(cnins.NetNS) error {
-		e, err := ethtool.NewEthtool()
-		if err != nil {
-			return err
-		}
-		defer e.Close()
+	err := withEthtool(ns, func(e *ethtool.Ethtool) error {
 		fs, err := e.Features(name)
-		if err != nil {
-			return err
-		}
 		on = fs[txChecksumFeature]
-		return nil
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("read %s of %s in %s: %w", txChecksumFeature, name, ns.Path, err)
 	}
 	return on, nil
+}
+
+// withEthtool runs f with an ethtool handle in ns. Ethtool's ioctls act in
+// the namespace their socket was made in, hence the socket is made inside
+// ns.
+func withEthtool(ns *kernelns.Namespace, f func(*ethtool.Ethtool) error) error {
+	return ns.NS.Do(func(cnins.NetNS) error {
+		e, err := ethtool.NewEthtool()
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		return f(e)
+	})
 }
