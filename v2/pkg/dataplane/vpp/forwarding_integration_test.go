@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
 // Pods that tunnel and forward, as an Egress's clients and routers do, on
@@ -28,26 +24,9 @@ import (
 // TCP checksum to offload, VPP completes the outer one only, and the host
 // behind the router drops every segment.
 func TestRealVPPTunnellingPodsSendCompleteChecksums(t *testing.T) {
-	netnstest.RequireRoot(t)
-	bin := vpptest.Binary(t)
-
-	node := netnstest.New(t, "vppnode")
-	netnstest.Veth(t, node, "vppup", node, "vppup-peer")
-	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup")
-	typ := vpp.InterfaceType(vpptest.PodInterface())
-	d, err := vpp.New(vpp.Config{
-		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: typ, Uplink: "host-vppup",
-		PingInterval: 200 * time.Millisecond, ReadyWait: 30 * time.Second,
-	}, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := d.Init(ctx); err != nil {
-		t.Fatalf("Init: %v", err)
-	}
+	_, v, d := startRealVPP(ctx, t, "vppfwd", nil)
 	if err := d.Blocks().Sync(ctx, []netip.Prefix{netip.MustParsePrefix("10.100.0.0/29")}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
 // The driver against a real VPP (VCOIL_VPP_BIN) in a node namespace, with
@@ -24,30 +20,9 @@ import (
 // reaches them through the host interconnect, and after VPP is killed and
 // started again they do so again with the same addresses.
 func TestRealVPPWiresPodsThatTalkAndSurviveARestart(t *testing.T) {
-	netnstest.RequireRoot(t)
-	bin := vpptest.Binary(t)
-	typ := vpp.InterfaceType(vpptest.PodInterface())
-
-	node := netnstest.New(t, "vppnode")
-	// The uplink: a veth whose one end VPP attaches with af_packet.
-	netnstest.Veth(t, node, "vppup", node, "vppup-peer")
-	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup")
-
-	d, err := vpp.New(vpp.Config{
-		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: typ, Uplink: "host-vppup",
-		PingInterval: 200 * time.Millisecond, ReadyWait: 30 * time.Second,
-	}, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	start := time.Now()
-	if err := d.Init(ctx); err != nil {
-		t.Fatalf("Init: %v", err)
-	}
-	t.Logf("connected and synced in %s", time.Since(start))
+	node, v, d := startRealVPP(ctx, t, "vppnode", nil)
 	if err := d.Blocks().Sync(ctx, []netip.Prefix{netip.MustParsePrefix("10.100.0.0/29"), netip.MustParsePrefix("fd00:100::/125")}); err != nil {
 		t.Fatal(err)
 	}
