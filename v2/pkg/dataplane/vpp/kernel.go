@@ -53,7 +53,9 @@ type kernel interface {
 	// names it pod.IfName.
 	MoveToPod(ctx context.Context, from string, pod dataplane.Pod) error
 	// ConfigurePod gives pod.IfName in pod.Netns the pod's addresses, sets
-	// it up and adds "default dev <ifname>" for each family.
+	// it up and adds "default dev <ifname>" for each family; with
+	// pod.NoChecksumOffload it turns the interface's transmit checksum
+	// offload off first (CheckPod then checks that too).
 	ConfigurePod(ctx context.Context, pod dataplane.Pod) error
 	// CheckPod reports what differs from ConfigurePod's result, and whether
 	// the interface is the type asked (tun for TAP, veth for af_packet).
