@@ -181,8 +181,13 @@ func testLabVPPNode(t *testing.T, bin, family string) {
 	for _, line := range strings.Split(strings.TrimSuffix(VPPStartupCLI(n), "\n"), "\n") {
 		reply := cli(t, v, line)
 		want := ""
-		if name, ok := strings.CutPrefix(line, "create host-interface "); ok {
-			want = "host-" + strings.TrimPrefix(strings.TrimPrefix(name, "v2 "), "name ")
+		if args, ok := strings.CutPrefix(line, "create host-interface "); ok {
+			// VPP answers with the new interface's name: "host-" and
+			// the word after "name".
+			f := strings.Fields(args)
+			if i := slices.Index(f, "name"); i >= 0 && i+1 < len(f) {
+				want = "host-" + f[i+1]
+			}
 		}
 		if strings.TrimSpace(reply) != want {
 			t.Fatalf("VPP answered %q to %q, want %q", reply, line, want)
