@@ -82,23 +82,11 @@ func TestBenchDataplane(t *testing.T) {
 	}
 
 	c := ctx(t, 5*time.Minute)
-	nodes, err := schedulableNodes(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes) < 2 {
-		t.Fatalf("the benchmark needs two schedulable nodes, the cluster has %d", len(nodes))
-	}
-	a, b := &nodes[0], &nodes[1]
+	a, b, ns := k.benchSetUp(c, t, "vcoil-bench-")
 	dataplane := nodeDataplane(a)
 	if other := nodeDataplane(b); other != dataplane {
 		dataplane += "," + other
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vcoil-bench-"}}
-	if err := k.c.Create(c, ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k.c.Delete(context.Background(), ns) })
 	serve := []string{"bench-serve", "--port", strconv.Itoa(benchPort)}
 	srvA := k.createAgentPod(t, ns.Name, "srv-a", a.Name, false, nil, serve)
 	srvB := k.createAgentPod(t, ns.Name, "srv-b", b.Name, false, nil, serve)
@@ -132,12 +120,7 @@ func TestBenchDataplane(t *testing.T) {
 	for _, p := range paths {
 		addr := net.JoinHostPort(p.to, strconv.Itoa(benchPort))
 		row := benchRow{Dataplane: dataplane, Path: p.name, Family: familyOf(p.to), Errors: map[string]string{}}
-		// The path must work before it is measured (a new service's
-		// rules, a new pod's routes).
-		if err := poll.Until(c, time.Minute, time.Second, func(c context.Context) error {
-			_, err := k.exec(c, p.from, "/agent", "bench", "pingpong", addr, "--count", "1")
-			return err
-		}); err != nil {
+		if err := k.benchReachable(c, p.from, addr); err != nil {
 			row.Errors["reachable"] = err.Error()
 			rows = append(rows, row)
 			continue
@@ -186,6 +169,36 @@ func TestBenchDataplane(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println(benchTable(all))
+}
+
+// benchSetUp finds the two nodes the benchmark and the soak run on (node A
+// and node B, the first two schedulable ones) and makes a namespace for
+// their pods (named from prefix; the test's cleanup deletes it).
+func (k *cluster) benchSetUp(c context.Context, t *testing.T, prefix string) (a, b *corev1.Node, ns *corev1.Namespace) {
+	t.Helper()
+	nodes, err := schedulableNodes(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("%s needs two schedulable nodes, the cluster has %d", t.Name(), len(nodes))
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := k.c.Create(c, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.c.Delete(context.Background(), ns) })
+	return &nodes[0], &nodes[1], ns
+}
+
+// benchReachable waits (a minute at most) until one round trip from from
+// to the agent bench-serve at addr works: a path must work before it is
+// measured (a new service's rules, a new pod's routes).
+func (k *cluster) benchReachable(c context.Context, from *corev1.Pod, addr string) error {
+	return poll.Until(c, time.Minute, time.Second, func(c context.Context) error {
+		_, err := k.exec(c, from, "/agent", "bench", "pingpong", addr, "--count", "1")
+		return err
+	})
 }
 
 // cpuCost is the CPU time a measurement cost, in seconds.

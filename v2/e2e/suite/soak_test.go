@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,10 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vcoil/vcoil/v2/e2e/netbench"
-	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
 // The dataplane soak (make soak-dataplane): bulk TCP for a long time on
@@ -48,19 +45,7 @@ func TestSoakDataplane(t *testing.T) {
 	}
 	k := need(t)
 	c := ctx(t, duration+10*time.Minute)
-	nodes, err := schedulableNodes(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes) < 2 {
-		t.Fatalf("the soak needs two schedulable nodes, the cluster has %d", len(nodes))
-	}
-	a, b := &nodes[0], &nodes[1]
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vcoil-soak-"}}
-	if err := k.c.Create(c, ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k.c.Delete(context.Background(), ns) })
+	a, b, ns := k.benchSetUp(c, t, "vcoil-soak-")
 	srvB := k.createAgentPod(t, ns.Name, "srv-b", b.Name, false, nil, []string{"bench-serve", "--port", strconv.Itoa(benchPort)})
 	hostA := k.createAgentPod(t, ns.Name, "host-a", a.Name, true, nil, []string{"bench-serve", "--port", strconv.Itoa(soakHostPort)})
 	cli := k.createAgentPod(t, ns.Name, "client", a.Name, false, nil, []string{"serve"})
@@ -72,10 +57,7 @@ func TestSoakDataplane(t *testing.T) {
 		{"pod → its node", net.JoinHostPort(ipv4.nodeIP(a).String(), strconv.Itoa(soakHostPort))},
 	}
 	for _, f := range flows {
-		if err := poll.Until(c, time.Minute, time.Second, func(c context.Context) error {
-			_, err := k.exec(c, cli, "/agent", "bench", "pingpong", f.addr, "--count", "1")
-			return err
-		}); err != nil {
+		if err := k.benchReachable(c, cli, f.addr); err != nil {
 			t.Fatalf("%s (%s) before the soak: %v", f.name, f.addr, err)
 		}
 	}
