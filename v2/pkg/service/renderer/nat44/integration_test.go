@@ -19,6 +19,7 @@ import (
 	"go.fd.io/govpp/binapi/vlib"
 	"go.fd.io/govpp/core"
 
+	"github.com/vcoil/vcoil/v2/internal/echotest"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
@@ -523,96 +524,14 @@ func serveNamed(t *testing.T, ns *netnstest.NS, name string) {
 	serveNamedOn(t, ns, name, netip.IPv4Unspecified())
 }
 
-// serveNamedOn is serveNamed on addr:8080 only. Bound to addr, UDP answers
-// leave from the address asked (an unbound socket answers from the
-// kernel's choice, which NAT would not match), and several servers can
-// share a namespace.
+// serveNamedOn is serveNamed on addr:8080 only (echotest.Serve).
 func serveNamedOn(t *testing.T, ns *netnstest.NS, name string, addr netip.Addr) {
-	l := ns.Listen("tcp4", netip.AddrPortFrom(addr, 8080).String())
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr()); err == nil {
-					_, _ = io.Copy(c, c)
-				}
-			}()
-		}
-	}()
-	var pc net.PacketConn
-	ns.Run(func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(addr, 8080).String())
-		return err
-	})
-	t.Cleanup(func() { _ = pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo([]byte(fmt.Sprintf("%s %s", name, from)), from)
-		}
-	}()
+	echotest.Serve(t, ns, name, addr)
 }
 
-// ask connects from ns (from src when valid) to target over network and
-// returns the name of the backend that answered and the source address it
-// saw. Errors keep the socket's cause (connection refused, timeout).
-func ask(ctx context.Context, ns *netnstest.NS, network string, target netip.AddrPort, src netip.Addr) (name string, from netip.Addr, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var conn net.Conn
-	err = ns.Do(func() error {
-		dialer := net.Dialer{}
-		if src.IsValid() {
-			if network == "udp" {
-				dialer.LocalAddr = &net.UDPAddr{IP: src.AsSlice()}
-			} else {
-				dialer.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
-			}
-		}
-		var err error
-		conn, err = dialer.DialContext(ctx, network+"4", target.String())
-		return err
-	})
-	if err != nil {
-		return "", from, fmt.Errorf("connect to %s from %s: %w", target, ns, err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	var line string
-	if network == "udp" {
-		if _, err := conn.Write([]byte("hello")); err != nil {
-			return "", from, err
-		}
-		buf := make([]byte, 200)
-		n, err := conn.Read(buf)
-		if err != nil {
-			return "", from, fmt.Errorf("answer of %s/udp to %s: %w", target, ns, err)
-		}
-		line = string(buf[:n])
-	} else {
-		line, err = bufio.NewReader(conn).ReadString('\n')
-		if err != nil {
-			return "", from, fmt.Errorf("greeting of %s to %s: %w", target, ns, err)
-		}
-	}
-	f := strings.Fields(line)
-	if len(f) != 2 {
-		return "", from, fmt.Errorf("%s answered %q", target, line)
-	}
-	ap, err := netip.ParseAddrPort(f[1])
-	if err != nil {
-		return f[0], from, fmt.Errorf("%s answered %q: %w", target, line, err)
-	}
-	return f[0], ap.Addr(), nil
+// ask is echotest.Ask.
+func ask(ctx context.Context, ns *netnstest.NS, network string, target netip.AddrPort, src netip.Addr) (string, netip.Addr, error) {
+	return echotest.Ask(ctx, ns, network, target, src)
 }
 
 // logVPPState logs what VPP holds for NAT, ACLs and routes, for a failed
