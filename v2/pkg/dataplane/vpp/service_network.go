@@ -21,6 +21,9 @@ func (d *driver) SetServiceNetwork(ctx context.Context, net ServiceNetwork) erro
 	if s := net.Source; s.IsValid() && !s.Is4() {
 		return fmt.Errorf("service network: source %s is not IPv4", s)
 	}
+	if s := net.SourceIPv6; s.IsValid() && !s.Is6() {
+		return fmt.Errorf("service network: IPv6 source %s is not IPv6", s)
+	}
 	for _, p := range net.CIDRs {
 		if !p.IsValid() {
 			return errors.New("service network: a CIDR is invalid")
@@ -38,7 +41,7 @@ func (d *driver) SetServiceNetwork(ctx context.Context, net ServiceNetwork) erro
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, Sinks: net.Sinks, Refused: slices.Clone(net.Refused), NodePorts: slices.Clone(net.NodePorts)}
+	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, SourceIPv6: net.SourceIPv6, Sinks: net.Sinks, Refused: slices.Clone(net.Refused), NodePorts: slices.Clone(net.NodePorts)}
 	d.serviceNetKnown = true
 	if !d.synced {
 		return nil
@@ -98,6 +101,9 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 	if net.Source.IsValid() {
 		want = append(want, serviceRoute{dst: hostPrefix(net.Source)})
 	}
+	if net.SourceIPv6.IsValid() {
+		want = append(want, serviceRoute{dst: hostPrefix(net.SourceIPv6)})
+	}
 	if net.Sinks {
 		want = append(want, serviceRoute{dst: hostPrefix(RejectSinkIPv4)}, serviceRoute{dst: hostPrefix(DropSinkIPv4), drop: true})
 	}
@@ -106,12 +112,17 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 		return errors.Join(kerr, err)
 	}
 	errs := []error{kerr}
-	host := InterconnectHostIPv4.Addr()
+	hostOf := func(p netip.Prefix) netip.Addr {
+		if p.Addr().Is6() {
+			return InterconnectHostIPv6.Addr()
+		}
+		return InterconnectHostIPv4.Addr()
+	}
 	for _, r := range have {
 		if slices.Contains(want, r) {
 			continue
 		}
-		path := viaPath(d.node.interconnect, host)
+		path := viaPath(d.node.interconnect, hostOf(r.dst))
 		if r.drop {
 			path = dropPath(r.dst.Addr())
 		}
@@ -123,7 +134,7 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 		if slices.Contains(have, r) {
 			continue
 		}
-		path := viaPath(d.node.interconnect, host)
+		path := viaPath(d.node.interconnect, hostOf(r.dst))
 		if r.drop {
 			path = dropPath(r.dst.Addr())
 		}
@@ -134,32 +145,37 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// serviceRoutes reads VPP's IPv4 main table and returns the routes that
-// are the service network's: through the host interconnect to the node's
-// end (except the default route), and the drop sink's drop.
+// serviceRoutes reads VPP's main tables and returns the routes that are
+// the service network's: through the host interconnect to the node's end
+// (except the default routes), and the drop sink's drop. Only the service
+// network and the default routes use that next hop.
 func (d *driver) serviceRoutes() ([]serviceRoute, error) {
 	var out []serviceRoute
-	host := InterconnectHostIPv4.Addr()
-	err := vppapi.Dump(d.ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: false}},
-		func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
-		func(m *ip.IPRouteDetails) {
-			p := fromVPPPrefix(m.Route.Prefix)
-			// The dump has every entry of the table: the interconnect's
-			// own (its subnet, the node end's neighbor) are not routes.
-			if p.Bits() == 0 || len(m.Route.Paths) != 1 || p.Overlaps(InterconnectVPPIPv4.Masked()) {
-				return
-			}
-			path := m.Route.Paths[0]
-			switch {
-			case path.Type == fib_types.FIB_API_PATH_TYPE_DROP && p == hostPrefix(DropSinkIPv4):
-				out = append(out, serviceRoute{dst: p, drop: true})
-			case path.Type == fib_types.FIB_API_PATH_TYPE_NORMAL && path.SwIfIndex == d.node.interconnect &&
-				netip.AddrFrom4(path.Nh.Address.GetIP4()) == host:
-				out = append(out, serviceRoute{dst: p})
-			}
-		})
-	if err != nil {
-		return nil, fmt.Errorf("list VPP's routes: %w", err)
+	for _, host := range []netip.Addr{InterconnectHostIPv4.Addr(), InterconnectHostIPv6.Addr()} {
+		err := vppapi.Dump(d.ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: host.Is6()}},
+			func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
+			func(m *ip.IPRouteDetails) {
+				p := fromVPPPrefix(m.Route.Prefix)
+				// The dump has every entry of the table: the interconnect's
+				// own (its subnet, the node end's neighbor) are not routes.
+				if p.Bits() == 0 || len(m.Route.Paths) != 1 || p.Overlaps(InterconnectVPPIPv4.Masked()) || (p.Addr().Is6() && p.Addr().IsLinkLocalUnicast()) {
+					return
+				}
+				path := m.Route.Paths[0]
+				nh := netip.AddrFrom4(path.Nh.Address.GetIP4())
+				if host.Is6() {
+					nh = netip.AddrFrom16(path.Nh.Address.GetIP6())
+				}
+				switch {
+				case path.Type == fib_types.FIB_API_PATH_TYPE_DROP && p == hostPrefix(DropSinkIPv4):
+					out = append(out, serviceRoute{dst: p, drop: true})
+				case path.Type == fib_types.FIB_API_PATH_TYPE_NORMAL && path.SwIfIndex == d.node.interconnect && nh == host:
+					out = append(out, serviceRoute{dst: p})
+				}
+			})
+		if err != nil {
+			return nil, fmt.Errorf("list VPP's routes: %w", err)
+		}
 	}
 	return out, nil
 }

@@ -77,6 +77,14 @@ type ServiceNetwork struct {
 	// remote backends' replies come back; the kernel holds it on its end of
 	// the host interconnect and VPP routes its /32 there.
 	Source netip.Addr
+	// SourceIPv6 is the node's IPv6 NAT loopback (invalid while none),
+	// the source the cnat renderer gives IPv6 clients of eTP=Cluster
+	// external frontends. VPP routes its /128 to the node's end of the
+	// host interconnect: cnat translates replies to it back only by
+	// interposing on a forwarding entry of its own, which the block's drop
+	// route is not (seen on VPP 25.10). The node's kernel does not hold it:
+	// the node's own IPv6 clients of Services are not served yet.
+	SourceIPv6 netip.Addr
 	// Sinks: when true, the reject and drop sinks exist (the kernel's
 	// address and nftables rule, VPP's routes).
 	Sinks bool

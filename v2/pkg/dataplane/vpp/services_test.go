@@ -298,7 +298,7 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 	}
 	wantLines(t, "kernel calls", h.kernel.take(), []string{"SyncServiceNetwork cidrs=[10.96.0.0/12] source=10.100.0.1 sinks=true"})
 	wantLines(t, "VPP messages", h.vpp.take(), []string{
-		"ip_route_dump table=0 ip6=false",
+		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 		"ip_route_add_del add=true 10.96.0.0/12 via 169.254.100.2 2",
 		"ip_route_add_del add=true 10.100.0.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",
@@ -309,7 +309,7 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 	if err := h.d.SetServiceNetwork(ctx(t), net); err != nil {
 		t.Fatal(err)
 	}
-	wantLines(t, "VPP messages of a repeat", h.vpp.take(), []string{"ip_route_dump table=0 ip6=false"})
+	wantLines(t, "VPP messages of a repeat", h.vpp.take(), []string{"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true"})
 	h.kernel.take()
 
 	t.Log("another CIDR and NAT loopback, no sinks")
@@ -319,7 +319,7 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 	}
 	wantLines(t, "kernel calls after a change", h.kernel.take(), []string{"SyncServiceNetwork cidrs=[10.96.0.0/12 10.112.0.0/16] source=10.100.0.65 sinks=false"})
 	wantLines(t, "VPP messages after a change", h.vpp.take(), []string{
-		"ip_route_dump table=0 ip6=false",
+		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 		"ip_route_add_del add=false 10.100.0.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=false 169.254.101.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=false 169.254.101.2/32 drop",
@@ -331,6 +331,26 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 		t.Error("the default route through the host went with the service network's")
 	}
 	h.vpp.mu.Unlock()
+
+	t.Log("an IPv6 NAT loopback is routed to the host's link-local end, and goes when unset")
+	net.SourceIPv6 = netip.MustParseAddr("fd00:100::f")
+	if err := h.d.SetServiceNetwork(ctx(t), net); err != nil {
+		t.Fatal(err)
+	}
+	h.kernel.take()
+	wantLines(t, "VPP messages with an IPv6 NAT loopback", h.vpp.take(), []string{
+		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"ip_route_add_del add=true fd00:100::f/128 via fe80::2 2",
+	})
+	net.SourceIPv6 = netip.Addr{}
+	if err := h.d.SetServiceNetwork(ctx(t), net); err != nil {
+		t.Fatal(err)
+	}
+	h.kernel.take()
+	wantLines(t, "VPP messages without it", h.vpp.take(), []string{
+		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"ip_route_add_del add=false fd00:100::f/128 via fe80::2 2",
+	})
 
 	t.Log("a bad source is refused, changing nothing")
 	if err := h.d.SetServiceNetwork(ctx(t), ServiceNetwork{Source: netip.MustParseAddr("fd00::1")}); err == nil {
@@ -355,7 +375,7 @@ func TestSetServiceNetworkBeforeTheFirstSync(t *testing.T) {
 	})
 	got := h.vpp.take()
 	wantLines(t, "the end of the first sync", got[len(got)-4:], []string{
-		"ip_route_dump table=0 ip6=false",
+		"ip_route_dump table=0 ip6=true",
 		"ip_route_add_del add=true 10.96.0.0/12 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.2/32 drop",
@@ -466,7 +486,7 @@ func TestRestartReplaysRolesAndServiceNetworkButNotACLs(t *testing.T) {
 		"nat44_interface_add_del_feature add=true 3 flags=32",
 		"nat44_interface_add_del_feature add=true 3 flags=0",
 		"sw_interface_dump 3",
-		"ip_route_dump table=0 ip6=false",
+		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
 		"ip_route_add_del add=true 10.96.0.0/12 via 169.254.100.2 2",
 		"ip_route_add_del add=true 10.100.0.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",
