@@ -43,6 +43,10 @@ const (
 	// kernel veths, which share their syntax. Version 1 tags carry no
 	// version.
 	VPPTag = 2
+	// CnatTranslations is the version of the cnat service renderer's
+	// translations in VPP, which carry no tag: it is the port of the
+	// renderer's marker translation (package cnat).
+	CnatTranslations = 1
 )
 
 // ErrNewer is what every refusal of a newer format matches (errors.Is).

@@ -30,6 +30,9 @@ type Rendering struct {
 	// AffinityByHashIPv6: IPv6 frontends keep a client on one backend by
 	// a hash of its address, without the affinity's timeout.
 	AffinityByHashIPv6 bool
+	// AffinityByHash: frontends of both families keep a client on one
+	// backend by a hash of its address, without the affinity's timeout.
+	AffinityByHash bool
 	// AffinityNeedsTwo: affinity applies only to frontends of two backends
 	// or more (one backend needs none).
 	AffinityNeedsTwo bool
@@ -146,7 +149,7 @@ func frontend(s *Service, p *Port, kind string, a netip.Addr, port uint16, affin
 	}
 	if affinity > 0 && picks >= need {
 		f.Affinity = nodestate.Seconds(affinity)
-		f.AffinityByHash = how.AffinityByHashIPv6 && a.Is6()
+		f.AffinityByHash = how.AffinityByHash || (how.AffinityByHashIPv6 && a.Is6())
 	}
 	return f
 }

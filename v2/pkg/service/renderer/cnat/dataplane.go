@@ -1,0 +1,24 @@
+package cnat
+
+import (
+	"context"
+
+	"go.fd.io/govpp/api"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+)
+
+// Dataplane is what the renderer needs from vcoil's VPP dataplane
+// (vpp.Dataplane satisfies it): API channels on its connection and the
+// routes of the service network. Unlike NAT44-ED, cnat needs no role on
+// any interface: a translation owns (or, for the node's own addresses,
+// interposes on) its VIP's forwarding entry, so a new pod costs nothing
+// whatever the number of Services.
+type Dataplane interface {
+	// Channel returns a new API channel on the current connection and the
+	// node's interfaces with the VPP incarnation it talks to.
+	Channel(ctx context.Context, maxInFlight int) (api.Channel, vpp.NodeInterfaces, error)
+	// SetServiceNetwork routes the service CIDRs, the NAT loopback and the
+	// sinks.
+	SetServiceNetwork(ctx context.Context, net vpp.ServiceNetwork) error
+}

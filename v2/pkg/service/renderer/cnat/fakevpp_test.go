@@ -1,0 +1,177 @@
+package cnat
+
+import (
+	"context"
+	"io"
+	"log"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	"go.fd.io/govpp/adapter/mock"
+	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/cnat"
+	"go.fd.io/govpp/binapi/memclnt"
+	"go.fd.io/govpp/core"
+
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
+)
+
+func TestMain(m *testing.M) {
+	// GoVPP's mock adapter logs every reply with the standard logger.
+	log.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
+
+// fakeVPP answers the renderer's requests through GoVPP's mock adapter as
+// VPP 25.10's cnat plugin does (cnat_api.c, cnat_translation.c), keeps
+// what it would hold and records every request (control pings aside).
+type fakeVPP struct {
+	t       *testing.T
+	mock    *vpptest.Mock
+	adapter *mock.VppAdapter
+	conn    *core.Connection
+
+	mu       sync.Mutex
+	requests []api.Message
+	// byKey holds the translations; their ID field is VPP's index.
+	byKey  map[key]*cnat.CnatTranslation
+	nextID uint32
+	// fail, when set, may refuse a request with a retval before it is
+	// handled.
+	fail func(api.Message) api.VPPApiError
+
+	// The dataplane's side.
+	inc      vpp.Incarnation
+	networks []vpp.ServiceNetwork
+}
+
+func newFakeVPP(t *testing.T) *fakeVPP {
+	m := vpptest.NewMock(t, Messages())
+	f := &fakeVPP{t: t, mock: m, adapter: m.Adapter, byKey: map[key]*cnat.CnatTranslation{}, inc: 1}
+	f.adapter.MockReplyHandler(f.handle)
+	conn, err := core.Connect(f.adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conn = conn
+	t.Cleanup(conn.Disconnect)
+	return f
+}
+
+func (f *fakeVPP) Channel(context.Context, int) (api.Channel, vpp.NodeInterfaces, error) {
+	ch, err := f.conn.NewAPIChannel()
+	return ch, vpp.NodeInterfaces{Incarnation: f.inc, Uplink: 1, HostInterconnect: 2, Loopback: 3}, err
+}
+
+func (f *fakeVPP) SetServiceNetwork(_ context.Context, n vpp.ServiceNetwork) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.networks = append(f.networks, n)
+	return nil
+}
+
+// restart is a new VPP: empty, another incarnation.
+func (f *fakeVPP) restart() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.byKey)
+	f.inc++
+}
+
+func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
+	if vpptest.IsControlPing(dto) {
+		return f.mock.Reply(dto, &memclnt.ControlPingReply{}, 0)
+	}
+	req, ok := f.mock.Decode(dto)
+	if !ok {
+		return nil, 0, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests = append(f.requests, req)
+	if _, ok := req.(*cnat.CnatTranslationDump); ok {
+		var out []api.Message
+		for _, k := range slices.SortedFunc(maps.Keys(f.byKey), compareKeys) {
+			x := *f.byKey[k]
+			// VPP 25.10 returns neither the flags, nor is_real_ip, nor
+			// the flow hash; a path's flags are its tracker's (1: active).
+			x.Flags, x.IsRealIP, x.FlowHashConfig = 0, 0, 0
+			x.Paths = slices.Clone(x.Paths)
+			for i := range x.Paths {
+				x.Paths[i].Flags = 1
+			}
+			out = append(out, &cnat.CnatTranslationDetails{Translation: x})
+		}
+		f.adapter.MockReply(out...)
+		return nil, 0, false
+	}
+	var rv api.VPPApiError
+	if f.fail != nil {
+		rv = f.fail(req)
+	}
+	reply := f.mock.NewReply(dto.MsgName)
+	if rv == 0 {
+		switch m := req.(type) {
+		case *cnat.CnatTranslationUpdate:
+			tr := m.Translation
+			if len(tr.Paths) == 0 {
+				// vec_validate (paths, n_paths - 1) on a u32: VPP dies.
+				f.t.Errorf("fake VPP: translation of %v without paths: VPP 25.10 dies of it", tr.Vip)
+			}
+			k := key{endpointAddr(tr.Vip), uint8(tr.IPProto), tr.Vip.Port}
+			if old, ok := f.byKey[k]; ok {
+				// The LB type and hash stay those of the creation.
+				tr.ID, tr.LbType, tr.FlowHashConfig = old.ID, old.LbType, old.FlowHashConfig
+			} else {
+				tr.ID = f.nextID
+				f.nextID++
+			}
+			f.byKey[k] = &tr
+			reply.(*cnat.CnatTranslationUpdateReply).ID = tr.ID
+		case *cnat.CnatTranslationDel:
+			rv = api.NO_SUCH_ENTRY
+			for k, x := range f.byKey {
+				if x.ID == m.ID {
+					delete(f.byKey, k)
+					rv = 0
+				}
+			}
+		}
+	}
+	return f.mock.Reply(dto, reply, rv)
+}
+
+// take returns the requests recorded since the last call, dumps aside.
+func (f *fakeVPP) take() []api.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Message
+	for _, r := range f.requests {
+		if _, ok := r.(*cnat.CnatTranslationDump); !ok {
+			out = append(out, r)
+		}
+	}
+	f.requests = nil
+	return out
+}
+
+// held returns VPP's translation at k (nil: none).
+func (f *fakeVPP) held(k key) *cnat.CnatTranslation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byKey[k]
+}
+
+func (f *fakeVPP) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.byKey)
+}
+
+func tcp(a string, port uint16) key { return key{netip.MustParseAddr(a), protoTCP, port} }
+func udp(a string, port uint16) key { return key{netip.MustParseAddr(a), protoUDP, port} }
