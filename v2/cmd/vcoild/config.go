@@ -18,6 +18,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/enforcer"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/cnat"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
 )
 
@@ -135,6 +136,22 @@ func (s serviceFlags) options(f flags, dp vpp.Dataplane) (proxy.Options, error) 
 			return o, fmt.Errorf("--service-cidr %q: %w", in, err)
 		}
 		o.NAT44.ServiceCIDRs = append(o.NAT44.ServiceCIDRs, p.Masked())
+	}
+	switch f.vpp.serviceRenderer {
+	case "", proxy.VPPRendererNAT44:
+		o.VPPRenderer = proxy.VPPRendererNAT44
+	case proxy.VPPRendererCnat:
+		o.VPPRenderer = proxy.VPPRendererCnat
+		o.Cnat = cnat.Config{ServiceCIDRs: o.NAT44.ServiceCIDRs, Registry: metrics.Registry}
+		for _, in := range f.vpp.cnatForeignVIPs {
+			p, err := netip.ParsePrefix(in)
+			if err != nil {
+				return o, fmt.Errorf("--vpp-cnat-foreign-vips %q: %w", in, err)
+			}
+			o.Cnat.ForeignVIPs = append(o.Cnat.ForeignVIPs, p.Masked())
+		}
+	default:
+		return o, fmt.Errorf("--vpp-service-renderer %q: want nat44 or cnat", f.vpp.serviceRenderer)
 	}
 	return o, nil
 }

@@ -74,6 +74,8 @@ type vppFlags struct {
 	gso                                               bool
 	natSessions                                       uint32
 	localBackendWeight                                int
+	serviceRenderer                                   string
+	cnatForeignVIPs                                   []string
 	snat                                              bool
 	clusterCIDRs                                      []string
 }
@@ -123,6 +125,8 @@ func main() {
 	fs.Uint32Var(&f.vpp.natSessions, "vpp-nat-sessions", constants.VPPNATSessions, "size of VPP's NAT44-ED session table (per worker thread), for the service proxy")
 	fs.BoolVar(&f.vpp.snat, "vpp-snat", false, "VPP dataplane: translate pods' IPv4 traffic to destinations outside --cluster-cidr to the uplink's address (needs --vpp-uplink, --vpp-uplink-gateway-ipv4 and --cluster-cidr)")
 	fs.StringSliceVar(&f.vpp.clusterCIDRs, "cluster-cidr", nil, "the cluster's address ranges (pod CIDRs, node networks, service CIDRs; repeatable): destinations that --vpp-snat never translates and that never go through an Egress (besides the AddressPools' subnets and the ServiceCIDRs, which vcoild reads itself)")
+	fs.StringVar(&f.vpp.serviceRenderer, "vpp-service-renderer", "nat44", "VPP plugin that serves Services: nat44 (IPv4) or cnat (both families; docs/vpp-services.md)")
+	fs.StringSliceVar(&f.vpp.cnatForeignVIPs, "vpp-cnat-foreign-vips", nil, "CIDRs of cnat translation VIPs that vcoild leaves to others (with --vpp-service-renderer=cnat)")
 	fs.IntVar(&f.vpp.localBackendWeight, "vpp-local-backend-weight", constants.VPPLocalBackendWeight, "weight (1..255) of a service's backends on this node against remote ones (1: even, as kube-proxy)")
 	f.services.conntrack = conntrack.DefaultConfig()
 	fs.BoolVar(&f.policies.enabled, "network-policies", true, "enforce NetworkPolicies on this node's pods; false leaves them to another agent")

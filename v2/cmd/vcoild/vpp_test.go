@@ -32,6 +32,8 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
+	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/cnat"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
 )
 
@@ -273,6 +275,23 @@ func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
 		t.Fatalf("the NAT44 renderer refuses the flags' configuration: %v", err)
 	}
 
+	if o.VPPRenderer != proxy.VPPRendererNAT44 {
+		t.Errorf("the default VPP service renderer is %q, want nat44", o.VPPRenderer)
+	}
+	withCnat := f
+	withCnat.vpp.serviceRenderer, withCnat.vpp.cnatForeignVIPs = "cnat", []string{"192.168.50.1/24"}
+	co, err := withCnat.services.options(withCnat, vppDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.VPPRenderer != proxy.VPPRendererCnat || !reflect.DeepEqual(co.Cnat.ServiceCIDRs, want.ServiceCIDRs) ||
+		!reflect.DeepEqual(co.Cnat.ForeignVIPs, []netip.Prefix{netip.MustParsePrefix("192.168.50.0/24")}) || co.Cnat.Registry == nil {
+		t.Fatalf("with --vpp-service-renderer=cnat: %q %+v", co.VPPRenderer, co.Cnat)
+	}
+	if _, err := cnat.New(co.VPP, co.Cnat, logr.Discard()); err != nil {
+		t.Fatalf("the cnat renderer refuses the flags' configuration: %v", err)
+	}
+
 	linuxOpts, err := f.services.options(f, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -289,6 +308,8 @@ func TestVPPServiceProxyFlagsGiveTheNAT44Renderer(t *testing.T) {
 		{"a local weight of 0", func(f *flags) { f.vpp.localBackendWeight = 0 }, "--vpp-local-backend-weight 0"},
 		{"a local weight of 256", func(f *flags) { f.vpp.localBackendWeight = 256 }, "--vpp-local-backend-weight 256"},
 		{"a service CIDR that is no prefix", func(f *flags) { f.services.serviceCIDRs = []string{"10.96.0.1"} }, `--service-cidr "10.96.0.1"`},
+		{"an unknown service renderer", func(f *flags) { f.vpp.serviceRenderer = "ipvs" }, `--vpp-service-renderer "ipvs"`},
+		{"a foreign VIP that is no prefix", func(f *flags) { f.vpp.serviceRenderer, f.vpp.cnatForeignVIPs = "cnat", []string{"x"} }, `--vpp-cnat-foreign-vips "x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := f

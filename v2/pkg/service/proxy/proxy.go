@@ -32,6 +32,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
 	"github.com/vcoil/vcoil/v2/pkg/service/healthcheck"
 	"github.com/vcoil/vcoil/v2/pkg/service/processor"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/cnat"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nat44"
 	"github.com/vcoil/vcoil/v2/pkg/service/renderer/nftables"
 )
@@ -70,6 +71,11 @@ type Options struct {
 	// kernel's nftables, and a VPP restart triggers a resync at once.
 	VPP   vpp.Dataplane
 	NAT44 nat44.Config
+	// VPPRenderer chooses the VPP plugin that serves Services:
+	// VPPRendererNAT44 (the default) or VPPRendererCnat (configured by
+	// Cnat).
+	VPPRenderer string
+	Cnat        cnat.Config
 	// AnnounceLoadBalancers makes the node announce the LoadBalancer
 	// addresses it serves through LBExport (package announce).
 	AnnounceLoadBalancers bool
@@ -166,11 +172,28 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 	return p, nil
 }
 
+// The VPP service renderers (Options.VPPRenderer).
+const (
+	VPPRendererNAT44 = "nat44"
+	VPPRendererCnat  = "cnat"
+)
+
 // dataplaneRenderer is the renderer of the node's dataplane, how it
 // renders, and what releases it: NAT44 on VPP; else nftables, after the
 // conntrack settings it relies on.
 func dataplaneRenderer(ctx context.Context, opts Options) (service.Renderer, service.Rendering, func(), error) {
 	log := opts.Log
+	if opts.VPP != nil && opts.VPPRenderer == VPPRendererCnat {
+		cfg := opts.Cnat
+		if cfg.Registry == nil {
+			cfg.Registry = opts.Registry
+		}
+		r, err := cnat.New(opts.VPP, cfg, log.WithName("cnat"))
+		if err != nil {
+			return nil, service.Rendering{}, nil, err
+		}
+		return r, r.Rendering(), func() {}, nil
+	}
 	if opts.VPP != nil {
 		cfg := opts.NAT44
 		if cfg.Registry == nil {
