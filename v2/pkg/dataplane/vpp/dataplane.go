@@ -111,6 +111,9 @@ type driver struct {
 	// podRolesKnown: SetPodNATRoles was called; before that, pods get no
 	// role (services are off). backends are its IPv4 addresses.
 	podRolesKnown bool
+	// cnat is what the cnat service renderer asked of pods (SetCnatPods);
+	// nil until it asks.
+	cnat *CnatSNAT
 	backends      map[netip.Addr]bool
 	// serviceNet is SetServiceNetwork's desired state, once known.
 	serviceNet      ServiceNetwork

@@ -69,6 +69,8 @@ type fakeVPP struct {
 	source *fakeSource
 	// aclPlugin models the ACLs themselves (guard_fake_test.go).
 	aclPlugin *fakeACLs
+	// cnat models cnat's SNAT policy and pod features (cnat_fake_test.go).
+	cnat *fakeCnat
 }
 
 type fakeIf struct {
@@ -104,6 +106,7 @@ func (f *fakeVPP) reset() {
 	f.static = map[string]*fakeStaticMapping{}
 	f.source = newFakeSource()
 	f.aclPlugin = newFakeACLs()
+	f.cnat = nil
 }
 
 // restart is a VPP that died and came back: empty, with another PID, and
@@ -302,6 +305,9 @@ func (f *fakeVPP) handle(msg api.Message) (api.Message, int32) {
 		return reply, retval
 	}
 	if reply, retval, ok := f.handleHostPort(msg); ok {
+		return reply, retval
+	}
+	if reply, retval, ok := f.handleCnat(msg); ok {
 		return reply, retval
 	}
 	switch m := msg.(type) {
@@ -595,6 +601,9 @@ func msgString(msg api.Message) string {
 		return s
 	}
 	if s, ok := hostPortMsg(msg); ok {
+		return s
+	}
+	if s, ok := cnatMsgString(msg); ok {
 		return s
 	}
 	switch m := msg.(type) {

@@ -316,6 +316,12 @@ func (d *driver) finishWiring(ctx context.Context, st *podState, sw uint32, u *u
 		}
 		u.push(func() error { return d.applyRole(sw, 0, st.role) })
 	}
+	if d.cnat != nil {
+		if err := d.cnatPod(sw, true); err != nil {
+			return err
+		}
+		u.push(func() error { return d.cnatPod(sw, false) })
+	}
 	ifs, err := interfaceDump(ch, sw)
 	if err != nil {
 		return fmt.Errorf("read back interface %d: %w", sw, err)
@@ -384,6 +390,11 @@ func (d *driver) unwire(ctx context.Context, st *podState) error {
 		if err := d.applyRole(sw, 0, st.role); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// cnat's bitmap of pod interfaces would keep the index for the next
+	// interface that gets it.
+	if err := d.cnatPod(sw, false); err != nil {
+		errs = append(errs, err)
 	}
 	for _, a := range addrsOf(pod.IPv4, pod.IPv6) {
 		if err := delRoute(ch, hostPrefix(a), viaPath(sw, a)); err != nil {

@@ -145,6 +145,10 @@ type Services interface {
 	SetPodNATRoles(ctx context.Context, backends []netip.Addr) error
 	// SetServiceNetwork routes what net describes (see ServiceNetwork).
 	SetServiceNetwork(ctx context.Context, net ServiceNetwork) error
+	// SetCnatPods sets cnat's SNAT policy for pods (hairpin to the NAT
+	// loopbacks) and gives every pod, now and later, cnat's features; kept
+	// as desired state and replayed after a VPP restart.
+	SetCnatPods(ctx context.Context, snat CnatSNAT) error
 	// SetInterfaceACLs makes input the input ACLs of owner on the node
 	// interface iface in incarnation inc (a stale incarnation fails,
 	// changing nothing), keeping the other owners' ACLs. Lists are not

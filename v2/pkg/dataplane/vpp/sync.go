@@ -105,7 +105,7 @@ func (d *driver) replay(ctx context.Context) error {
 	if err := d.syncServiceNetwork(ctx); err != nil {
 		return fmt.Errorf("route the service network: %w", err)
 	}
-	return nil
+	return d.syncCnat()
 }
 
 // adoptTags checks the tags of VPP's interfaces ifs before anything is

@@ -10,9 +10,10 @@ import (
 
 // Dataplane is what the renderer needs from vcoil's VPP dataplane
 // (vpp.Dataplane satisfies it): API channels on its connection and the
-// routes of the service network. Unlike NAT44-ED, cnat needs no role on
-// any interface: a translation owns (or, for the node's own addresses,
-// interposes on) its VIP's forwarding entry, so a new pod costs nothing
+// routes of the service network and cnat's set-up of pods. Unlike
+// NAT44-ED, cnat needs no role that depends on the Services: a translation
+// owns (or, for the node's own addresses, interposes on) its VIP's
+// forwarding entry, and a pod gets the same few features (for hairpin)
 // whatever the number of Services.
 type Dataplane interface {
 	// Channel returns a new API channel on the current connection and the
@@ -21,4 +22,7 @@ type Dataplane interface {
 	// SetServiceNetwork routes the service CIDRs, the NAT loopback and the
 	// sinks.
 	SetServiceNetwork(ctx context.Context, net vpp.ServiceNetwork) error
+	// SetCnatPods sets cnat's SNAT for pods: a pod reaching itself through
+	// a Service is source-NATed to the NAT loopback of the family.
+	SetCnatPods(ctx context.Context, snat vpp.CnatSNAT) error
 }

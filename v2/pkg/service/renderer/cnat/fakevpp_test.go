@@ -48,6 +48,7 @@ type fakeVPP struct {
 	// The dataplane's side.
 	inc      vpp.Incarnation
 	networks []vpp.ServiceNetwork
+	snats    []vpp.CnatSNAT
 }
 
 func newFakeVPP(t *testing.T) *fakeVPP {
@@ -72,6 +73,13 @@ func (f *fakeVPP) SetServiceNetwork(_ context.Context, n vpp.ServiceNetwork) err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.networks = append(f.networks, n)
+	return nil
+}
+
+func (f *fakeVPP) SetCnatPods(_ context.Context, s vpp.CnatSNAT) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.snats = append(f.snats, s)
 	return nil
 }
 

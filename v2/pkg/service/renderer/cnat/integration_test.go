@@ -44,6 +44,8 @@ var (
 	itWeb6      = netip.MustParseAddr("fd00:96::10")
 	itSticky    = netip.MustParseAddr("10.96.0.11")
 	itEmpty     = netip.MustParseAddr("10.96.0.12")
+	itSelf      = netip.MustParseAddr("10.96.0.13")
+	itSelf6     = netip.MustParseAddr("fd00:96::13")
 )
 
 const itNodePort = 30080
@@ -66,7 +68,9 @@ func (p *itPod) endpoints() []service.Endpoint {
 // real TCP and UDP: cluster IPs of both families (backends see the
 // client's own address), a NodePort of both families from outside
 // (eTP=Cluster: backends see the NAT loopback of the family), the node's
-// own process reaching a cluster IP, a Service without endpoints refused,
+// own process reaching a cluster IP, hairpin (a pod reaching itself
+// through a Service sees the NAT loopback of the family), a Service
+// without endpoints refused,
 // ClientIP affinity, and a long-lived connection to a backend that stays
 // while another backend of the Service goes (cnat releases every path's
 // tracker at an update).
@@ -181,6 +185,17 @@ func TestRealVPPCnatServices(t *testing.T) {
 	})
 	t.Run("the node's own process reaches a cluster IP", func(t *testing.T) {
 		reach(t, node, "tcp", netip.AddrPortFrom(itWeb, 80), itLoopback, "a", "b")
+	})
+	t.Run("hairpin: a pod reaching itself through a Service is source-NATed to the NAT loopback, both families", func(t *testing.T) {
+		self := &service.Service{ID: service.ID{Namespace: "it", Name: "self"}, ClusterIPs: []netip.Addr{itSelf, itSelf6},
+			Ports: []service.Port{{Protocol: service.TCP, Port: 80, Endpoints: a.endpoints(), Cluster: a.endpoints(), HasEndpoints: true}}}
+		if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{self}}); err != nil {
+			t.Fatal(err)
+		}
+		reach(t, a.ns, "tcp", netip.AddrPortFrom(itSelf, 80), itLoopback, "a")
+		reach(t, a.ns, "tcp", netip.AddrPortFrom(itSelf6, 80), itLoopback6, "a")
+		// Another pod is not source-NATed by the hairpin policy.
+		reach(t, c.ns, "tcp", netip.AddrPortFrom(itSelf, 80), c.pod.IPv4, "a")
 	})
 	t.Run("a Service without endpoints refuses", func(t *testing.T) {
 		poll.Eventually(t, 10*time.Second, func() error {

@@ -351,6 +351,12 @@ func (r *Renderer) syncServiceNetwork(ctx context.Context, always bool) error {
 		r.networkChanged = true
 		return fmt.Errorf("cnat service renderer: set the service network: %w", err)
 	}
+	// Hairpin is source-NATed to the NAT loopbacks, which the service
+	// network routes (cnat translates the replies back only on a route).
+	if err := r.dp.SetCnatPods(ctx, vpp.CnatSNAT{IPv4: net.Source, IPv6: net.SourceIPv6}); err != nil {
+		r.networkChanged = true
+		return fmt.Errorf("cnat service renderer: set up pods for hairpin: %w", err)
+	}
 	r.networkChanged = false
 	return nil
 }
