@@ -35,7 +35,9 @@ func TestMain(m *testing.M) {
 	if code == 0 && flag.Lookup("test.run").Value.String() == "" {
 		var missing, extra []string
 		want := map[string]bool{}
-		for _, msg := range messages() {
+		// cnatMessages are checked when the cnat renderer first asks,
+		// not at connect.
+		for _, msg := range append(messages(), cnatMessages()...) {
 			if msg.GetMessageType() == api.RequestMessage {
 				want[msg.GetMessageName()] = true
 			}
