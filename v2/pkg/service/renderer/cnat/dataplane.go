@@ -25,4 +25,7 @@ type Dataplane interface {
 	// SetCnatPods sets cnat's SNAT for pods: a pod reaching itself through
 	// a Service is source-NATed to the NAT loopback of the family.
 	SetCnatPods(ctx context.Context, snat vpp.CnatSNAT) error
+	// SetInterfaceACLs sets the renderer's input ACLs on a node interface
+	// (the loadBalancerSourceRanges ACL).
+	SetInterfaceACLs(ctx context.Context, inc vpp.Incarnation, iface vpp.NodeInterface, owner vpp.ACLOwner, input []uint32) error
 }

@@ -13,6 +13,8 @@ import (
 
 	"go.fd.io/govpp/adapter/mock"
 	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/acl"
+	"go.fd.io/govpp/binapi/interface_types"
 	"go.fd.io/govpp/binapi/cnat"
 	"go.fd.io/govpp/binapi/memclnt"
 	"go.fd.io/govpp/core"
@@ -41,6 +43,9 @@ type fakeVPP struct {
 	// byKey holds the translations; their ID field is VPP's index.
 	byKey  map[key]*cnat.CnatTranslation
 	nextID uint32
+	// acls are the ACL plugin's ACLs by index.
+	acls    map[uint32]*acl.ACLAddReplace
+	nextACL uint32
 	// fail, when set, may refuse a request with a retval before it is
 	// handled.
 	fail func(api.Message) api.VPPApiError
@@ -49,11 +54,14 @@ type fakeVPP struct {
 	inc      vpp.Incarnation
 	networks []vpp.ServiceNetwork
 	snats    []vpp.CnatSNAT
+	// lists are the renderer's input ACLs by node interface.
+	lists map[vpp.NodeInterface][]uint32
 }
 
 func newFakeVPP(t *testing.T) *fakeVPP {
 	m := vpptest.NewMock(t, Messages())
-	f := &fakeVPP{t: t, mock: m, adapter: m.Adapter, byKey: map[key]*cnat.CnatTranslation{}, inc: 1}
+	f := &fakeVPP{t: t, mock: m, adapter: m.Adapter, byKey: map[key]*cnat.CnatTranslation{}, inc: 1,
+		acls: map[uint32]*acl.ACLAddReplace{}, nextACL: 5, lists: map[vpp.NodeInterface][]uint32{}}
 	f.adapter.MockReplyHandler(f.handle)
 	conn, err := core.Connect(f.adapter)
 	if err != nil {
@@ -83,11 +91,25 @@ func (f *fakeVPP) SetCnatPods(_ context.Context, s vpp.CnatSNAT) error {
 	return nil
 }
 
+func (f *fakeVPP) SetInterfaceACLs(_ context.Context, inc vpp.Incarnation, iface vpp.NodeInterface, owner vpp.ACLOwner, input []uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if owner != vpp.ACLServices || inc != f.inc {
+		f.t.Errorf("SetInterfaceACLs owner %v incarnation %d (VPP's is %d)", owner, inc, f.inc)
+	}
+	sw := map[vpp.NodeInterface]interface_types.InterfaceIndex{vpp.Uplink: 1, vpp.HostInterconnect: 2}[iface]
+	f.requests = append(f.requests, &acl.ACLInterfaceSetACLList{SwIfIndex: sw, Acls: input})
+	f.lists[iface] = input
+	return nil
+}
+
 // restart is a new VPP: empty, another incarnation.
 func (f *fakeVPP) restart() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	clear(f.byKey)
+	clear(f.acls)
+	clear(f.lists)
 	f.inc++
 }
 
@@ -102,6 +124,15 @@ func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests = append(f.requests, req)
+	if _, ok := req.(*acl.ACLDump); ok {
+		var out []api.Message
+		for _, i := range slices.Sorted(maps.Keys(f.acls)) {
+			a := f.acls[i]
+			out = append(out, &acl.ACLDetails{ACLIndex: i, Tag: a.Tag, Count: uint32(len(a.R)), R: slices.Clone(a.R)})
+		}
+		f.adapter.MockReply(out...)
+		return nil, 0, false
+	}
 	if _, ok := req.(*cnat.CnatTranslationDump); ok {
 		var out []api.Message
 		for _, k := range slices.SortedFunc(maps.Keys(f.byKey), compareKeys) {
@@ -141,6 +172,23 @@ func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 			}
 			f.byKey[k] = &tr
 			reply.(*cnat.CnatTranslationUpdateReply).ID = tr.ID
+		case *acl.ACLAddReplace:
+			i := m.ACLIndex
+			if i == ^uint32(0) {
+				i = f.nextACL
+				f.nextACL++
+			} else if f.acls[i] == nil {
+				rv = api.INVALID_VALUE
+				break
+			}
+			f.acls[i] = m
+			reply.(*acl.ACLAddReplaceReply).ACLIndex = i
+		case *acl.ACLDel:
+			if f.acls[m.ACLIndex] == nil {
+				rv = api.INVALID_VALUE
+				break
+			}
+			delete(f.acls, m.ACLIndex)
 		case *cnat.CnatTranslationDel:
 			rv = api.NO_SUCH_ENTRY
 			for k, x := range f.byKey {
@@ -160,7 +208,9 @@ func (f *fakeVPP) take() []api.Message {
 	defer f.mu.Unlock()
 	var out []api.Message
 	for _, r := range f.requests {
-		if _, ok := r.(*cnat.CnatTranslationDump); !ok {
+		switch r.(type) {
+		case *cnat.CnatTranslationDump, *acl.ACLDump:
+		default:
 			out = append(out, r)
 		}
 	}

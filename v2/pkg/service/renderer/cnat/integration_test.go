@@ -39,6 +39,8 @@ var (
 	itUplink    = netip.MustParsePrefix("203.0.113.1/24")
 	itUplink6   = netip.MustParsePrefix("fd00:113::1/64")
 	itClient    = netip.MustParseAddr("203.0.113.10")
+	itAllowed   = netip.MustParseAddr("203.0.113.11") // in the source ranges
+	itLBIP      = netip.MustParseAddr("198.51.100.10")
 	itClient6   = netip.MustParseAddr("fd00:113::10")
 	itWeb       = netip.MustParseAddr("10.96.0.10")
 	itWeb6      = netip.MustParseAddr("fd00:96::10")
@@ -68,7 +70,7 @@ func (p *itPod) endpoints() []service.Endpoint {
 // real TCP and UDP: cluster IPs of both families (backends see the
 // client's own address), a NodePort of both families from outside
 // (eTP=Cluster: backends see the NAT loopback of the family), the node's
-// own process reaching a cluster IP, hairpin (a pod reaching itself
+// own process reaching a cluster IP, loadBalancerSourceRanges, hairpin (a pod reaching itself
 // through a Service sees the NAT loopback of the family), a Service
 // without endpoints refused,
 // ClientIP affinity, and a long-lived connection to a backend that stays
@@ -81,6 +83,7 @@ func TestRealVPPCnatServices(t *testing.T) {
 	netnstest.Veth(t, node, "vppup", ext, "eth0")
 	ext.AddAddr("eth0", netip.PrefixFrom(itClient, 24).String())
 	ext.AddAddr("eth0", netip.PrefixFrom(itClient6, 64).String())
+	ext.AddAddr("eth0", netip.PrefixFrom(itAllowed, 24).String())
 	v := vpptest.Start(t, bin, node.Path(), "create host-interface name vppup hw-addr 02:fe:00:00:00:01")
 	d, err := vpp.New(vpp.Config{
 		APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()),
@@ -124,6 +127,7 @@ func TestRealVPPCnatServices(t *testing.T) {
 	a, b, c := pods["a"], pods["b"], pods["c"]
 	// The outside client routes the node's services through the uplink.
 	ext.IP("route", "add", "10.96.0.0/12", "via", itUplink.Addr().String())
+	ext.IP("route", "add", "198.51.100.0/24", "via", itUplink.Addr().String())
 
 	r, err := cnat.New(d, cnat.Config{ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}, testr.New(t))
 	if err != nil {
@@ -196,6 +200,25 @@ func TestRealVPPCnatServices(t *testing.T) {
 		reach(t, a.ns, "tcp", netip.AddrPortFrom(itSelf6, 80), itLoopback6, "a")
 		// Another pod is not source-NATed by the hairpin policy.
 		reach(t, c.ns, "tcp", netip.AddrPortFrom(itSelf, 80), c.pod.IPv4, "a")
+	})
+	t.Run("loadBalancerSourceRanges admit a source in them and no other", func(t *testing.T) {
+		ranged := &service.Service{ID: service.ID{Namespace: "it", Name: "ranged"}, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.14")},
+			LoadBalancerIPs: []netip.Addr{itLBIP}, LoadBalancerSourceRanges: []netip.Prefix{netip.PrefixFrom(itAllowed, 32)},
+			Ports: []service.Port{{Protocol: service.TCP, Port: 80, Endpoints: both, Cluster: both, HasEndpoints: true}}}
+		if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{ranged}}); err != nil {
+			t.Fatal(err)
+		}
+		lb := netip.AddrPortFrom(itLBIP, 80)
+		poll.Eventually(t, 20*time.Second, func() error {
+			_, _, err := echotest.Ask(ctx, ext, "tcp", lb, itAllowed)
+			return err
+		})
+		if _, _, err := echotest.Ask(ctx, ext, "tcp", lb, itClient); err == nil {
+			t.Errorf("%s reached %s outside its source ranges", itClient, lb)
+		}
+		if err := r.Update(ctx, &service.Changes{Delete: []service.ID{ranged.ID}}); err != nil {
+			t.Fatal(err)
+		}
 	})
 	t.Run("a Service without endpoints refuses", func(t *testing.T) {
 		poll.Eventually(t, 10*time.Second, func() error {

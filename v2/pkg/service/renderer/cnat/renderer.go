@@ -15,6 +15,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/service"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/vppranges"
 )
 
 type serviceID = service.ID
@@ -41,6 +42,11 @@ type Renderer struct {
 	// or the node changed since the dataplane was told.
 	refused        map[key]bool
 	networkChanged bool
+	// ranged are the services with loadBalancerSourceRanges; acl is their
+	// ACL on the uplink's and the host interconnect's input, which sees a
+	// LoadBalancer IP before cnat translates it at the FIB lookup.
+	ranged map[service.ID]bool
+	acl    *vppranges.ACL
 
 	// What VPP holds, valid while synced: the incarnation, vcoil's
 	// translations and the frontends under foreign VIPs. A failed request
@@ -65,7 +71,7 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cnat service renderer: register metrics: %w", err)
 	}
-	r := &Renderer{dp: dp, cfg: cfg, log: log, metrics: m}
+	r := &Renderer{dp: dp, cfg: cfg, log: log, metrics: m, acl: vppranges.New(dp, "cnat service renderer", log)}
 	r.reset(service.Node{}, 0)
 	return r, nil
 }
@@ -81,6 +87,7 @@ func (r *Renderer) reset(node service.Node, n int) {
 	r.claims = make(map[key][]service.ID, n)
 	r.desired = make(map[key]*translation, n)
 	r.refused = map[key]bool{}
+	r.ranged = map[service.ID]bool{}
 	r.networkChanged = true
 }
 
@@ -125,11 +132,15 @@ func (r *Renderer) Update(ctx context.Context, changes *service.Changes) (err er
 			r.setService(id, services[id], dirty)
 		}
 	}
+	rangesChanged := changes.Node != nil
 	for _, id := range changes.Delete {
+		rangesChanged = rangesChanged || r.ranged[id]
 		r.setService(id, nil, dirty)
 	}
 	for _, s := range changes.Upsert {
+		rangesChanged = rangesChanged || r.ranged[s.ID]
 		r.setService(s.ID, s, dirty)
+		rangesChanged = rangesChanged || r.ranged[s.ID]
 	}
 	r.settle(dirty)
 
@@ -147,7 +158,21 @@ func (r *Renderer) Update(ctx context.Context, changes *service.Changes) (err er
 	if err := r.syncServiceNetwork(ctx, false); err != nil {
 		return err
 	}
+	// The filter before the translations it filters: a new LoadBalancer IP
+	// is never reachable from every source, even for a moment.
+	if rangesChanged {
+		if err := r.syncACL(ctx, ch, ifs, false); err != nil {
+			return err
+		}
+	}
 	return r.apply(ch, slices.SortedFunc(maps.Keys(dirty), compareKeys))
+}
+
+// syncACL makes VPP hold the source-ranges ACL of the services, both
+// families, on the node interfaces' input (package vppranges); full: find
+// it by its tag first and set the interfaces' lists again.
+func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInterfaces, full bool) error {
+	return r.acl.Sync(ctx, ch, ifs, vppranges.Rules(r.services, r.ranged, true), full)
 }
 
 func (r *Renderer) channel(ctx context.Context) (api.Channel, vpp.NodeInterfaces, error) {
@@ -178,6 +203,7 @@ func (r *Renderer) setService(id service.ID, s *service.Service, dirty map[key]b
 		delete(r.perService, id)
 	}
 	delete(r.services, id)
+	delete(r.ranged, id)
 	if s == nil {
 		return
 	}
@@ -208,6 +234,9 @@ func (r *Renderer) setService(id service.ID, s *service.Service, dirty map[key]b
 	}
 	if len(rnd.nodePorts) > 0 {
 		r.networkChanged = true
+	}
+	if len(s.LoadBalancerSourceRanges) > 0 {
+		r.ranged[id] = true
 	}
 }
 
@@ -246,6 +275,10 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 		}
 		r.checked = ifs.Incarnation
 	}
+	if ifs.Incarnation != r.inc {
+		// What the renderer knew of VPP's ACLs died with the old one.
+		r.acl.Forget()
+	}
 	r.inc = ifs.Incarnation
 	held, foreign, err := dump(ch, r.cfg.foreign)
 	if err != nil {
@@ -273,6 +306,9 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 		}
 	}
 	slices.SortFunc(keys, compareKeys)
+	if err := r.syncACL(ctx, ch, ifs, true); err != nil {
+		return err
+	}
 	r.synced = true
 	return r.apply(ch, keys)
 }

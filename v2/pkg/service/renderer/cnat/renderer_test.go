@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/binapi/acl"
+	"go.fd.io/govpp/binapi/acl_types"
 	"go.fd.io/govpp/binapi/cnat"
 	"go.fd.io/govpp/binapi/interface_types"
 	"go.fd.io/govpp/binapi/ip"
@@ -101,6 +103,10 @@ func TestResyncSendsTheseTranslations(t *testing.T) {
 	alloc := uint8(cnat.CNAT_TRANSLATION_ALLOC_PORT)
 	want := []api.Message{
 		upd("169.254.101.254", formatversion.CnatTranslations, false, 0, tuple("169.254.101.2", formatversion.CnatTranslations, "")),
+		// No source ranges: a full sync empties the renderer's input ACLs
+		// of the uplink and the host interconnect (the driver keeps the
+		// policies').
+		&acl.ACLInterfaceSetACLList{SwIfIndex: 1, Acls: []uint32{}}, &acl.ACLInterfaceSetACLList{SwIfIndex: 2, Acls: []uint32{}},
 		upd("10.96.0.10", 80, false, 0, tuple("10.100.0.2", 8080, ""), tuple("10.101.0.7", 8080, "")),
 		upd("198.18.0.11", 30080, true, alloc, tuple("10.100.0.2", 8080, "10.100.0.255"), tuple("10.101.0.7", 8080, "10.100.0.255")),
 		upd("203.0.113.10", 80, false, alloc, tuple("10.100.0.2", 8080, "10.100.0.255"), tuple("10.101.0.7", 8080, "10.100.0.255")),
@@ -128,8 +134,8 @@ func TestResyncSendsTheseTranslations(t *testing.T) {
 	if err := r2.Resync(context.Background(), &service.State{Node: testNode, Services: map[service.ID]*service.Service{s.ID: s}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.take(); len(got) != 0 {
-		t.Errorf("Resync of what VPP holds sent:\n%s", dumpMsgs(got))
+	if got := f.take(); len(got) != 2 || !reflect.DeepEqual(got, want[1:3]) {
+		t.Errorf("Resync of what VPP holds sent:\n%s\nwant only the empty ACL lists", dumpMsgs(got))
 	}
 }
 
@@ -392,5 +398,75 @@ func TestRestartAndFailureSyncEverything(t *testing.T) {
 	}
 	if x := f.held(tcp("10.96.0.10", 80)); x == nil || endpointAddr(x.Paths[0].DstEp) != vpp.RejectSinkIPv4 {
 		t.Errorf("after the failure and another Update VPP holds %+v at the cluster IP, want the reject sink", x)
+	}
+}
+
+// TestSourceRangesComeBeforeTheirTranslations: a LoadBalancer Service with
+// loadBalancerSourceRanges gets, before its translations, one ACL that
+// permits (and reflects) each range of a family to each LoadBalancer IP
+// and port of that family and denies every other source of it, both
+// families, set on the uplink's and the host interconnect's input; when
+// the ranges go, the lists are emptied and the ACL deleted.
+func TestSourceRangesComeBeforeTheirTranslations(t *testing.T) {
+	f := newFakeVPP(t)
+	ctx := context.Background()
+	r := newRenderer(t, f, Config{})
+	if err := r.Resync(ctx, &service.State{Node: testNode, Services: map[service.ID]*service.Service{}}); err != nil {
+		t.Fatal(err)
+	}
+	f.take()
+	s := dual()
+	s.Ports = s.Ports[1:] // TCP 80 only
+	s.LoadBalancerIPs = append(s.LoadBalancerIPs, netip.MustParseAddr("2001:db8:113::10"))
+	s.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:51::/48")}
+	if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{s}}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.take()
+	if len(got) < 4 {
+		t.Fatalf("sent %d requests", len(got))
+	}
+	add, ok := got[0].(*acl.ACLAddReplace)
+	if !ok {
+		t.Fatalf("first request %s, want the ACL before any translation", got[0].GetMessageName())
+	}
+	type rule struct {
+		action   acl_types.ACLAction
+		src, dst string
+		port     uint16
+	}
+	var rules []rule
+	for _, x := range add.R[:4] {
+		rules = append(rules, rule{x.IsPermit, x.SrcPrefix.String(), x.DstPrefix.String(), x.DstportOrIcmpcodeFirst})
+	}
+	wantRules := []rule{
+		{acl_types.ACL_ACTION_API_PERMIT_REFLECT, "198.51.100.0/24", "203.0.113.10/32", 80},
+		{acl_types.ACL_ACTION_API_DENY, "0.0.0.0/0", "203.0.113.10/32", 80},
+		{acl_types.ACL_ACTION_API_PERMIT_REFLECT, "2001:db8:51::/48", "2001:db8:113::10/128", 80},
+		{acl_types.ACL_ACTION_API_DENY, "::/0", "2001:db8:113::10/128", 80},
+	}
+	if !reflect.DeepEqual(rules, wantRules) {
+		t.Errorf("ACL rules %+v\nwant %+v", rules, wantRules)
+	}
+	for i, iface := range []vpp.NodeInterface{vpp.Uplink, vpp.HostInterconnect} {
+		l, ok := got[1+i].(*acl.ACLInterfaceSetACLList)
+		if !ok || !reflect.DeepEqual(f.lists[iface], []uint32{5}) {
+			t.Errorf("request %d: %s; %s's list %v, want the ACL 5", 1+i, got[1+i].GetMessageName(), iface, f.lists[iface])
+		}
+		_ = l
+	}
+	for _, m := range got[3:] {
+		if _, ok := m.(*cnat.CnatTranslationUpdate); !ok {
+			t.Errorf("after the ACL: %s", m.GetMessageName())
+		}
+	}
+
+	s2 := *s
+	s2.LoadBalancerSourceRanges = nil
+	if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{&s2}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.acls) != 0 || len(f.lists[vpp.Uplink]) != 0 || len(f.lists[vpp.HostInterconnect]) != 0 {
+		t.Errorf("without ranges VPP keeps ACLs %v, lists %v", f.acls, f.lists)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/vppranges"
 )
 
 // noInterface is the sw_if_index of an endpoint given by its address.
@@ -185,17 +186,17 @@ func send(ch api.Channel, ops []op, maxInFlight int) error {
 }
 
 // Messages are the requests the renderer sends, with their replies and
-// the details of its dump; it checks once per VPP incarnation that VPP
-// knows them all (they need the cnat plugin).
+// the details of its dumps; it checks once per VPP incarnation that VPP
+// knows them all (they need the cnat and acl plugins).
 func Messages() []api.Message {
-	return []api.Message{
+	return append([]api.Message{
 		&memclnt.ControlPing{}, &memclnt.ControlPingReply{},
 		&cnat.CnatTranslationDump{}, &cnat.CnatTranslationDetails{},
 		&cnat.CnatTranslationUpdate{}, &cnat.CnatTranslationUpdateReply{},
 		&cnat.CnatTranslationDel{}, &cnat.CnatTranslationDelReply{},
-	}
+	}, vppranges.Messages()...)
 }
 
 func checkMessages(ch api.Channel) error {
-	return vppapi.CheckMessages(ch, "the cnat service renderer", "is the cnat plugin loaded?", Messages())
+	return vppapi.CheckMessages(ch, "the cnat service renderer", "are the cnat and acl plugins loaded?", Messages())
 }

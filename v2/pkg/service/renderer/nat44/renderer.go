@@ -14,6 +14,7 @@ import (
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/service"
+	"github.com/vcoil/vcoil/v2/pkg/service/renderer/vppranges"
 )
 
 // Renderer is the NAT44-ED service renderer (service.Renderer).
@@ -52,7 +53,7 @@ type Renderer struct {
 	checked vpp.Incarnation
 	held    map[mappingKey]*mapping
 	foreign map[mappingKey]string
-	acl     aclState
+	acl     *vppranges.ACL
 	// podBackends is what SetPodNATRoles last got (nil: never called);
 	// backendsChanged says that the set of backends changed since.
 	podBackends     []netip.Addr
@@ -72,7 +73,7 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("NAT44 service renderer: register metrics: %w", err)
 	}
-	r := &Renderer{dp: dp, cfg: cfg, log: log, metrics: m}
+	r := &Renderer{dp: dp, cfg: cfg, log: log, metrics: m, acl: vppranges.New(dp, "NAT44 service renderer", log)}
 	r.reset(service.Node{}, 0)
 	return r, nil
 }
@@ -301,7 +302,7 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 	}
 	if ifs.Incarnation != r.inc {
 		// What the renderer knew of VPP died with the old one.
-		r.acl = aclState{}
+		r.acl.Forget()
 	}
 	r.inc = ifs.Incarnation
 	if err := r.syncNode(ctx, ch, ifs); err != nil {
@@ -388,4 +389,11 @@ func (r *Renderer) setHeld(k mappingKey, m *mapping) {
 	}
 	r.held[k] = m
 	r.metrics.mapping(m.Kind, 1)
+}
+
+// syncACL makes VPP hold the source-ranges ACL of the services on the
+// outside interfaces (package vppranges); full: find it by its tag first
+// and set the interfaces' lists again.
+func (r *Renderer) syncACL(ctx context.Context, ch api.Channel, ifs vpp.NodeInterfaces, full bool) error {
+	return r.acl.Sync(ctx, ch, ifs, vppranges.Rules(r.services, r.ranged, false), full)
 }
