@@ -113,8 +113,8 @@ type driver struct {
 	podRolesKnown bool
 	// cnat is what the cnat service renderer asked of pods (SetCnatPods);
 	// nil until it asks.
-	cnat *CnatSNAT
-	backends      map[netip.Addr]bool
+	cnat     *CnatSNAT
+	backends map[netip.Addr]bool
 	// serviceNet is SetServiceNetwork's desired state, once known.
 	serviceNet      ServiceNetwork
 	serviceNetKnown bool

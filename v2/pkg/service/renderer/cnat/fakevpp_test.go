@@ -14,8 +14,8 @@ import (
 	"go.fd.io/govpp/adapter/mock"
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
-	"go.fd.io/govpp/binapi/interface_types"
 	"go.fd.io/govpp/binapi/cnat"
+	"go.fd.io/govpp/binapi/interface_types"
 	"go.fd.io/govpp/binapi/memclnt"
 	"go.fd.io/govpp/core"
 
