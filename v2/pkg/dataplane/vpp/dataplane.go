@@ -111,10 +111,10 @@ type driver struct {
 	// podRolesKnown: SetPodNATRoles was called; before that, pods get no
 	// role (services are off). backends are its IPv4 addresses.
 	podRolesKnown bool
+	backends      map[netip.Addr]bool
 	// cnat is what the cnat service renderer asked of pods (SetCnatPods);
 	// nil until it asks.
-	cnat     *CnatSNAT
-	backends map[netip.Addr]bool
+	cnat *CnatSNAT
 	// serviceNet is SetServiceNetwork's desired state, once known.
 	serviceNet      ServiceNetwork
 	serviceNetKnown bool
