@@ -16,14 +16,18 @@ test-vpp: envtest-assets ## run every test that needs a real VPP, with its packa
 	@pkgs=$$($(VPP_TEST_PACKAGES)); echo "==> packages with tests against a real VPP:" $$pkgs >&2; \
 	KUBEBUILDER_ASSETS=$(ENVTEST_DIR) $(GO) test $(VPP_TEST_FLAGS) -v $$pkgs
 
-# The NAT44 service renderer against a real VPP (docs/vpp-services.md): for
-# 1,000, 10,000 and 30,000 services of 10 backends, the time of a Resync from
-# an empty VPP and of one backend change, VPP's heap and the process's memory,
-# beside the same mappings sent by a bare pipelined GoVPP loop (raw VPP).
+# The NAT44 and cnat service renderers against a real VPP
+# (docs/vpp-services.md): for 1,000, 10,000 and 30,000 services of 10
+# backends, the time of a Resync from an empty VPP and of one backend change,
+# VPP's heap and the process's memory, beside the same mappings or
+# translations sent by a bare pipelined GoVPP loop (raw VPP).
 .PHONY: bench-vpp-services
-bench-vpp-services: ## NAT44 service renderer vs raw VPP (as root, VCOIL_VPP_BIN=<vpp binary>); JSON in $(BENCH_OUT)/bench-vpp-services.json
+bench-vpp-services: ## NAT44 and cnat service renderers vs raw VPP (as root, VCOIL_VPP_BIN=<vpp binary>); JSON in $(BENCH_OUT)/bench-vpp-services.json and bench-vpp-cnat.json
 	@if [ -z "$${VCOIL_VPP_BIN:-}" ]; then echo "VCOIL_VPP_BIN is not set: name a VPP 25.10 binary (docs/vpp-services.md)" >&2; exit 1; fi
 	@mkdir -p $(BENCH_OUT)
 	VCOIL_BENCH_VPP_SERVICES=$(abspath $(BENCH_OUT))/bench-vpp-services.json \
 		$(GO) test ./v2/pkg/service/renderer/nat44 -run '^TestBenchVPPServices$$' -count=1 -v -timeout 30m | grep -E '^\s+(\||VPP |bench_test)' || true
 	@cat $(BENCH_OUT)/bench-vpp-services.json
+	VCOIL_BENCH_VPP_CNAT=$(abspath $(BENCH_OUT))/bench-vpp-cnat.json \
+		$(GO) test ./v2/pkg/service/renderer/cnat -run '^TestBenchVPPCnat$$' -count=1 -v -timeout 30m | grep -E '^\s+(\||VPP |bench_test)' || true
+	@cat $(BENCH_OUT)/bench-vpp-cnat.json

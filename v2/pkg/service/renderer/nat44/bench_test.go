@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"go.fd.io/govpp/adapter/socketclient"
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
 	interfaces "go.fd.io/govpp/binapi/interface"
@@ -26,10 +24,10 @@ import (
 	"go.fd.io/govpp/binapi/ip_types"
 	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/nat_types"
-	"go.fd.io/govpp/binapi/vlib"
 	"go.fd.io/govpp/core"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/vppbench"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
@@ -173,73 +171,24 @@ func joinMs(v []float64) string {
 	return strings.Join(s, ", ")
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+func ms(d time.Duration) float64 { return vppbench.Ms(d) }
 
-// benchVPP starts an empty VPP in a namespace of its own and connects to
-// it.
 func benchVPP(t *testing.T, bin string, n int) (*core.Connection, *vpptest.VPP) {
-	t.Helper()
-	node := netnstest.New(t, "vppbench")
-	// 30,000 services of 10 backends need more than the tests' heap.
-	heap := "1G"
-	if n > 10000 {
-		heap = "2G"
-	}
-	v := vpptest.StartWith(t, bin, node.Path(), vpptest.Options{MainHeapSize: heap})
-	conn, err := core.Connect(socketclient.NewVppClient(v.APISocket))
-	if err != nil {
-		t.Fatalf("connect to VPP: %v", err)
-	}
-	t.Cleanup(conn.Disconnect)
-	return conn, v
+	return vppbench.StartVPP(t, bin, n)
 }
 
 func benchChannel(t *testing.T, conn *core.Connection) api.Channel {
-	t.Helper()
-	ch, err := conn.NewAPIChannelBuffered(benchWindow, benchWindow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ch.Close)
-	return ch
+	return vppbench.Channel(t, conn, benchWindow)
 }
 
 func benchCall(t *testing.T, ch api.Channel, req, reply api.Message) {
 	t.Helper()
-	if err := vppapi.Call(ch, req, reply); err != nil {
-		t.Fatal(err)
-	}
+	vppbench.Call(t, ch, req, reply)
 }
 
-// benchCLI runs a debug CLI command through the API.
-func benchCLI(t *testing.T, ch api.Channel, cmd string) string {
-	t.Helper()
-	reply := &vlib.CliInbandReply{}
-	benchCall(t, ch, &vlib.CliInband{Cmd: cmd}, reply)
-	return reply.Reply
-}
+func benchCLI(t *testing.T, ch api.Channel, cmd string) string { return vppbench.CLI(t, ch, cmd) }
 
-var heapUsed = regexp.MustCompile(`used: ([0-9.]+)([kKmMgG]?)`)
-
-// benchHeapMB is the "used" figure of `show memory main-heap`, in MB.
-func benchHeapMB(t *testing.T, ch api.Channel) float64 {
-	t.Helper()
-	out := benchCLI(t, ch, "show memory main-heap")
-	m := heapUsed.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no used: in show memory main-heap:\n%s", out)
-	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	switch strings.ToLower(m[2]) {
-	case "k":
-		v /= 1024
-	case "g":
-		v *= 1024
-	case "":
-		v /= 1024 * 1024
-	}
-	return v
-}
+func benchHeapMB(t *testing.T, ch api.Channel) float64 { return vppbench.HeapMB(t, ch) }
 
 func benchEnableNAT(t *testing.T, ch api.Channel) {
 	t.Helper()
@@ -266,12 +215,7 @@ func benchBackend(i, b int) netip.Addr {
 	return addrPlus(netip.MustParseAddr("10.128.0.0"), i*benchBackends+b)
 }
 
-func addrPlus(a netip.Addr, n int) netip.Addr {
-	v := a.As4()
-	x := uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])
-	x += uint32(n)
-	return netip.AddrFrom4([4]byte{byte(x >> 24), byte(x >> 16), byte(x >> 8), byte(x)})
-}
+func addrPlus(a netip.Addr, n int) netip.Addr { return vppbench.AddrPlus(a, n) }
 
 // benchService is service i whose backends are numbered from first: a
 // backend change moves first by one, which replaces one endpoint.
@@ -368,26 +312,9 @@ func benchRaw(t *testing.T, bin string, n int, row *benchRow) {
 	}
 }
 
-// pipeline sends reqs with up to benchWindow in flight, receiving replies in
-// order.
 func pipeline(t *testing.T, ch api.Channel, reqs []api.Message, reply func() api.Message) {
 	t.Helper()
-	inFlight := make([]api.RequestCtx, 0, benchWindow)
-	receive := func(rc api.RequestCtx) {
-		if err := rc.ReceiveReply(reply()); err != nil {
-			t.Fatalf("pipelined request: %v", err)
-		}
-	}
-	for _, r := range reqs {
-		if len(inFlight) == benchWindow {
-			receive(inFlight[0])
-			inFlight = inFlight[1:]
-		}
-		inFlight = append(inFlight, ch.SendRequest(r))
-	}
-	for _, rc := range inFlight {
-		receive(rc)
-	}
+	vppbench.Pipeline(t, ch, benchWindow, reqs, reply)
 }
 
 // benchRenderer runs the renderer against a fresh VPP.
@@ -459,31 +386,9 @@ func countLBMappings(t *testing.T, ch api.Channel) int {
 	return n
 }
 
-var vmRSS = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)
+func rssMB(t *testing.T) float64 { return vppbench.RSSMB(t) }
 
-func rssMB(t *testing.T) float64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := vmRSS.FindSubmatch(b)
-	if m == nil {
-		t.Fatal("no VmRSS in /proc/self/status")
-	}
-	kb, _ := strconv.Atoi(string(m[1]))
-	return float64(kb) / 1024
-}
-
-func percentile(v []float64, p int) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return s[i]
-}
+func percentile(v []float64, p int) float64 { return vppbench.Percentile(v, p) }
 
 // benchDataplane is the renderer's Dataplane on a direct GoVPP connection,
 // without the driver: channels on the connection, NAT roles set with the
