@@ -24,6 +24,9 @@ VCOIL_VPP_BIN ?=
 # cluster DNS and the external host in both families (docs/lab.md). Other
 # lab targets read a running lab's family from its state.
 LAB_IP_FAMILY ?=
+# LAB_VPP_SERVICES: the VPP nodes' service renderer, nat44 (the default) or
+# cnat (docs/vpp-services.md).
+LAB_VPP_SERVICES ?=
 LAB_OVERLAY := v2/config/overlays/$(if $(findstring vpp,$(LAB_DATAPLANE)),lab-vpp,lab)
 # More docker-archive tarballs to import into every node (space-separated).
 LAB_EXTRA_IMAGES ?=
@@ -111,7 +114,7 @@ lab-components: lab-deps ## build or install everything lab-up needs (cached; sk
 	@$(MAKE) --no-print-directory lab-images
 
 LAB_UP_FLAGS = --kubernetes-dir $(K8S_BIN_DIR) --etcd $(ETCD_BIN_DIR)/etcd --nodes $(LAB_NODES) \
-	$(if $(LAB_DATAPLANE),--dataplane $(LAB_DATAPLANE)) $(if $(LAB_IP_FAMILY),--ip-family $(LAB_IP_FAMILY)) $(if $(VCOIL_VPP_BIN),--vpp-bin $(abspath $(VCOIL_VPP_BIN)))
+	$(if $(LAB_DATAPLANE),--dataplane $(LAB_DATAPLANE)) $(if $(LAB_IP_FAMILY),--ip-family $(LAB_IP_FAMILY)) $(if $(LAB_VPP_SERVICES),--vpp-services $(LAB_VPP_SERVICES)) $(if $(VCOIL_VPP_BIN),--vpp-bin $(abspath $(VCOIL_VPP_BIN)))
 
 # VPP nodes without a VPP fail at once, before anything is built.
 .PHONY: lab-check-vpp

@@ -101,6 +101,7 @@ func rootCommand(cfg *cluster.Config) *cobra.Command {
 	pf.IntVar(&nodes, "nodes", 2, "number of worker nodes")
 	pf.StringVar(&dataplane, "dataplane", "", "the nodes' dataplanes, given in turn: linux, vpp, or linux,vpp (default: the running lab's, else linux)")
 	pf.StringVar(&family, "ip-family", "", "the lab's IP family: ipv4 or dual (default: the running lab's, else ipv4)")
+	pf.StringVar(&cfg.VPPServices, "vpp-services", "", "the VPP nodes' service renderer at lab-up: nat44 (default) or cnat")
 	pf.StringVar(&cfg.VPPBin, "vpp-bin", "", "the VPP 25.10 binary of the VPP nodes (default: the running lab's)")
 	pf.StringVar(&cfg.KubernetesDir, "kubernetes-dir", "", "directory of kube-apiserver, kubelet, kubectl, ... (make kubernetes)")
 	pf.StringVar(&cfg.Etcd, "etcd", "", "etcd binary")

@@ -47,6 +47,10 @@ type Config struct {
 	KubeProxy bool
 	// VPPBin is the VPP binary that the VPP nodes run (Topology.Dataplanes).
 	VPPBin string
+	// VPPServices is the VPP nodes' service renderer (vcoild
+	// --vpp-service-renderer): nat44 (empty: vcoild's default) or cnat,
+	// which also gets the IPv6 service CIDR of a dual-stack lab.
+	VPPServices string
 	Out    io.Writer
 }
 

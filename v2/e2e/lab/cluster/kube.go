@@ -130,6 +130,9 @@ func (c Config) installVcoil(ctx context.Context, cl client.Client) error {
 	if err := c.withServiceProxyArgs(objs); err != nil {
 		return err
 	}
+	if err := c.withVPPServiceArgs(objs); err != nil {
+		return err
+	}
 	var crds, rest []*unstructured.Unstructured
 	for _, o := range objs {
 		if o.GetKind() == "CustomResourceDefinition" {

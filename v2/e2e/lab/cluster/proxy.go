@@ -132,3 +132,38 @@ func (c Config) withServiceProxyArgs(objs []*unstructured.Unstructured) error {
 	}
 	return fmt.Errorf("the overlay %s has no DaemonSet vcoil-daemon", c.Overlay)
 }
+
+// withVPPServiceArgs gives the VPP nodes' vcoild the service renderer
+// VPPServices names; cnat serves both families, so in a dual-stack lab it
+// gets the IPv6 service CIDR beside the overlay's IPv4 one.
+func (c Config) withVPPServiceArgs(objs []*unstructured.Unstructured) error {
+	switch c.VPPServices {
+	case "", "nat44":
+		return nil
+	case "cnat":
+	default:
+		return fmt.Errorf("VPP service renderer %q: want nat44 or cnat", c.VPPServices)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" || o.GetName() != "vcoil-daemon-vpp" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "containers")
+		list, _ := containers.([]any)
+		if len(list) == 0 {
+			return fmt.Errorf("vcoild's VPP DaemonSet in %s has no containers", c.Overlay)
+		}
+		vcoild, ok := list[0].(map[string]any)
+		if !ok {
+			return fmt.Errorf("vcoild's VPP container in %s is not an object", c.Overlay)
+		}
+		args, _ := vcoild["args"].([]any)
+		args = append(args, "--vpp-service-renderer=cnat")
+		if c.Topology.Dual() {
+			args = append(args, "--service-cidr="+topology.ServiceCIDR6.String())
+		}
+		vcoild["args"] = args
+		return nil
+	}
+	return fmt.Errorf("the overlay %s has no DaemonSet vcoil-daemon-vpp (VPP service renderer %s)", c.Overlay, c.VPPServices)
+}
