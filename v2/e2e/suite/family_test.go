@@ -109,14 +109,35 @@ func (s settings) externalOf(f family) string {
 	return s.external
 }
 
-// noServicesOf says why Services (and hostPorts) of family f cannot be
-// checked on the suite's nodes, or "" when they can: vcoild's VPP
-// dataplane translates IPv4 alone (NAT44-ED), so a node whose vcoild runs
-// with --dataplane=vpp serves no IPv6 Service or hostPort.
+// noServicesOf says why Services of family f cannot be checked on the
+// suite's nodes, or "" when they can: a VPP node whose vcoild renders
+// Services with NAT44-ED (the default) serves IPv4 alone; with the cnat
+// renderer (--vpp-service-renderer=cnat) it serves both families.
 func (k *cluster) noServicesOf(t *testing.T, w *world, f family) string {
 	t.Helper()
+	if vpp := k.vppNodesOf(t, w, f, false); len(vpp) > 0 {
+		return fmt.Sprintf("IPv6 Services are not served on VPP nodes with the NAT44 renderer (%s): NAT44-ED translates IPv4 only (docs/vpp-services.md)", strings.Join(vpp, ", "))
+	}
+	return ""
+}
+
+// noHostPortsOf says why hostPorts of family f cannot be checked: VPP nodes
+// serve them with NAT44-ED, IPv4 only, whatever their Service renderer.
+func (k *cluster) noHostPortsOf(t *testing.T, w *world, f family) string {
+	t.Helper()
+	if vpp := k.vppNodesOf(t, w, f, true); len(vpp) > 0 {
+		return fmt.Sprintf("IPv6 hostPorts are not served on VPP nodes (%s): vcoild's VPP dataplane maps hostPorts with NAT44-ED, IPv4 only (docs/vpp.md)", strings.Join(vpp, ", "))
+	}
+	return ""
+}
+
+// vppNodesOf lists the suite's two nodes whose vcoild runs the VPP
+// dataplane and cannot serve family f: for IPv6, every VPP node when
+// hostPorts, else those without the cnat renderer; none for IPv4.
+func (k *cluster) vppNodesOf(t *testing.T, w *world, f family, hostPorts bool) []string {
+	t.Helper()
 	if !f.v6 {
-		return ""
+		return nil
 	}
 	var pods corev1.PodList
 	if err := k.c.List(ctx(t, 30*time.Second), &pods, client.MatchingLabels{"app.kubernetes.io/name": "vcoild"}); err != nil {
@@ -124,14 +145,17 @@ func (k *cluster) noServicesOf(t *testing.T, w *world, f family) string {
 	}
 	var vpp []string
 	for _, p := range pods.Items {
-		if (p.Spec.NodeName == w.nodeA.Name || p.Spec.NodeName == w.nodeB.Name) && p.DeletionTimestamp == nil &&
-			len(p.Spec.Containers) > 0 && slices.Contains(p.Spec.Containers[0].Args, "--dataplane=vpp") && !slices.Contains(vpp, p.Spec.NodeName) {
+		if (p.Spec.NodeName != w.nodeA.Name && p.Spec.NodeName != w.nodeB.Name) || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 {
+			continue
+		}
+		args := p.Spec.Containers[0].Args
+		if !slices.Contains(args, "--dataplane=vpp") || slices.Contains(vpp, p.Spec.NodeName) {
+			continue
+		}
+		if hostPorts || !slices.Contains(args, "--vpp-service-renderer=cnat") {
 			vpp = append(vpp, p.Spec.NodeName)
 		}
 	}
-	if len(vpp) == 0 {
-		return ""
-	}
 	slices.Sort(vpp)
-	return fmt.Sprintf("IPv6 Services and hostPorts are not served on VPP nodes (%s): vcoild's VPP dataplane translates IPv4 only (NAT44-ED; docs/vpp.md)", strings.Join(vpp, ", "))
+	return vpp
 }

@@ -61,10 +61,10 @@ func matrix(t *testing.T, k *cluster, w *world, f family, by, why string) {
 	pod("pod -> pod, other VM (UDP)", w.a1, "udp", hp(f.podIP(w.b1), portUDP))
 	// Where the nodes serve no Service or hostPort of the family, those
 	// rows are listed with the reason.
-	unserved := k.noServicesOf(t, w, f)
+	unserved, noHostPorts := k.noServicesOf(t, w, f), k.noHostPortsOf(t, w, f)
 	hostPort := func(name string, from *corev1.Pod, addr string) {
-		if unserved != "" {
-			listed(g, name, statusNotImplemented, unserved)
+		if noHostPorts != "" {
+			listed(g, name, statusNotImplemented, noHostPorts)
 			return
 		}
 		pod(name, from, "tcp", addr)

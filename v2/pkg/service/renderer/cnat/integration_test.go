@@ -50,7 +50,10 @@ var (
 	itSelf6     = netip.MustParseAddr("fd00:96::13")
 )
 
-const itNodePort = 30080
+const (
+	itNodePort = 30080
+	itHostPort = 30555
+)
 
 type itPod struct {
 	name string
@@ -70,7 +73,8 @@ func (p *itPod) endpoints() []service.Endpoint {
 // real TCP and UDP: cluster IPs of both families (backends see the
 // client's own address), a NodePort of both families from outside
 // (eTP=Cluster: backends see the NAT loopback of the family), the node's
-// own process reaching a cluster IP, loadBalancerSourceRanges, hairpin (a pod reaching itself
+// own process reaching a cluster IP, loadBalancerSourceRanges, a hostPort
+// (still NAT44) beside the translations, hairpin (a pod reaching itself
 // through a Service sees the NAT loopback of the family), a Service
 // without endpoints refused,
 // ClientIP affinity, and a long-lived connection to a backend that stays
@@ -108,13 +112,16 @@ func TestRealVPPCnatServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := map[string]*itPod{}
-	for i, name := range []string{"a", "b", "c"} {
+	for i, name := range []string{"a", "b", "c", "h"} {
 		ns := netnstest.New(t, "cnatpod-"+name)
 		p := &itPod{name: name, ns: ns, pod: dataplane.Pod{
 			PodKey: dataplane.PodKey{ContainerID: "cnat-it-" + name, IfName: "eth0"}, Netns: ns.Path(),
 			IPv4: netip.AddrFrom4([4]byte{10, 100, 0, byte(2 + i)}),
 			IPv6: netip.AddrFrom16([16]byte{0xfd, 0, 1, 0, 15: byte(2 + i)}),
 		}}
+		if name == "h" { // h has a hostPort
+			p.pod.PortMappings = []dataplane.PortMapping{{HostPort: itHostPort, ContainerPort: 8080, Protocol: dataplane.ProtocolTCP}}
+		}
 		if _, err := d.SetupPod(ctx, p.pod); err != nil {
 			t.Fatalf("SetupPod %s: %v", name, err)
 		}
@@ -218,6 +225,14 @@ func TestRealVPPCnatServices(t *testing.T) {
 		}
 		if err := r.Update(ctx, &service.Changes{Delete: []service.ID{ranged.ID}}); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("a hostPort (NAT44, beside cnat) from another pod and from outside", func(t *testing.T) {
+		h := pods["h"]
+		reach(t, c.ns, "tcp", netip.AddrPortFrom(itUplink.Addr(), itHostPort), c.pod.IPv4, "h")
+		name, _, err := echotest.Ask(ctx, ext, "tcp", netip.AddrPortFrom(itUplink.Addr(), itHostPort), netip.Addr{})
+		if err != nil || name != h.name {
+			t.Fatalf("outside -> hostPort: %q, %v", name, err)
 		}
 	})
 	t.Run("a Service without endpoints refuses", func(t *testing.T) {
