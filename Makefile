@@ -177,12 +177,13 @@ fuzz: ## run every fuzz target of the module for FUZZTIME each (default 30s)
 BENCH_OUT ?= _out
 
 .PHONY: bench-cni
-bench-cni: deps envtest-assets ## ADD/DEL latency of vcoil beside ptp+host-local (as root; with VCOIL_VPP_BIN=<vpp binary> also vcoil on VPP); JSON in $(BENCH_OUT)/bench-cni.json
+bench-cni: deps envtest-assets ## ADD/DEL latency of vcoil beside ptp+host-local (as root; with VCOIL_VPP_BIN=<vpp binary> also vcoil on VPP, and with SERVICES=N on VPP with 0 and N Services); JSON in $(BENCH_OUT)/bench-cni.json
 	@mkdir -p $(BENCH_OUT)
 	@if [ -z "$(VCOIL_VPP_BIN)" ]; then echo "VCOIL_VPP_BIN is not set: the VPP rows are skipped (docs/cni-benchmark.md)" >&2; fi
 	VCOIL_BENCH_CNI=$(abspath $(BENCH_OUT))/bench-cni.json KUBEBUILDER_ASSETS=$(ENVTEST_DIR) \
+		$(if $(SERVICES),VCOIL_BENCH_CNI_SERVICES=$(SERVICES)) \
 		$(if $(VCOIL_VPP_BIN),VCOIL_VPP_BIN=$(abspath $(VCOIL_VPP_BIN))) \
-		$(GO) test ./v2/cmd/vcoild -run '^TestBenchCNI$$' -count=1 -v -timeout 30m | grep -E '^\s+(\||bench_test)' || true
+		$(GO) test ./v2/cmd/vcoild -run '^TestBenchCNI$$' -count=1 -v -timeout 60m | grep -E '^\s+(\||bench_test)' || true
 	@cat $(BENCH_OUT)/bench-cni.json
 
 .PHONY: bench-policy

@@ -7,12 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
@@ -73,16 +77,52 @@ func TestBenchCNI(t *testing.T) {
 		variants = append(variants, benchVariant{plugin: "vcoil", family: "ipv4", dataplane: "vpp"})
 	}
 
-	var rows []benchRow
-	for _, sc := range []struct {
+	type scenario struct {
 		name       string
 		pods       int
 		concurrent bool
-	}{
-		{"sequential", 200, false},
-		{"concurrent", 50, true},
-	} {
+	}
+	scenarios := []scenario{{"sequential", 200, false}, {"concurrent", 50, true}}
+	type run struct {
+		sc scenario
+		v  benchVariant
+	}
+	var runs []run
+	for _, sc := range scenarios {
 		for _, v := range variants {
+			runs = append(runs, run{sc, v})
+		}
+	}
+	// With VCOIL_BENCH_CNI_SERVICES=N (make bench-cni SERVICES=N), VPP rows
+	// whose vcoild serves Services: with none, then with N (each of one
+	// TCP cluster IP and 10 remote endpoints) created between, the cnat
+	// renderer in both and NAT44 with N beside it.
+	services := 0
+	if s := os.Getenv("VCOIL_BENCH_CNI_SERVICES"); s != "" {
+		var err error
+		if services, err = strconv.Atoi(s); err != nil || services < 0 {
+			t.Fatalf("VCOIL_BENCH_CNI_SERVICES=%q: want a number of Services", s)
+		}
+	}
+	if services > 0 && vppBin != "" {
+		for _, n := range []int{0, services} {
+			for _, sc := range scenarios {
+				runs = append(runs, run{sc, benchVariant{plugin: "vcoil", family: "ipv4", dataplane: "vpp", renderer: "cnat", services: n}})
+				if n > 0 {
+					runs = append(runs, run{sc, benchVariant{plugin: "vcoil", family: "ipv4", dataplane: "vpp", renderer: "nat44", services: n}})
+				}
+			}
+		}
+	}
+	created := 0
+	var rows []benchRow
+	for _, r := range runs {
+		sc, v := r.sc, r.v
+		{
+			if v.services > created {
+				createBenchServices(t, v.services)
+				created = v.services
+			}
 			plugin := v.plugin
 			f := newFabric(t)
 			var n *node
@@ -90,7 +130,10 @@ func TestBenchCNI(t *testing.T) {
 			podIf := "veth"
 			if v.dataplane == "vpp" {
 				podIf = vpptest.PodInterface()
-				n, vppProc = newVPPBenchNode(t, f, 10+len(rows), vppBin, podIf)
+				n, vppProc = newVPPBenchNode(t, f, 10+len(rows), vppBin, podIf, v.renderer)
+				if v.renderer != "" {
+					waitRendered(t, n, v.renderer, v.services)
+				}
 			} else {
 				n = newNode(t, f, 10+len(rows))
 			}
@@ -120,7 +163,8 @@ func TestBenchCNI(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			row := benchRow{Plugin: plugin, Dataplane: v.dataplane, PodInterface: podIf, Family: v.family, Scenario: sc.name, Pods: sc.pods}
+			row := benchRow{Plugin: plugin, Dataplane: v.dataplane, PodInterface: podIf, Family: v.family, Scenario: sc.name, Pods: sc.pods,
+				Renderer: v.renderer, Services: v.services}
 			start := time.Now()
 			adds := timeEach(t, n, pods, sc.concurrent, func(p *pod) error { return n.add(p) })
 			dels := timeEach(t, n, pods, sc.concurrent, n.del)
@@ -149,10 +193,14 @@ func TestBenchCNI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| plugin | dataplane | pod interface | family | scenario | pods | ADD p50 | ADD p99 | DEL p50 | DEL p99 | ADD+DEL p50 | ADD+DEL p99 | total |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| plugin | dataplane | pod interface | family | Services (renderer) | scenario | pods | ADD p50 | ADD p99 | DEL p50 | DEL p99 | ADD+DEL p50 | ADD+DEL p99 | total |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f s |\n",
-			r.Plugin, r.Dataplane, r.PodInterface, r.Family, r.Scenario, r.Pods, r.AddP50, r.AddP99, r.DelP50, r.DelP99, r.AddDelP50, r.AddDelP99, r.TotalSeconds)
+		svc := "off"
+		if r.Renderer != "" {
+			svc = fmt.Sprintf("%d (%s)", r.Services, r.Renderer)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f s |\n",
+			r.Plugin, r.Dataplane, r.PodInterface, r.Family, svc, r.Scenario, r.Pods, r.AddP50, r.AddP99, r.DelP50, r.DelP99, r.AddDelP50, r.AddDelP99, r.TotalSeconds)
 	}
 	t.Log(b.String())
 }
@@ -161,6 +209,10 @@ func TestBenchCNI(t *testing.T) {
 // (linux: the kernel's; vpp: vcoil's VPP dataplane) for an address family.
 type benchVariant struct {
 	plugin, family, dataplane string
+	// renderer and services: on VPP, the service renderer vcoild runs with
+	// (empty: the service proxy is off) and the Services the cluster holds.
+	renderer string
+	services int
 }
 
 type benchRow struct {
@@ -168,7 +220,11 @@ type benchRow struct {
 	Dataplane string `json:"dataplane"`
 	// PodInterface is what links a pod to the node: a veth into the
 	// kernel (linux), or VPP's af_packet (a veth) or tap interface (vpp).
-	PodInterface string  `json:"pod_interface"`
+	PodInterface string `json:"pod_interface"`
+	// Renderer and Services: the VPP node's service renderer ("" when the
+	// service proxy is off) and the Services it rendered before the ADDs.
+	Renderer     string  `json:"service_renderer,omitempty"`
+	Services     int     `json:"services"`
 	Family       string  `json:"family"`
 	Scenario     string  `json:"scenario"`
 	Pods         int     `json:"pods"`
@@ -184,14 +240,19 @@ type benchRow struct {
 // newVPPBenchNode starts VPP in a new node's namespace and vcoild on the
 // VPP dataplane against it, pods on podIf. The row measures the
 // dataplane's wiring of a pod (its interface, routes and neighbours), so
-// the service proxy is off: with it, the NAT44 renderer would also give
-// every pod its NAT role. No uplink: VPP's default route goes through the
+// the service proxy is off, unless renderer names the VPP service
+// renderer of rows that measure ADD with Services. No uplink: VPP's default route goes through the
 // host interconnect, which the measurement does not use.
-func newVPPBenchNode(t *testing.T, f *fabric, index int, bin, podIf string) (*node, *vpptest.VPP) {
+func newVPPBenchNode(t *testing.T, f *fabric, index int, bin, podIf, renderer string) (*node, *vpptest.VPP) {
 	t.Helper()
 	v := vpptest.Prepare(t, bin)
+	args := []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", podIf, "--service-proxy=false"}
+	if renderer != "" {
+		args = []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", podIf,
+			"--vpp-service-renderer", renderer, "--service-cidr", benchServiceCIDR}
+	}
 	n := newNodeWith(t, f, index, nodeOptions{
-		args: []string{"--dataplane=vpp", "--vpp-api-socket", v.APISocket, "--vpp-pod-interface", podIf, "--service-proxy=false"},
+		args: args,
 		beforeStart: func(n *node) {
 			if err := v.Launch(n.ns.Path()); err != nil {
 				t.Fatal(err)
@@ -239,3 +300,102 @@ func percentile(v []float64, p int) float64 {
 }
 
 func ptrTo(s string) *string { return &s }
+
+// benchServiceCIDR is the apiserver's service range when the benchmark
+// creates Services (TestMain).
+const benchServiceCIDR = "10.0.0.0/16"
+
+// createBenchServices makes the cluster hold n Services in the namespace
+// bench-svc (those it has are kept), each a selector-less ClusterIP with
+// one TCP port and an EndpointSlice of 10 endpoints on another node, many
+// requests at once.
+func createBenchServices(t *testing.T, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-svc"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	work := make(chan int)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := createBenchService(ctx, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range n {
+		select {
+		case work <- i:
+		case err := <-errs:
+			close(work)
+			wg.Wait()
+			t.Fatal(err)
+		}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	t.Logf("%d Services and EndpointSlices created in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+func createBenchService(ctx context.Context, i int) error {
+	name := fmt.Sprintf("svc-%05d", i)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-svc", Name: name},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	if err := env.Client.Create(ctx, svc); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("Service %s: %w", name, err)
+	}
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "bench-svc", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("http"), Protocol: new(corev1.ProtocolTCP), Port: new(int32(8080))}},
+	}
+	for b := range 10 {
+		x := i*10 + b
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+			Addresses: []string{fmt.Sprintf("10.%d.%d.%d", 128+x>>16, (x>>8)&255, x&255)}, NodeName: ptrTo("elsewhere"),
+		})
+	}
+	if err := env.Client.Create(ctx, es); err != nil {
+		return fmt.Errorf("EndpointSlice %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitRendered waits until n's service renderer holds at least services
+// translations (cnat) or load-balancing mappings (nat44) of endpoints.
+func waitRendered(t *testing.T, n *node, renderer string, services int) {
+	t.Helper()
+	metric := `vcoil_vpp_cnat_translations{kind="backends"}`
+	if renderer == "nat44" {
+		metric = `vcoil_vpp_services_mappings{kind="lb"}`
+	}
+	start := time.Now()
+	deadline := start.Add(10 * time.Minute)
+	for {
+		v, _ := strconv.ParseFloat(n.metric(metric), 64)
+		if int(v) >= services {
+			t.Logf("%s rendered %d Services in %s (%s %v)", renderer, services, time.Since(start).Round(time.Millisecond), metric, v)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s is %v after %s, want %d", renderer, metric, v, time.Since(start), services)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -57,7 +57,13 @@ var cniPackages = []string{
 func TestMain(m *testing.M) {
 	// vcoil-controller's reconcilers run in the test process; its program
 	// is tested in v2/cmd/vcoil-controller.
-	testenv.Main(m, testenv.Options{}, &env, controllertest.Start, applyRBAC)
+	// The CNI benchmark with Services needs room for thousands of them;
+	// the other tests keep envtest's range, which their vcoild is given.
+	opts := testenv.Options{}
+	if os.Getenv("VCOIL_BENCH_CNI_SERVICES") != "" {
+		opts.ServiceCIDR = benchServiceCIDR
+	}
+	testenv.Main(m, opts, &env, controllertest.Start, applyRBAC)
 }
 
 // applyRBAC installs the ClusterRoles and bindings of the default overlay,

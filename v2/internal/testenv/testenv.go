@@ -50,6 +50,10 @@ type Options struct {
 	// (DualStackServiceCIDR) after envtest's IPv4 one, so that Services may
 	// be IPv6 or dual-stack.
 	DualStackServices bool
+	// ServiceCIDR, when set (and DualStackServices is not), is the
+	// apiserver's service range instead of envtest's 10.0.0.0/24 (a
+	// benchmark's thousands of Services).
+	ServiceCIDR string
 }
 
 // DualStackServiceCIDR is the apiserver's service range with
@@ -165,6 +169,8 @@ func Start(opts Options) (*Env, error) {
 	}
 	if opts.DualStackServices {
 		env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", DualStackServiceCIDR)
+	} else if opts.ServiceCIDR != "" {
+		env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", opts.ServiceCIDR)
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -106,6 +106,17 @@ func TestSetCnatPodsConfiguresEveryPodNowAndLater(t *testing.T) {
 		"feature_enable_disable " + a + " ip6-unicast cnat-input-ip6 true",
 		"feature_enable_disable " + a + " ip6-output cnat-output-ip6 true",
 	})
+	// Pods are NAT44 frontends for hostPorts: the first role enables
+	// NAT44-ED, and with the cnat renderer NAT forwarding with it (no
+	// NAT44 renderer does).
+	if err := h.d.SetPodNATRoles(ctx(t), []netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	h.vpp.mu.Lock()
+	if !h.vpp.nat || !h.vpp.snat.forwarding {
+		t.Errorf("pods made NAT frontends with cnat: NAT44-ED enabled %v, forwarding %v; want both", h.vpp.nat, h.vpp.snat.forwarding)
+	}
+	h.vpp.mu.Unlock()
 	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
 		t.Fatal(err)
 	}

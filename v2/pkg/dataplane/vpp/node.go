@@ -376,6 +376,14 @@ func (d *driver) ensureNAT() error {
 	if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, req, &nat44_ed.Nat44EdPluginEnableDisableReply{}), api.FEATURE_ALREADY_ENABLED); err != nil {
 		return fmt.Errorf("enable NAT44-ED: %w", err)
 	}
+	// With the cnat renderer no NAT44 renderer turns NAT forwarding on,
+	// and without it NAT44-ED drops the traffic of the pods (NAT frontends
+	// for hostPorts) that matches no session and no mapping.
+	if d.cnat != nil {
+		if err := vppapi.Call(d.ch, &nat44_ed.Nat44ForwardingEnableDisable{Enable: true}, &nat44_ed.Nat44ForwardingEnableDisableReply{}); err != nil {
+			return fmt.Errorf("enable NAT forwarding: %w", err)
+		}
+	}
 	d.node.natEnabled = true
 	return nil
 }
