@@ -51,7 +51,7 @@ type Config struct {
 	// --vpp-service-renderer): nat44 (empty: vcoild's default) or cnat,
 	// which also gets the IPv6 service CIDR of a dual-stack lab.
 	VPPServices string
-	Out    io.Writer
+	Out         io.Writer
 }
 
 // Layout of the state directory.
