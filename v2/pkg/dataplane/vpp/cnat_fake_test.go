@@ -9,6 +9,8 @@ import (
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/cnat"
 	"go.fd.io/govpp/binapi/feature"
+	"go.fd.io/govpp/binapi/nat44_ed"
+	"go.fd.io/govpp/binapi/nat_types"
 
 	"testing"
 )
@@ -22,6 +24,8 @@ type fakeCnat struct {
 	// enabled cnat nodes.
 	pods     map[uint32]bool
 	features map[uint32]map[string]bool
+	// twiceNAT is NAT44-ED's twice-NAT pool.
+	twiceNAT []netip.Addr
 }
 
 func (f *fakeVPP) handleCnat(msg api.Message) (api.Message, int32, bool) {
@@ -40,6 +44,18 @@ func (f *fakeVPP) handleCnat(msg api.Message) (api.Message, int32, bool) {
 		// cnat_snat_policy_add_del_if sets a bit: no error either way.
 		c.pods[uint32(m.SwIfIndex)] = m.IsAdd == 1
 		return &cnat.CnatSnatPolicyAddDelIfReply{}, 0, true
+	case *nat44_ed.Nat44AddDelAddressRange:
+		if !f.nat {
+			return &nat44_ed.Nat44AddDelAddressRangeReply{}, int32(api.UNSUPPORTED), true
+		}
+		a := netip.AddrFrom4(m.FirstIPAddress)
+		if m.IsAdd && slices.Contains(c.twiceNAT, a) {
+			return &nat44_ed.Nat44AddDelAddressRangeReply{}, int32(api.VALUE_EXIST), true
+		}
+		if m.IsAdd && m.Flags == nat_types.NAT_IS_TWICE_NAT {
+			c.twiceNAT = append(c.twiceNAT, a)
+		}
+		return &nat44_ed.Nat44AddDelAddressRangeReply{}, 0, true
 	case *feature.FeatureEnableDisable:
 		if _, ok := f.ifs[uint32(m.SwIfIndex)]; !ok {
 			return &feature.FeatureEnableDisableReply{}, int32(api.INVALID_SW_IF_INDEX), true
@@ -61,6 +77,8 @@ func cnatMsgString(msg api.Message) (string, bool) {
 		return fmt.Sprintf("cnat_set_snat_addresses %s %s", netip.AddrFrom4(m.SnatIP4), netip.AddrFrom16(m.SnatIP6)), true
 	case *cnat.CnatSnatPolicyAddDelIf:
 		return fmt.Sprintf("cnat_snat_policy_add_del_if %d add=%d table=%d", m.SwIfIndex, m.IsAdd, m.Table), true
+	case *nat44_ed.Nat44AddDelAddressRange:
+		return fmt.Sprintf("nat44_add_del_address_range add=%v %s flags=%d", m.IsAdd, netip.AddrFrom4(m.FirstIPAddress), m.Flags), true
 	case *feature.FeatureEnableDisable:
 		return fmt.Sprintf("feature_enable_disable %d %s %s %v", m.SwIfIndex, m.ArcName, m.FeatureName, m.Enable), true
 	}
@@ -113,8 +131,9 @@ func TestSetCnatPodsConfiguresEveryPodNowAndLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.vpp.mu.Lock()
-	if !h.vpp.nat || !h.vpp.snat.forwarding {
-		t.Errorf("pods made NAT frontends with cnat: NAT44-ED enabled %v, forwarding %v; want both", h.vpp.nat, h.vpp.snat.forwarding)
+	if !h.vpp.nat || !h.vpp.snat.forwarding || !slices.Equal(h.vpp.cnat.twiceNAT, []netip.Addr{snat.IPv4}) {
+		t.Errorf("pods made NAT frontends with cnat: NAT44-ED enabled %v, forwarding %v, twice-NAT pool %v; want both, and the NAT loopback (hostPort hairpin)",
+			h.vpp.nat, h.vpp.snat.forwarding, h.vpp.cnat.twiceNAT)
 	}
 	h.vpp.mu.Unlock()
 	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {

@@ -86,6 +86,11 @@ func (d *driver) syncCnat() error {
 	if err := vppapi.Call(d.ch, req, &cnat.CnatSetSnatAddressesReply{}); err != nil {
 		return fmt.Errorf("cnat pods: set the SNAT addresses %v, %v: %w", d.cnat.IPv4, d.cnat.IPv6, err)
 	}
+	if d.node.natEnabled {
+		if err := d.cnatTwiceNATPool(); err != nil {
+			return err
+		}
+	}
 	var errs []error
 	for _, st := range sortedPods(d.pods) {
 		if !st.wired {

@@ -89,6 +89,7 @@ func messages() []api.Message {
 		&ip.IPTableAddDel{}, &ip.IPTableAddDelReply{},
 		&interfaces.SwInterfaceSetTable{}, &interfaces.SwInterfaceSetTableReply{},
 		&nat44_ed.Nat44ForwardingEnableDisable{}, &nat44_ed.Nat44ForwardingEnableDisableReply{},
+		&nat44_ed.Nat44AddDelAddressRange{}, &nat44_ed.Nat44AddDelAddressRangeReply{},
 		&nat44_ed.Nat44AddDelInterfaceAddr{}, &nat44_ed.Nat44AddDelInterfaceAddrReply{},
 		&nat44_ed.Nat44EdAddDelOutputInterface{}, &nat44_ed.Nat44EdAddDelOutputInterfaceReply{},
 		&classify.ClassifyTableByInterface{}, &classify.ClassifyTableByInterfaceReply{},

@@ -15,6 +15,7 @@ import (
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/ip_types"
 	"go.fd.io/govpp/binapi/nat44_ed"
+	"go.fd.io/govpp/binapi/nat_types"
 	"go.fd.io/govpp/binapi/tapv2"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
@@ -383,7 +384,28 @@ func (d *driver) ensureNAT() error {
 		if err := vppapi.Call(d.ch, &nat44_ed.Nat44ForwardingEnableDisable{Enable: true}, &nat44_ed.Nat44ForwardingEnableDisableReply{}); err != nil {
 			return fmt.Errorf("enable NAT forwarding: %w", err)
 		}
+		if err := d.cnatTwiceNATPool(); err != nil {
+			return err
+		}
 	}
 	d.node.natEnabled = true
+	return nil
+}
+
+// cnatTwiceNATPool puts the IPv4 NAT loopback in NAT44-ED's twice-NAT
+// pool, which the NAT44 renderer keeps when it runs: a pod reaching its own
+// hostPort (a SELF_TWICE_NAT mapping) is source-NATed to it. An earlier
+// NAT loopback stays in the pool (the loopback changes only with the
+// node's blocks). The caller holds d.mu; NAT44-ED is enabled.
+func (d *driver) cnatTwiceNATPool() error {
+	a := d.cnat.IPv4
+	if !a.IsValid() {
+		return nil
+	}
+	req := &nat44_ed.Nat44AddDelAddressRange{FirstIPAddress: ip_types.IP4Address(a.As4()), LastIPAddress: ip_types.IP4Address(a.As4()),
+		VrfID: ^uint32(0), IsAdd: true, Flags: nat_types.NAT_IS_TWICE_NAT}
+	if err := vppapi.IgnoreRetval(vppapi.Call(d.ch, req, &nat44_ed.Nat44AddDelAddressRangeReply{}), api.VALUE_EXIST); err != nil {
+		return fmt.Errorf("add the NAT loopback %s to the twice-NAT pool (hostPorts): %w", a, err)
+	}
 	return nil
 }

@@ -227,9 +227,11 @@ func TestRealVPPCnatServices(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Run("a hostPort (NAT44, beside cnat) from another pod and from outside", func(t *testing.T) {
+	t.Run("a hostPort (NAT44, beside cnat) from another pod, its own and from outside", func(t *testing.T) {
 		h := pods["h"]
 		reach(t, c.ns, "tcp", netip.AddrPortFrom(itUplink.Addr(), itHostPort), c.pod.IPv4, "h")
+		// Its own pod, through NAT44's self-twice-NAT to the NAT loopback.
+		reach(t, h.ns, "tcp", netip.AddrPortFrom(itUplink.Addr(), itHostPort), itLoopback, "h")
 		name, _, err := echotest.Ask(ctx, ext, "tcp", netip.AddrPortFrom(itUplink.Addr(), itHostPort), netip.Addr{})
 		if err != nil || name != h.name {
 			t.Fatalf("outside -> hostPort: %q, %v", name, err)
@@ -332,7 +334,7 @@ func logVPPState(t *testing.T, v *vpptest.VPP) {
 		return
 	}
 	defer ch.Close()
-	for _, cmd := range []string{"show interface addr", "show cnat translation", "show cnat session verbose", "show cnat client", "show ip fib", "show ip6 fib"} {
+	for _, cmd := range []string{"show errors", "show nat44 sessions", "show interface addr", "show cnat translation", "show cnat session verbose", "show cnat client", "show ip fib", "show ip6 fib"} {
 		reply := &vlib.CliInbandReply{}
 		if err := ch.SendRequest(&vlib.CliInband{Cmd: cmd}).ReceiveReply(reply); err != nil {
 			t.Logf("VPP state: %s: %v", cmd, err)
