@@ -124,18 +124,6 @@ func TestSetCnatPodsConfiguresEveryPodNowAndLater(t *testing.T) {
 		"feature_enable_disable " + a + " ip6-unicast cnat-input-ip6 true",
 		"feature_enable_disable " + a + " ip6-output cnat-output-ip6 true",
 	})
-	// Pods are NAT44 frontends for hostPorts: the first role enables
-	// NAT44-ED, and with the cnat renderer NAT forwarding with it (no
-	// NAT44 renderer does).
-	if err := h.d.SetPodNATRoles(ctx(t), []netip.Addr{}); err != nil {
-		t.Fatal(err)
-	}
-	h.vpp.mu.Lock()
-	if !h.vpp.nat || !h.vpp.snat.forwarding || !slices.Equal(h.vpp.cnat.twiceNAT, []netip.Addr{snat.IPv4}) {
-		t.Errorf("pods made NAT frontends with cnat: NAT44-ED enabled %v, forwarding %v, twice-NAT pool %v; want both, and the NAT loopback (hostPort hairpin)",
-			h.vpp.nat, h.vpp.snat.forwarding, h.vpp.cnat.twiceNAT)
-	}
-	h.vpp.mu.Unlock()
 	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +137,11 @@ func TestSetCnatPodsConfiguresEveryPodNowAndLater(t *testing.T) {
 		}
 	}
 	check("pod B wired after SetCnatPods", swB, allCnatFeatures, true)
+	h.vpp.mu.Lock()
+	if h.vpp.nat || len(h.vpp.natFeat[swA]) != 0 {
+		t.Errorf("without hostPorts the cnat renderer's pods have NAT44 (enabled %v, pod A's features %v)", h.vpp.nat, h.vpp.natFeat[swA])
+	}
+	h.vpp.mu.Unlock()
 	if err := h.d.TeardownPod(ctx(t), podB); err != nil {
 		t.Fatal(err)
 	}
@@ -170,5 +163,48 @@ func TestSetCnatPodsConfiguresEveryPodNowAndLater(t *testing.T) {
 
 	if err := h.d.SetCnatPods(ctx(t), CnatSNAT{IPv4: snat.IPv6}); err == nil {
 		t.Error("an IPv6 address as the IPv4 NAT loopback was accepted")
+	}
+}
+
+// With the cnat renderer, hostPorts (NAT44 static mappings) make every pod
+// a NAT44 frontend while a pod of the node has one, NAT44-ED with NAT
+// forwarding and the NAT loopback in its twice-NAT pool; when the last
+// such pod goes, the other pods lose the role.
+func TestCnatPodsAreNAT44FrontendsWhileHostPortsExist(t *testing.T) {
+	h := start(t, hostPortConfig(), func(h *harness) { h.vpp.restart(withAddressedUplink) })
+	<-h.d.Resynced()
+	snat := CnatSNAT{IPv4: netip.MustParseAddr("10.100.0.15")}
+	if err := h.d.SetCnatPods(ctx(t), snat); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
+		t.Fatal(err)
+	}
+	swB := h.d.pods[podB.PodKey].swIfIndex
+	outside := func(sw uint32) bool {
+		h.vpp.mu.Lock()
+		defer h.vpp.mu.Unlock()
+		return h.vpp.natFeat[sw][nat_types.NAT_IS_NONE]
+	}
+	if outside(swB) {
+		t.Fatal("pod B is a NAT44 frontend before any hostPort")
+	}
+	if _, err := h.d.SetupPod(ctx(t), podHP); err != nil {
+		t.Fatal(err)
+	}
+	if !outside(swB) {
+		t.Error("pod B is no NAT44 frontend while pod A has hostPorts")
+	}
+	h.vpp.mu.Lock()
+	if !h.vpp.nat || !h.vpp.snat.forwarding || !slices.Equal(h.vpp.cnat.twiceNAT, []netip.Addr{snat.IPv4}) {
+		t.Errorf("with a hostPort: NAT44-ED enabled %v, forwarding %v, twice-NAT pool %v; want both, and the NAT loopback (a pod reaching its own hostPort)",
+			h.vpp.nat, h.vpp.snat.forwarding, h.vpp.cnat.twiceNAT)
+	}
+	h.vpp.mu.Unlock()
+	if err := h.d.TeardownPod(ctx(t), podHP); err != nil {
+		t.Fatal(err)
+	}
+	if outside(swB) {
+		t.Error("pod B is still a NAT44 frontend after the last hostPort went")
 	}
 }

@@ -100,6 +100,60 @@ func (d *driver) syncCnat() error {
 			errs = append(errs, fmt.Errorf("pod %s: %w", describe(st.pod.PodKey), err))
 		}
 	}
+	if err := d.applyCnatFrontends(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// cnatFrontendRole is the NAT44 role every pod needs with the cnat
+// renderer: hostPorts are still NAT44-ED static mappings, which a pod
+// reaches only as a NAT44 frontend; so while a pod of the node has
+// hostPorts every pod is one, and otherwise none is (NAT44-ED stays out of
+// the pods' traffic; the role's cost grows with the hostPorts, not with
+// the Services). The caller holds d.mu.
+func (d *driver) cnatFrontendRole() NATRole {
+	if d.cnat == nil || d.podRolesKnown {
+		return 0
+	}
+	for _, st := range d.pods {
+		if d.hasHostPorts(st.pod) {
+			return NATFrontend
+		}
+	}
+	return 0
+}
+
+// syncCnatFrontends gives every wired pod the role cnatFrontendRole says,
+// after a pod with hostPorts came or went; a failure is logged (the pod's
+// own set-up or removal succeeded) and the next change or resync tries
+// again. The caller holds d.mu.
+func (d *driver) syncCnatFrontends() {
+	if d.cnat == nil {
+		return
+	}
+	if err := d.applyCnatFrontends(); err != nil {
+		d.log.Error(err, "Could not give the pods the NAT44 role of hostPorts")
+	}
+}
+
+func (d *driver) applyCnatFrontends() error {
+	if d.podRolesKnown {
+		return nil
+	}
+	var errs []error
+	for _, st := range sortedPods(d.pods) {
+		if !st.wired {
+			continue
+		}
+		if role := d.podRoleWith(st); role != st.role {
+			if err := d.applyRole(st.swIfIndex, role&^st.role, st.role&^role); err != nil {
+				errs = append(errs, fmt.Errorf("NAT role %s of pod %s: %w", role, describe(st.pod.PodKey), err))
+				continue
+			}
+			st.role = role
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -339,7 +339,7 @@ func (d *driver) podRoleWith(st *podState) NATRole {
 	if d.podRolesKnown {
 		return d.podRole(st.pod)
 	}
-	return st.role&^(NATFrontend|NATBackend) | d.hostPortRole(st.pod)
+	return st.role&^(NATFrontend|NATBackend) | d.hostPortRole(st.pod) | d.cnatFrontendRole()
 }
 
 // removeHostPorts deletes the mappings VPP holds for st. The caller holds

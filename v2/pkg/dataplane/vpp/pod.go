@@ -144,7 +144,7 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 	if d.podRolesKnown {
 		role = d.podRole(pod)
 	} else {
-		role |= d.hostPortRole(pod)
+		role |= d.hostPortRole(pod) | d.cnatFrontendRole()
 	}
 	if st != nil {
 		if err := d.unwire(ctx, st); err != nil {
@@ -169,6 +169,7 @@ func (d *driver) SetupPod(ctx context.Context, pod dataplane.Pod) (dataplane.Int
 	d.pods[pod.PodKey] = nst
 	if len(pod.PortMappings) > 0 || (st != nil && len(st.pod.PortMappings) > 0) {
 		d.syncKernelHostPorts(ctx)
+		d.syncCnatFrontends()
 	}
 	d.log.Info("pod wired", "containerID", pod.ContainerID, "ifname", pod.IfName, "vppInterface", nst.vppName,
 		"swIfIndex", nst.swIfIndex, "ipv4", pod.IPv4, "ipv6", pod.IPv6, "mtu", pod.MTU, "type", d.cfg.PodInterface)
@@ -483,6 +484,7 @@ func (d *driver) TeardownPod(ctx context.Context, pod dataplane.Pod) error {
 	delete(d.pods, pod.PodKey)
 	if len(st.pod.PortMappings) > 0 {
 		d.syncKernelHostPorts(ctx)
+		d.syncCnatFrontends()
 	}
 	d.log.Info("pod torn down", "containerID", pod.ContainerID, "ifname", pod.IfName)
 	return nil

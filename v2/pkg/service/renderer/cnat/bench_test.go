@@ -348,8 +348,6 @@ func (d *benchDataplane) SetCnatPods(ctx context.Context, snat vpp.CnatSNAT) err
 	return nil
 }
 
-func (d *benchDataplane) SetPodNATRoles(context.Context, []netip.Addr) error { return nil }
-
 func (d *benchDataplane) SetInterfaceACLs(context.Context, vpp.Incarnation, vpp.NodeInterface, vpp.ACLOwner, []uint32) error {
 	return nil
 }

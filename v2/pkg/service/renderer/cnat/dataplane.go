@@ -2,7 +2,6 @@ package cnat
 
 import (
 	"context"
-	"net/netip"
 
 	"go.fd.io/govpp/api"
 
@@ -26,11 +25,6 @@ type Dataplane interface {
 	// SetCnatPods sets cnat's SNAT for pods: a pod reaching itself through
 	// a Service is source-NATed to the NAT loopback of the family.
 	SetCnatPods(ctx context.Context, snat vpp.CnatSNAT) error
-	// SetPodNATRoles with no backends makes every pod a NAT44 frontend:
-	// hostPorts are still NAT44 static mappings, which a pod reaches only
-	// through that role (they are few: the role's cost grows with them,
-	// not with the Services).
-	SetPodNATRoles(ctx context.Context, backends []netip.Addr) error
 	// SetInterfaceACLs sets the renderer's input ACLs on a node interface
 	// (the loadBalancerSourceRanges ACL).
 	SetInterfaceACLs(ctx context.Context, inc vpp.Incarnation, iface vpp.NodeInterface, owner vpp.ACLOwner, input []uint32) error

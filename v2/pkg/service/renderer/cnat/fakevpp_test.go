@@ -54,7 +54,6 @@ type fakeVPP struct {
 	inc      vpp.Incarnation
 	networks []vpp.ServiceNetwork
 	snats    []vpp.CnatSNAT
-	roles    int
 	// lists are the renderer's input ACLs by node interface.
 	lists map[vpp.NodeInterface][]uint32
 }
@@ -82,16 +81,6 @@ func (f *fakeVPP) SetServiceNetwork(_ context.Context, n vpp.ServiceNetwork) err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.networks = append(f.networks, n)
-	return nil
-}
-
-func (f *fakeVPP) SetPodNATRoles(_ context.Context, backends []netip.Addr) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(backends) != 0 {
-		f.t.Errorf("SetPodNATRoles(%v): the cnat renderer makes no pod a NAT44 backend", backends)
-	}
-	f.roles++
 	return nil
 }
 

@@ -393,10 +393,6 @@ func (r *Renderer) syncServiceNetwork(ctx context.Context, always bool) error {
 		r.networkChanged = true
 		return fmt.Errorf("cnat service renderer: set up pods for hairpin: %w", err)
 	}
-	if err := r.dp.SetPodNATRoles(ctx, []netip.Addr{}); err != nil {
-		r.networkChanged = true
-		return fmt.Errorf("cnat service renderer: make pods NAT44 frontends for hostPorts: %w", err)
-	}
 	r.networkChanged = false
 	return nil
 }

@@ -125,9 +125,6 @@ func TestResyncSendsTheseTranslations(t *testing.T) {
 		!reflect.DeepEqual(n.NodePorts, []vpp.NodePort{{Protocol: 6, Port: 30080, ClusterIP: netip.MustParseAddr("10.96.0.10"), ClusterPort: 80}}) {
 		t.Errorf("service network %+v", n)
 	}
-	if f.roles != 1 {
-		t.Errorf("pods made NAT44 frontends (for hostPorts) %d times, want once", f.roles)
-	}
 	if want := []vpp.CnatSNAT{{IPv4: loopbackV4, IPv6: loopbackV6}}; !reflect.DeepEqual(f.snats, want) {
 		t.Errorf("cnat pods set up with %+v, want %+v", f.snats, want)
 	}
