@@ -35,13 +35,13 @@ func (d *driver) SetServiceNetwork(ctx context.Context, net ServiceNetwork) erro
 		}
 	}
 	for _, np := range net.NodePorts {
-		if (np.Protocol != 6 && np.Protocol != 17) || np.Port == 0 || !np.ClusterIP.Is4() || np.ClusterPort == 0 {
-			return fmt.Errorf("service network: node port %d protocol %d to %v port %d: want TCP (6) or UDP (17), ports and an IPv4 cluster IP", np.Port, np.Protocol, np.ClusterIP, np.ClusterPort)
+		if (np.Protocol != 6 && np.Protocol != 17) || np.Port == 0 || !(np.ClusterIP.Is4() || (net.IPv6 && np.ClusterIP.Is6())) || np.ClusterPort == 0 {
+			return fmt.Errorf("service network: node port %d protocol %d to %v port %d: want TCP (6) or UDP (17), ports and an IPv4 cluster IP (or IPv6, with IPv6 Services)", np.Port, np.Protocol, np.ClusterIP, np.ClusterPort)
 		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, SourceIPv6: net.SourceIPv6, Sinks: net.Sinks, Refused: slices.Clone(net.Refused), NodePorts: slices.Clone(net.NodePorts)}
+	d.serviceNet = ServiceNetwork{CIDRs: slices.Clone(net.CIDRs), Source: net.Source, SourceIPv6: net.SourceIPv6, IPv6: net.IPv6, Sinks: net.Sinks, Refused: slices.Clone(net.Refused), NodePorts: slices.Clone(net.NodePorts)}
 	d.serviceNetKnown = true
 	if !d.synced {
 		return nil
@@ -52,12 +52,13 @@ func (d *driver) SetServiceNetwork(ctx context.Context, net ServiceNetwork) erro
 	return nil
 }
 
-// serviceCIDRs are the IPv4 service CIDRs, masked; IPv6 ones are dropped
-// (logged once): NAT44-ED serves IPv4 only. The caller holds d.mu.
+// serviceCIDRs are the service CIDRs, masked; without IPv6 Services, IPv6
+// ones are dropped (logged once): NAT44-ED serves IPv4 only. The caller
+// holds d.mu.
 func (d *driver) serviceCIDRs() []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range d.serviceNet.CIDRs {
-		if !p.Addr().Is4() {
+		if !p.Addr().Is4() && !d.serviceNet.IPv6 {
 			if !d.loggedIPv6 {
 				d.loggedIPv6 = true
 				d.log.Info("IPv6 service CIDRs are not routed into VPP: its NAT44 serves IPv4 services only", "cidr", p)
@@ -92,7 +93,8 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 	}
 	net := d.serviceNet
 	cidrs := d.serviceCIDRs()
-	kerr := d.kernel.SyncServiceNetwork(ctx, ServiceNetwork{CIDRs: cidrs, Source: net.Source, Sinks: net.Sinks, Refused: net.Refused, NodePorts: net.NodePorts})
+	kerr := d.kernel.SyncServiceNetwork(ctx, ServiceNetwork{CIDRs: cidrs, Source: net.Source, SourceIPv6: net.SourceIPv6, IPv6: net.IPv6,
+		Sinks: net.Sinks, Refused: net.Refused, NodePorts: net.NodePorts})
 
 	var want []serviceRoute
 	for _, p := range cidrs {

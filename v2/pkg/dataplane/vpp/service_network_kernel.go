@@ -42,6 +42,13 @@ func (k *netlinkKernel) SyncServiceNetwork(ctx context.Context, net ServiceNetwo
 	if err := syncHostAddresses(node, host, addrs); err != nil {
 		return err
 	}
+	var addrs6 []netip.Prefix
+	if net.IPv6 && net.SourceIPv6.IsValid() {
+		addrs6 = append(addrs6, hostPrefix(net.SourceIPv6))
+	}
+	if err := syncHostAddresses6(node, host, addrs6); err != nil {
+		return err
+	}
 	if len(addrs) > 0 {
 		// VPP hands the kernel packets from the NAT loopback, which the
 		// kernel holds (the node's own clients of a refused frontend), and
@@ -59,7 +66,43 @@ func (k *netlinkKernel) SyncServiceNetwork(ctx context.Context, net ServiceNetwo
 	if err := syncSinkReplies(node, host, net.Sinks); err != nil {
 		return err
 	}
-	return syncServiceTable(ctx, node, net)
+	if err := syncServiceTable(ctx, node, net); err != nil {
+		return err
+	}
+	return syncServiceTable6(ctx, node, net)
+}
+
+// syncHostAddresses6 makes the interconnect's IPv6 /128 addresses exactly
+// want (without duplicate address detection: the link is VPP's); its
+// link-local address stays.
+func syncHostAddresses6(node *kernelns.Namespace, host netlink.Link, want []netip.Prefix) error {
+	have, err := node.NL.AddrList(host, netlink.FAMILY_V6)
+	if err != nil {
+		return fmt.Errorf("list IPv6 addresses of %s in %s: %w", HostInterconnectName, node.Path, err)
+	}
+	var present []netip.Prefix
+	for _, a := range have {
+		p, ok := ipnet.Prefix(a.IPNet)
+		if !ok || p.Bits() != 128 || p.Addr().IsLinkLocalUnicast() {
+			continue
+		}
+		if slices.Contains(want, p) {
+			present = append(present, p)
+			continue
+		}
+		if err := node.NL.AddrDel(host, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("delete %s from %s in %s: %w", p, HostInterconnectName, node.Path, err)
+		}
+	}
+	for _, p := range want {
+		if slices.Contains(present, p) {
+			continue
+		}
+		if err := node.NL.AddrAdd(host, &netlink.Addr{IPNet: kernelns.IPNet(p), Flags: unix.IFA_F_NODAD}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add %s to %s in %s: %w", p, HostInterconnectName, node.Path, err)
+		}
+	}
+	return nil
 }
 
 // syncHostAddresses makes the interconnect's IPv4 /32 addresses exactly
@@ -96,30 +139,48 @@ func syncHostAddresses(node *kernelns.Namespace, host netlink.Link, want []netip
 
 // syncServiceRoutes makes the routes of protocol ServiceRouteProtocol in
 // the main table exactly net's CIDRs via VPP's end of the interconnect,
-// with net.Source as their source.
+// with net.Source (IPv4) or net.SourceIPv6 (IPv6) as their source.
 func syncServiceRoutes(node *kernelns.Namespace, host netlink.Link, net ServiceNetwork) error {
-	existing, err := node.NL.RouteListFiltered(netlink.FAMILY_V4,
-		&netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: ServiceRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
-	if err != nil {
-		return fmt.Errorf("list service routes in %s: %w", node.Path, err)
-	}
-	src := net.Source.AsSlice()
-	for _, r := range existing {
-		p, ok := ipnet.Prefix(r.Dst)
-		if ok && slices.Contains(net.CIDRs, p) && r.LinkIndex == host.Attrs().Index && r.Src.Equal(src) {
-			continue
+	for _, fam := range []struct {
+		family   int
+		v4       bool
+		src, via netip.Addr
+	}{
+		{netlink.FAMILY_V4, true, net.Source, InterconnectVPPIPv4.Addr()},
+		{netlink.FAMILY_V6, false, net.SourceIPv6, InterconnectVPPIPv6},
+	} {
+		var cidrs []netip.Prefix
+		for _, p := range net.CIDRs {
+			if p.Addr().Is4() == fam.v4 {
+				cidrs = append(cidrs, p)
+			}
 		}
-		if err := node.NL.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("delete service route %v in %s: %w", r.Dst, node.Path, err)
+		existing, err := node.NL.RouteListFiltered(fam.family,
+			&netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: ServiceRouteProtocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			return fmt.Errorf("list service routes in %s: %w", node.Path, err)
 		}
-	}
-	for _, p := range net.CIDRs {
-		r := netlink.Route{
-			LinkIndex: host.Attrs().Index, Dst: kernelns.IPNet(p), Gw: InterconnectVPPIPv4.Addr().AsSlice(),
-			Src: src, Table: unix.RT_TABLE_MAIN, Protocol: ServiceRouteProtocol,
+		var src []byte
+		if fam.src.IsValid() {
+			src = fam.src.AsSlice()
 		}
-		if err := node.NL.RouteReplace(&r); err != nil {
-			return fmt.Errorf("add route %s via %s dev %s src %s in %s: %w", p, InterconnectVPPIPv4.Addr(), HostInterconnectName, net.Source, node.Path, err)
+		for _, r := range existing {
+			p, ok := ipnet.Prefix(r.Dst)
+			if ok && slices.Contains(cidrs, p) && r.LinkIndex == host.Attrs().Index && r.Src.Equal(src) {
+				continue
+			}
+			if err := node.NL.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("delete service route %v in %s: %w", r.Dst, node.Path, err)
+			}
+		}
+		for _, p := range cidrs {
+			r := netlink.Route{
+				LinkIndex: host.Attrs().Index, Dst: kernelns.IPNet(p), Gw: fam.via.AsSlice(),
+				Src: src, Table: unix.RT_TABLE_MAIN, Protocol: ServiceRouteProtocol,
+			}
+			if err := node.NL.RouteReplace(&r); err != nil {
+				return fmt.Errorf("add route %s via %s dev %s src %s in %s: %w", p, fam.via, HostInterconnectName, fam.src, node.Path, err)
+			}
 		}
 	}
 	return nil
@@ -192,12 +253,14 @@ func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, sets []*knftab
 	}
 	chains = append(chains, chain("input", knftables.InputHook))
 	refuse("input", "ip daddr "+RejectSinkIPv4.String())
-	if len(net.CIDRs) > 0 {
-		chains = append(chains, chain("forward", knftables.ForwardHook))
-		cidrs := make([]string, len(net.CIDRs))
-		for i, p := range net.CIDRs {
-			cidrs[i] = p.String()
+	var cidrs []string
+	for _, p := range net.CIDRs {
+		if p.Addr().Is4() { // the IPv6 ones are serviceRules6's
+			cidrs = append(cidrs, p.String())
 		}
+	}
+	if len(cidrs) > 0 {
+		chains = append(chains, chain("forward", knftables.ForwardHook))
 		refuse("forward", fmt.Sprintf("iifname %q ip daddr { %s }", HostInterconnectName, strings.Join(cidrs, ", ")))
 	}
 	if len(net.Refused) > 0 {
@@ -209,11 +272,17 @@ func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, sets []*knftab
 		}
 		refuse("output", "ip daddr . meta l4proto . th dport @"+refusedSet)
 	}
-	if len(net.NodePorts) > 0 {
+	var nodePorts []NodePort
+	for _, np := range net.NodePorts {
+		if np.ClusterIP.Is4() { // the IPv6 ones are serviceRules6's
+			nodePorts = append(nodePorts, np)
+		}
+	}
+	if len(nodePorts) > 0 {
 		chains = append(chains, &knftables.Chain{Name: nodePortChain, Type: knftables.PtrTo(knftables.NATType),
 			Hook: knftables.PtrTo(knftables.OutputHook), Priority: knftables.PtrTo(knftables.DNATPriority)})
 		maps = append(maps, &knftables.Map{Name: nodePortMap, Type: "inet_proto . inet_service : ipv4_addr . inet_service"})
-		for _, np := range net.NodePorts {
+		for _, np := range nodePorts {
 			elements = append(elements, &knftables.Element{Map: nodePortMap,
 				Key:   []string{strconv.Itoa(int(np.Protocol)), strconv.Itoa(int(np.Port))},
 				Value: []string{np.ClusterIP.String(), strconv.Itoa(int(np.ClusterPort))}})
@@ -277,18 +346,98 @@ func syncServiceTable(ctx context.Context, node *kernelns.Namespace, net Service
 		"vcoil: refusals of service frontends that VPP sends to the node", fill)
 }
 
+// serviceRules6 are the IPv6 table's chains, maps and rules, with IPv6
+// Services: the forward hook refuses what VPP sends back for an IPv6
+// service CIDR (a port no translation serves: without it, it would loop),
+// and a NAT chain on the output hook sends the node's own connections to
+// its IPv6 node ports to their IPv6 cluster IPs. Nil without IPv6.
+func serviceRules6(net ServiceNetwork) (chains []*knftables.Chain, maps []*knftables.Map, elements []*knftables.Element, rules []*knftables.Rule) {
+	if !net.IPv6 {
+		return nil, nil, nil, nil
+	}
+	var cidrs []string
+	for _, p := range net.CIDRs {
+		if p.Addr().Is6() {
+			cidrs = append(cidrs, p.String())
+		}
+	}
+	if len(cidrs) > 0 {
+		chains = append(chains, &knftables.Chain{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook),
+			Priority: knftables.PtrTo(knftables.FilterPriority)})
+		match := fmt.Sprintf("iifname %q ip6 daddr { %s }", HostInterconnectName, strings.Join(cidrs, ", "))
+		rules = append(rules,
+			&knftables.Rule{Chain: "forward", Rule: match + " meta l4proto tcp reject with tcp reset"},
+			&knftables.Rule{Chain: "forward", Rule: match + " reject with icmpv6 type port-unreachable"})
+	}
+	var nodePorts []NodePort
+	for _, np := range net.NodePorts {
+		if np.ClusterIP.Is6() {
+			nodePorts = append(nodePorts, np)
+		}
+	}
+	if len(nodePorts) > 0 {
+		chains = append(chains, &knftables.Chain{Name: nodePortChain, Type: knftables.PtrTo(knftables.NATType),
+			Hook: knftables.PtrTo(knftables.OutputHook), Priority: knftables.PtrTo(knftables.DNATPriority)})
+		maps = append(maps, &knftables.Map{Name: nodePortMap, Type: "inet_proto . inet_service : ipv6_addr . inet_service"})
+		for _, np := range nodePorts {
+			elements = append(elements, &knftables.Element{Map: nodePortMap,
+				Key:   []string{strconv.Itoa(int(np.Protocol)), strconv.Itoa(int(np.Port))},
+				Value: []string{np.ClusterIP.String(), strconv.Itoa(int(np.ClusterPort))}})
+		}
+		rules = append(rules, &knftables.Rule{Chain: nodePortChain,
+			Rule: "ip6 daddr != { ::1, fe80::/10 } fib daddr type local dnat ip6 to meta l4proto . th dport map @" + nodePortMap})
+	}
+	return chains, maps, elements, rules
+}
+
+// syncServiceTable6 replaces the table ip6 ServiceTable (serviceRules6),
+// or deletes it without IPv6 Services.
+func syncServiceTable6(ctx context.Context, node *kernelns.Namespace, net ServiceNetwork) error {
+	chains, maps, elements, rules := serviceRules6(net)
+	if _, err := exec.LookPath("nft"); err != nil {
+		if len(chains) == 0 {
+			return nil
+		}
+		return fmt.Errorf("IPv6 Services of the node itself need nft: %w", err)
+	}
+	var fill func(*knftables.Transaction)
+	if len(chains) > 0 {
+		fill = func(tx *knftables.Transaction) {
+			for _, c := range chains {
+				tx.Add(c)
+			}
+			for _, m := range maps {
+				tx.Add(m)
+			}
+			for _, e := range elements {
+				tx.Add(e)
+			}
+			for _, r := range rules {
+				tx.Add(r)
+			}
+		}
+	}
+	return replaceNodeTableOf(ctx, node, knftables.IPv6Family, ServiceTable, serviceTableKind,
+		"vcoil: the node's own IPv6 clients of Services, into VPP", fill)
+}
+
 // replaceNodeTable replaces the node's table ip name in one transaction
 // with a table of kind (formatversion.KernelTable) holding what fill adds,
 // or deletes it when fill is nil (nft.Replace). A newer vcoild's table is
 // refused and left as it is.
 func replaceNodeTable(ctx context.Context, node *kernelns.Namespace, name, kind, comment string, fill func(*knftables.Transaction)) error {
-	t, err := nft.Open(node.NS, knftables.IPv4Family, name, nil)
+	return replaceNodeTableOf(ctx, node, knftables.IPv4Family, name, kind, comment, fill)
+}
+
+// replaceNodeTableOf is replaceNodeTable for a table of family.
+func replaceNodeTableOf(ctx context.Context, node *kernelns.Namespace, family knftables.Family, name, kind, comment string, fill func(*knftables.Transaction)) error {
+	t, err := nft.Open(node.NS, family, name, nil)
 	if err != nil {
 		return fmt.Errorf("in %s: %w", node.Path, err)
 	}
 	defer t.Close()
 	if err := nft.Replace(ctx, t, kind, formatversion.KernelTable, comment, fill); err != nil {
-		return fmt.Errorf("write nftables table ip %s in %s: %w", name, node.Path, err)
+		return fmt.Errorf("write nftables table %s %s in %s: %w", family, name, node.Path, err)
 	}
 	return nil
 }

@@ -82,9 +82,14 @@ type ServiceNetwork struct {
 	// external frontends. VPP routes its /128 to the node's end of the
 	// host interconnect: cnat translates replies to it back only by
 	// interposing on a forwarding entry of its own, which the block's drop
-	// route is not (seen on VPP 25.10). The node's kernel does not hold it:
-	// the node's own IPv6 clients of Services are not served yet.
+	// route is not (seen on VPP 25.10). With IPv6, the node's kernel holds
+	// it too, as the source of its own connections to IPv6 cluster IPs.
 	SourceIPv6 netip.Addr
+	// IPv6: the renderer serves IPv6 Services (cnat): the IPv6 CIDRs are
+	// routed too, into VPP from the kernel with SourceIPv6 as source (the
+	// kernel holds it) and back from VPP, and NodePorts may name IPv6
+	// cluster IPs. Otherwise IPv6 CIDRs are left out (NAT44).
+	IPv6 bool
 	// Sinks: when true, the reject and drop sinks exist (the kernel's
 	// address and nftables rule, VPP's routes).
 	Sinks bool
@@ -108,8 +113,9 @@ type NodePort struct {
 	// Protocol is the IP protocol number: 6 (TCP) or 17 (UDP).
 	Protocol uint8
 	Port     uint16
-	// ClusterIP and ClusterPort are the service port's IPv4 cluster IP
-	// frontend.
+	// ClusterIP and ClusterPort are the service port's cluster IP
+	// frontend: IPv4, or, with ServiceNetwork.IPv6, either family (the
+	// node's addresses of that family are sent to it).
 	ClusterIP   netip.Addr
 	ClusterPort uint16
 }

@@ -160,7 +160,7 @@ type rendered struct {
 	// IPv4 only, so they are not translated and follow VPP's routes.
 	unsinkable int
 	// nodePorts send the node's own clients of the service's node ports
-	// to its IPv4 cluster IP (vpp.ServiceNetwork.NodePorts).
+	// to its cluster IP of each family (vpp.ServiceNetwork.NodePorts).
 	nodePorts []vpp.NodePort
 }
 
@@ -265,8 +265,12 @@ func render(node *service.Node, s *service.Service) *rendered {
 			for _, a := range node.NodePortAddresses {
 				put(a, p.NodePort, external, snat)
 			}
-			if i := slices.IndexFunc(s.ClusterIPs, netip.Addr.Is4); i >= 0 {
-				r.nodePorts = append(r.nodePorts, vpp.NodePort{Protocol: proto, Port: p.NodePort, ClusterIP: s.ClusterIPs[i], ClusterPort: p.Port})
+			// The node's own clients of its node ports go to the cluster IP
+			// of the family (the kernel's DNAT, vpp.ServiceNetwork).
+			for _, is4 := range []bool{true, false} {
+				if i := slices.IndexFunc(s.ClusterIPs, func(a netip.Addr) bool { return a.Is4() == is4 }); i >= 0 {
+					r.nodePorts = append(r.nodePorts, vpp.NodePort{Protocol: proto, Port: p.NodePort, ClusterIP: s.ClusterIPs[i], ClusterPort: p.Port})
+				}
 			}
 		}
 	}

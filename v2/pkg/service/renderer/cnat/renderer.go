@@ -367,15 +367,13 @@ func (r *Renderer) syncServiceNetwork(ctx context.Context, always bool) error {
 	}
 	var cidrs []netip.Prefix
 	for _, p := range r.cfg.ServiceCIDRs {
-		if p.Addr().Is4() {
-			cidrs = append(cidrs, p.Masked())
-		}
+		cidrs = append(cidrs, p.Masked())
 	}
 	refused := make([]vpp.Frontend, 0, len(r.refused))
 	for _, k := range slices.SortedFunc(maps.Keys(r.refused), compareKeys) {
 		refused = append(refused, vpp.Frontend{Addr: k.Addr, Protocol: k.Proto, Port: k.Port})
 	}
-	net := vpp.ServiceNetwork{CIDRs: cidrs, Sinks: true, Refused: refused, NodePorts: r.nodePorts()}
+	net := vpp.ServiceNetwork{CIDRs: cidrs, IPv6: true, Sinks: true, Refused: refused, NodePorts: r.nodePorts()}
 	for _, a := range r.node.NATLoopback {
 		if a.Is4() {
 			net.Source = a
@@ -403,12 +401,13 @@ func (r *Renderer) nodePorts() []vpp.NodePort {
 	type npKey struct {
 		proto uint8
 		port  uint16
+		is4   bool
 	}
 	seen := map[npKey]bool{}
 	var out []vpp.NodePort
 	for _, id := range slices.SortedFunc(maps.Keys(r.perService), service.ID.Compare) {
 		for _, np := range r.perService[id].nodePorts {
-			if k := (npKey{np.Protocol, np.Port}); !seen[k] {
+			if k := (npKey{np.Protocol, np.Port, np.ClusterIP.Is4()}); !seen[k] {
 				seen[k] = true
 				out = append(out, np)
 			}
@@ -418,7 +417,10 @@ func (r *Renderer) nodePorts() []vpp.NodePort {
 		if c := cmp.Compare(a.Protocol, b.Protocol); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.Port, b.Port)
+		if c := cmp.Compare(a.Port, b.Port); c != 0 {
+			return c
+		}
+		return a.ClusterIP.Compare(b.ClusterIP)
 	})
 	return out
 }

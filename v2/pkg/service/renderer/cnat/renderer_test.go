@@ -121,8 +121,10 @@ func TestResyncSendsTheseTranslations(t *testing.T) {
 		t.Fatalf("service network set %d times, want once", len(f.networks))
 	}
 	n := f.networks[0]
-	if n.Source != loopbackV4 || n.SourceIPv6 != loopbackV6 || !n.Sinks || len(n.CIDRs) != 1 || len(n.Refused) != 0 ||
-		!reflect.DeepEqual(n.NodePorts, []vpp.NodePort{{Protocol: 6, Port: 30080, ClusterIP: netip.MustParseAddr("10.96.0.10"), ClusterPort: 80}}) {
+	if n.Source != loopbackV4 || n.SourceIPv6 != loopbackV6 || !n.IPv6 || !n.Sinks || len(n.CIDRs) != 2 || len(n.Refused) != 0 ||
+		!reflect.DeepEqual(n.NodePorts, []vpp.NodePort{
+			{Protocol: 6, Port: 30080, ClusterIP: netip.MustParseAddr("10.96.0.10"), ClusterPort: 80},
+			{Protocol: 6, Port: 30080, ClusterIP: netip.MustParseAddr("fd00:96::10"), ClusterPort: 80}}) {
 		t.Errorf("service network %+v", n)
 	}
 	if want := []vpp.CnatSNAT{{IPv4: loopbackV4, IPv6: loopbackV6}}; !reflect.DeepEqual(f.snats, want) {
