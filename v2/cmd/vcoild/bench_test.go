@@ -94,9 +94,11 @@ func TestBenchCNI(t *testing.T) {
 		}
 	}
 	// With VCOIL_BENCH_CNI_SERVICES=N (make bench-cni SERVICES=N), VPP rows
-	// whose vcoild serves Services: with none, then with N (each of one
-	// TCP cluster IP and 10 remote endpoints) created between, the cnat
-	// renderer in both and NAT44 with N beside it.
+	// whose vcoild serves Services with the cnat renderer: with none, then
+	// with N (each of one TCP cluster IP and 10 remote endpoints) created
+	// between. NAT44 is not measured so: with 10,000 Services each new
+	// pod's NAT roles take longer (docs/vpp-services.md), and about the
+	// 119th sequential ADD failed when VPP did not answer in time.
 	services := 0
 	if s := os.Getenv("VCOIL_BENCH_CNI_SERVICES"); s != "" {
 		var err error
@@ -108,9 +110,6 @@ func TestBenchCNI(t *testing.T) {
 		for _, n := range []int{0, services} {
 			for _, sc := range scenarios {
 				runs = append(runs, run{sc, benchVariant{plugin: "vcoil", family: "ipv4", dataplane: "vpp", renderer: "cnat", services: n}})
-				if n > 0 {
-					runs = append(runs, run{sc, benchVariant{plugin: "vcoil", family: "ipv4", dataplane: "vpp", renderer: "nat44", services: n}})
-				}
 			}
 		}
 	}
