@@ -4,38 +4,36 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vcoil/vcoil/v2/pkg/rendermetrics"
 )
 
 // metrics of the renderer (vcoil_vpp_cnat_*), registered with
-// Config.Registry.
+// Config.Registry: the sync metrics every renderer exports
+// (package rendermetrics) and its own.
 type metrics struct {
+	syncs        *rendermetrics.Syncs
 	translations *prometheus.GaugeVec
-	duration     *prometheus.HistogramVec
 	requests     prometheus.Counter
-	failures     *prometheus.CounterVec
 	// count mirrors translations, by kind.
 	count map[kind]int
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	syncs, err := rendermetrics.New(reg, "vpp_cnat", "the cnat service renderer")
+	if err != nil {
+		return nil, err
+	}
 	m := &metrics{
+		syncs: syncs,
 		translations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "vcoil", Subsystem: "vpp_cnat", Name: "translations",
 			Help: "cnat translations the service renderer holds in VPP, by kind (backends, reject, drop).",
-		}, []string{"kind"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "vcoil", Subsystem: "vpp_cnat", Name: "sync_duration_seconds",
-			Help:    "Time the cnat service renderer took to apply a Resync or an Update, by kind (resync, update).",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"kind"}),
 		requests: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "vcoil", Subsystem: "vpp_cnat", Name: "requests_total",
 			Help: "Translation requests the cnat service renderer sent to VPP.",
 		}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "vcoil", Subsystem: "vpp_cnat", Name: "sync_failures_total",
-			Help: "Resyncs and Updates of the cnat service renderer that failed, by kind.",
-		}, []string{"kind"}),
 		count: map[kind]int{},
 	}
 	for _, k := range kinds {
@@ -44,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.translations, m.duration, m.requests, m.failures} {
+	for _, c := range []prometheus.Collector{m.translations, m.requests} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,10 +51,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) observe(op string, start time.Time, err error) {
-	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	if err != nil {
-		m.failures.WithLabelValues(op).Inc()
+	kind := rendermetrics.Update
+	if op == "resync" {
+		kind = rendermetrics.Resync
 	}
+	m.syncs.Observe(kind, start, err)
 }
 
 func (m *metrics) sent(n int) { m.requests.Add(float64(n)) }
