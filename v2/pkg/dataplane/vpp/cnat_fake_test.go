@@ -2,8 +2,10 @@ package vpp
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"testing"
 	"time"
 
 	"go.fd.io/govpp/api"
@@ -12,7 +14,7 @@ import (
 	"go.fd.io/govpp/binapi/nat44_ed"
 	"go.fd.io/govpp/binapi/nat_types"
 
-	"testing"
+	"github.com/vcoil/vcoil/v2/pkg/dataplane"
 )
 
 // fakeCnat models what SetCnatPods configures in VPP 25.10's cnat plugin
@@ -124,6 +126,12 @@ func TestSetCnatPodsConfiguresEveryPodNowAndLater(t *testing.T) {
 		"feature_enable_disable " + a + " ip6-unicast cnat-input-ip6 true",
 		"feature_enable_disable " + a + " ip6-output cnat-output-ip6 true",
 	})
+	if err := h.d.SetCnatPods(ctx(t), snat); err != nil {
+		t.Fatal(err)
+	}
+	if sent := h.vpp.take(); len(sent) != 0 {
+		t.Errorf("SetCnatPods again with what VPP holds sent %v", sent)
+	}
 	if _, err := h.d.SetupPod(ctx(t), podB); err != nil {
 		t.Fatal(err)
 	}
@@ -206,5 +214,51 @@ func TestCnatPodsAreNAT44FrontendsWhileHostPortsExist(t *testing.T) {
 	}
 	if outside(swB) {
 		t.Error("pod B is still a NAT44 frontend after the last hostPort went")
+	}
+}
+
+// A node switched from the NAT44 service renderer to cnat: an earlier
+// vcoild's renderer made every pod a NAT44 frontend (and backends inside
+// too); after the restart with cnat, SetCnatPods reads those roles from
+// VPP and takes them away, so that NAT44-ED leaves the pods' traffic.
+func TestCnatTakesAwayTheNAT44RolesOfAnEarlierRenderer(t *testing.T) {
+	cfg := testConfig()
+	h := start(t, cfg)
+	<-h.d.Resynced()
+	pods := []dataplane.Pod{podA, podB}
+	for _, p := range pods {
+		if _, err := h.d.SetupPod(ctx(t), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.d.SetPodNATRoles(ctx(t), []netip.Addr{podB.IPv4}); err != nil {
+		t.Fatal(err)
+	}
+	swA, swB := h.d.pods[podA.PodKey].swIfIndex, h.d.pods[podB.PodKey].swIfIndex
+	roles := func(sw uint32) map[nat_types.NatConfigFlags]bool {
+		h.vpp.mu.Lock()
+		defer h.vpp.mu.Unlock()
+		return maps.Clone(h.vpp.natFeat[sw])
+	}
+	if r := roles(swB); !r[nat_types.NAT_IS_NONE] || !r[nat_types.NAT_IS_INSIDE] {
+		t.Fatalf("the NAT44 renderer's backend pod has NAT44 features %v", r)
+	}
+	if err := h.restart(t, cfg, pods); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.SetCnatPods(ctx(t), CnatSNAT{IPv4: netip.MustParseAddr("10.100.0.15")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sw := range []uint32{swA, swB} {
+		for f, on := range roles(sw) {
+			if on {
+				t.Errorf("interface %d keeps NAT44 feature %d after the switch to cnat", sw, f)
+			}
+		}
+		h.vpp.mu.Lock()
+		if got := h.vpp.cnat.enabled(sw); !slices.Equal(got, allCnatFeatures) {
+			t.Errorf("interface %d has cnat features %v, want %v", sw, got, allCnatFeatures)
+		}
+		h.vpp.mu.Unlock()
 	}
 }

@@ -59,14 +59,26 @@ func (d *driver) SetCnatPods(ctx context.Context, snat CnatSNAT) error {
 		return fmt.Errorf("cnat pods: %w", err)
 	}
 	defer d.mu.Unlock()
+	if d.cnat != nil && *d.cnat == snat && d.cnatSynced {
+		// The renderer says it at every full sync; VPP holds it already
+		// (pods wired since got it at their set-up, a new VPP at the
+		// driver's sync), and the requests cost a few per pod.
+		return nil
+	}
 	d.cnat = &snat
 	return d.syncCnat()
 }
 
 // syncCnat sets cnat's SNAT policy and addresses and gives every wired pod
-// the features (each request is idempotent in VPP). The caller holds
-// d.mu.
+// the features (each request is idempotent in VPP), and records whether
+// all of it succeeded. The caller holds d.mu.
 func (d *driver) syncCnat() error {
+	err := d.applyCnat()
+	d.cnatSynced = d.cnat != nil && err == nil
+	return err
+}
+
+func (d *driver) applyCnat() error {
 	if d.cnat == nil {
 		return nil
 	}
@@ -142,9 +154,24 @@ func (d *driver) applyCnatFrontends() error {
 		return nil
 	}
 	var errs []error
+	var held map[uint32]NATRole
 	for _, st := range sortedPods(d.pods) {
 		if !st.wired {
 			continue
+		}
+		if st.roleUnknown {
+			// A pod wired by an earlier vcoild may hold the roles its
+			// NAT44 service renderer gave every pod (a node switched to
+			// cnat): read them, so that they go (SetPodNATRoles says why
+			// they are read, not assumed).
+			if held == nil {
+				var err error
+				if held, err = d.heldNATRoles(); err != nil {
+					errs = append(errs, fmt.Errorf("the NAT roles of the pods found in VPP: %w", err))
+					break
+				}
+			}
+			st.role, st.roleUnknown = held[st.swIfIndex], false
 		}
 		if role := d.podRoleWith(st); role != st.role {
 			if err := d.applyRole(st.swIfIndex, role&^st.role, st.role&^role); err != nil {

@@ -113,8 +113,10 @@ type driver struct {
 	podRolesKnown bool
 	backends      map[netip.Addr]bool
 	// cnat is what the cnat service renderer asked of pods (SetCnatPods);
-	// nil until it asks.
-	cnat *CnatSNAT
+	// nil until it asks. cnatSynced: VPP holds all of it on this
+	// connection (the last syncCnat succeeded).
+	cnat       *CnatSNAT
+	cnatSynced bool
 	// serviceNet is SetServiceNetwork's desired state, once known.
 	serviceNet      ServiceNetwork
 	serviceNetKnown bool

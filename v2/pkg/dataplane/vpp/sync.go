@@ -38,7 +38,7 @@ func (d *driver) resync(ctx context.Context) error {
 // not fail the sync. The caller holds d.mu.
 func (d *driver) replay(ctx context.Context) error {
 	ch := d.ch
-	d.node.natEnabled = false
+	d.node.natEnabled, d.cnatSynced = false, false
 	ifs, err := interfaceDump(ch, ^uint32(0))
 	if err != nil {
 		return fmt.Errorf("list VPP's interfaces: %w", err)

@@ -16,7 +16,10 @@ import (
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/cnat"
 	"go.fd.io/govpp/binapi/interface_types"
+	"go.fd.io/govpp/binapi/ip_types"
 	"go.fd.io/govpp/binapi/memclnt"
+	"go.fd.io/govpp/binapi/nat44_ed"
+	"go.fd.io/govpp/binapi/nat_types"
 	"go.fd.io/govpp/core"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
@@ -56,11 +59,22 @@ type fakeVPP struct {
 	snats    []vpp.CnatSNAT
 	// lists are the renderer's input ACLs by node interface.
 	lists map[vpp.NodeInterface][]uint32
+	// nat44 are NAT44-ED's static mappings (plain and load-balancing),
+	// by external address, protocol and port.
+	nat44 map[key]nat44Mapping
+}
+
+// nat44Mapping is a NAT44-ED static mapping as VPP 25.10 dumps it.
+type nat44Mapping struct {
+	lb    bool
+	flags uint8
+	local netip.Addr
+	tag   string
 }
 
 func newFakeVPP(t *testing.T) *fakeVPP {
-	m := vpptest.NewMock(t, Messages())
-	f := &fakeVPP{t: t, mock: m, adapter: m.Adapter, byKey: map[key]*cnat.CnatTranslation{}, inc: 1,
+	m := vpptest.NewMock(t, append(Messages(), nat44Messages()...))
+	f := &fakeVPP{t: t, mock: m, adapter: m.Adapter, byKey: map[key]*cnat.CnatTranslation{}, inc: 1, nat44: map[key]nat44Mapping{},
 		acls: map[uint32]*acl.ACLAddReplace{}, nextACL: 5, lists: map[vpp.NodeInterface][]uint32{}}
 	f.adapter.MockReplyHandler(f.handle)
 	conn, err := core.Connect(f.adapter)
@@ -110,6 +124,7 @@ func (f *fakeVPP) restart() {
 	clear(f.byKey)
 	clear(f.acls)
 	clear(f.lists)
+	clear(f.nat44)
 	f.inc++
 }
 
@@ -129,6 +144,25 @@ func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 		for _, i := range slices.Sorted(maps.Keys(f.acls)) {
 			a := f.acls[i]
 			out = append(out, &acl.ACLDetails{ACLIndex: i, Tag: a.Tag, Count: uint32(len(a.R)), R: slices.Clone(a.R)})
+		}
+		f.adapter.MockReply(out...)
+		return nil, 0, false
+	}
+	switch req.(type) {
+	case *nat44_ed.Nat44LbStaticMappingDump, *nat44_ed.Nat44StaticMappingDump:
+		_, lb := req.(*nat44_ed.Nat44LbStaticMappingDump)
+		var out []api.Message
+		for _, k := range slices.SortedFunc(maps.Keys(f.nat44), compareKeys) {
+			m := f.nat44[k]
+			switch {
+			case m.lb != lb:
+			case lb:
+				out = append(out, &nat44_ed.Nat44LbStaticMappingDetails{ExternalAddr: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
+					Flags: nat_types.NatConfigFlags(m.flags), Tag: m.tag})
+			default:
+				out = append(out, &nat44_ed.Nat44StaticMappingDetails{ExternalIPAddress: ip4(k.Addr), ExternalPort: k.Port, Protocol: k.Proto,
+					LocalIPAddress: ip4(m.local), LocalPort: k.Port, Flags: nat_types.NatConfigFlags(m.flags), Tag: m.tag})
+			}
 		}
 		f.adapter.MockReply(out...)
 		return nil, 0, false
@@ -189,6 +223,10 @@ func (f *fakeVPP) handle(dto mock.MessageDTO) ([]byte, uint16, bool) {
 				break
 			}
 			delete(f.acls, m.ACLIndex)
+		case *nat44_ed.Nat44AddDelLbStaticMapping:
+			rv = f.delNAT44(key{netip.AddrFrom4(m.ExternalAddr), m.Protocol, m.ExternalPort}, true, uint8(m.Flags), m.IsAdd)
+		case *nat44_ed.Nat44AddDelStaticMappingV2:
+			rv = f.delNAT44(key{netip.AddrFrom4(m.ExternalIPAddress), m.Protocol, m.ExternalPort}, false, uint8(m.Flags), m.IsAdd)
 		case *cnat.CnatTranslationDel:
 			rv = api.NO_SUCH_ENTRY
 			for k, x := range f.byKey {
@@ -209,7 +247,7 @@ func (f *fakeVPP) take() []api.Message {
 	var out []api.Message
 	for _, r := range f.requests {
 		switch r.(type) {
-		case *cnat.CnatTranslationDump, *acl.ACLDump:
+		case *cnat.CnatTranslationDump, *acl.ACLDump, *nat44_ed.Nat44LbStaticMappingDump, *nat44_ed.Nat44StaticMappingDump:
 		default:
 			out = append(out, r)
 		}
@@ -233,3 +271,24 @@ func (f *fakeVPP) count() int {
 
 func tcp(a string, port uint16) key { return key{netip.MustParseAddr(a), protoTCP, port} }
 func udp(a string, port uint16) key { return key{netip.MustParseAddr(a), protoUDP, port} }
+
+// delNAT44 deletes a static mapping as NAT44-ED does: it must exist, be
+// of the kind of the request and be deleted with its flags. The renderer
+// never adds one.
+func (f *fakeVPP) delNAT44(k key, lb bool, flags uint8, isAdd bool) api.VPPApiError {
+	if isAdd {
+		f.t.Errorf("fake VPP: the cnat renderer added the NAT44 static mapping of %s", k)
+		return api.UNSPECIFIED
+	}
+	m, ok := f.nat44[k]
+	if !ok || m.lb != lb {
+		return api.NO_SUCH_ENTRY
+	}
+	if m.flags != flags {
+		return api.INVALID_VALUE
+	}
+	delete(f.nat44, k)
+	return 0
+}
+
+func ip4(a netip.Addr) ip_types.IP4Address { return ip_types.IP4Address(a.As4()) }

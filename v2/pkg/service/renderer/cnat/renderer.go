@@ -56,6 +56,8 @@ type Renderer struct {
 	checked vpp.Incarnation
 	held    map[key]*translation
 	foreign map[key]bool
+	// retired: the incarnation whose NAT44 service mappings are gone.
+	retired vpp.Incarnation
 }
 
 var _ service.Renderer = (*Renderer)(nil)
@@ -165,7 +167,13 @@ func (r *Renderer) Update(ctx context.Context, changes *service.Changes) (err er
 			return err
 		}
 	}
-	return r.apply(ch, slices.SortedFunc(maps.Keys(dirty), compareKeys))
+	if err := r.apply(ch, slices.SortedFunc(maps.Keys(dirty), compareKeys)); err != nil {
+		return err
+	}
+	if changes.Node != nil {
+		return r.syncPods(ctx)
+	}
+	return nil
 }
 
 // syncACL makes VPP hold the source-ranges ACL of the services, both
@@ -310,7 +318,22 @@ func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInt
 		return err
 	}
 	r.synced = true
-	return r.apply(ch, keys)
+	if err := r.apply(ch, keys); err != nil {
+		return err
+	}
+	if r.retired != ifs.Incarnation {
+		// After the translations: a new connection always finds one of
+		// the two plugins (retire.go).
+		n, err := retireNAT44(ch, r.cfg.MaxInFlight)
+		if err != nil {
+			return fmt.Errorf("cnat service renderer: the switch from NAT44: %w", err)
+		}
+		if n > 0 {
+			r.log.Info("deleted the NAT44 static mappings of an earlier vcoild's services; cnat serves them now", "mappings", n)
+		}
+		r.retired = ifs.Incarnation
+	}
+	return r.syncPods(ctx)
 }
 
 // apply sends what turns the held translations at keys into the desired
@@ -385,13 +408,30 @@ func (r *Renderer) syncServiceNetwork(ctx context.Context, always bool) error {
 		r.networkChanged = true
 		return fmt.Errorf("cnat service renderer: set the service network: %w", err)
 	}
-	// Hairpin is source-NATed to the NAT loopbacks, which the service
-	// network routes (cnat translates the replies back only on a route).
-	if err := r.dp.SetCnatPods(ctx, vpp.CnatSNAT{IPv4: net.Source, IPv6: net.SourceIPv6}); err != nil {
-		r.networkChanged = true
+	r.networkChanged = false
+	return nil
+}
+
+// syncPods gives the pods cnat's features and SNAT policy: hairpin is
+// source-NATed to the NAT loopbacks, which the service network routes
+// (cnat translates the replies back only on a route). It runs after the
+// translations: on a node switched from the NAT44 renderer it also takes
+// the pods' NAT44 roles away, and until then NAT44-ED keeps translating
+// what cnat does not yet (retire.go). The dataplane sends nothing when
+// VPP holds it already.
+func (r *Renderer) syncPods(ctx context.Context) error {
+	var snat vpp.CnatSNAT
+	for _, a := range r.node.NATLoopback {
+		if a.Is4() {
+			snat.IPv4 = a
+		} else {
+			snat.IPv6 = a
+		}
+	}
+	if err := r.dp.SetCnatPods(ctx, snat); err != nil {
+		r.synced = false
 		return fmt.Errorf("cnat service renderer: set up pods for hairpin: %w", err)
 	}
-	r.networkChanged = false
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"go.fd.io/govpp/binapi/interface_types"
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/ip_types"
+	"go.fd.io/govpp/binapi/nat44_ed"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
@@ -470,5 +472,74 @@ func TestSourceRangesComeBeforeTheirTranslations(t *testing.T) {
 	}
 	if len(f.acls) != 0 || len(f.lists[vpp.Uplink]) != 0 || len(f.lists[vpp.HostInterconnect]) != 0 {
 		t.Errorf("without ranges VPP keeps ACLs %v, lists %v", f.acls, f.lists)
+	}
+}
+
+// The switch from the NAT44 renderer: the first full sync of a VPP deletes
+// the static mappings an earlier vcoild's NAT44 renderer tagged (any
+// format, plain and hashed tags), after every translation is in VPP; the
+// hostPorts' mappings and untagged ones stay. Later syncs of the same VPP
+// do not look again; a new VPP is looked at once more.
+func TestFirstSyncRetiresTheNAT44RenderersMappings(t *testing.T) {
+	f := newFakeVPP(t)
+	ctx := context.Background()
+	lo := netip.MustParseAddr("10.100.0.3")
+	f.nat44[tcp("10.96.0.10", 80)] = nat44Mapping{lb: true, flags: 0x0a, tag: "vcoil-svc@2 ns/web"}
+	f.nat44[udp("10.96.0.11", 53)] = nat44Mapping{local: lo, flags: 0x0a, tag: "vcoil-svc#@2 3f2a"}
+	f.nat44[tcp("10.96.0.12", 80)] = nat44Mapping{local: lo, flags: 0x08, tag: "vcoil-svc ns/old"} // format 1
+	f.nat44[tcp("203.0.113.1", 30555)] = nat44Mapping{local: lo, flags: 0x0a, tag: "vcoil-hp@2 c1 eth0"}
+	f.nat44[tcp("203.0.113.1", 8080)] = nat44Mapping{local: lo, tag: "someone else's"}
+	r := newRenderer(t, f, Config{})
+	s := dual()
+	if err := r.Resync(ctx, &service.State{Node: testNode, Services: map[service.ID]*service.Service{s.ID: s}}); err != nil {
+		t.Fatal(err)
+	}
+	sent := f.take()
+	lastUpdate, firstDel := -1, len(sent)
+	var deleted []string
+	for i, m := range sent {
+		switch m := m.(type) {
+		case *cnat.CnatTranslationUpdate:
+			lastUpdate = i
+		case *nat44_ed.Nat44AddDelLbStaticMapping:
+			firstDel = min(firstDel, i)
+			deleted = append(deleted, netip.AddrFrom4(m.ExternalAddr).String())
+		case *nat44_ed.Nat44AddDelStaticMappingV2:
+			firstDel = min(firstDel, i)
+			deleted = append(deleted, netip.AddrFrom4(m.ExternalIPAddress).String())
+		}
+	}
+	slices.Sort(deleted)
+	if want := []string{"10.96.0.10", "10.96.0.11", "10.96.0.12"}; !slices.Equal(deleted, want) {
+		t.Errorf("deleted the NAT44 mappings of %v, want %v", deleted, want)
+	}
+	if lastUpdate < 0 || lastUpdate > firstDel {
+		t.Errorf("a translation (request %d) came after a NAT44 mapping was deleted (request %d):\n%s", lastUpdate, firstDel, dumpMsgs(sent))
+	}
+	if len(f.nat44) != 2 {
+		t.Errorf("VPP holds the NAT44 mappings %v, want the hostPort's and the foreign one", f.nat44)
+	}
+
+	// A second sync of the same VPP does not look.
+	f.nat44[tcp("10.96.0.13", 80)] = nat44Mapping{local: lo, tag: "vcoil-svc@2 ns/late"}
+	if err := r.Resync(ctx, &service.State{Node: testNode, Services: map[service.ID]*service.Service{s.ID: s}}); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	for _, m := range f.requests {
+		if _, ok := m.(*nat44_ed.Nat44StaticMappingDump); ok {
+			t.Error("the second sync of one VPP dumped the NAT44 mappings again")
+		}
+	}
+	f.mu.Unlock()
+	f.take()
+	// A new VPP (its mappings are put back by hand here) is looked at.
+	f.restart()
+	f.nat44[tcp("10.96.0.13", 80)] = nat44Mapping{local: lo, tag: "vcoil-svc@2 ns/late"}
+	if err := r.Resync(ctx, &service.State{Node: testNode, Services: map[service.ID]*service.Service{s.ID: s}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.nat44) != 0 {
+		t.Errorf("after a VPP restart the NAT44 mappings %v stay", f.nat44)
 	}
 }

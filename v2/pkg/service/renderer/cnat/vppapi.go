@@ -137,9 +137,14 @@ type op struct {
 	reply api.Message
 	del   bool
 	t     *translation // for update: what VPP then holds
+	// desc says what a request that is not about a translation does.
+	desc string
 }
 
 func (o op) what() string {
+	if o.desc != "" {
+		return o.desc
+	}
 	if o.del {
 		return "delete the cnat translation of " + o.k.String()
 	}
