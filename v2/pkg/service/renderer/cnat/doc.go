@@ -20,7 +20,12 @@
 //     VPP 25.10 dies of a translation without paths (cnat_api.c sizes the
 //     paths by n_paths-1 on an unsigned count): the renderer never sends
 //     one. The sinks are IPv4: an IPv6 frontend without endpoints is not
-//     translated and follows VPP's routes.
+//     translated and follows VPP's routes, to the node's kernel, which
+//     refuses it; so does a UDP cluster IP without endpoints, whose
+//     clients would otherwise keep a session to the sink: cnat's sessions
+//     live while traffic refreshes them, and VPP 25.10 can only purge all
+//     of them together with every translation (cnat_session_purge calls
+//     cnat_translation_purge; checked on a real VPP).
 //   - ClientIP affinity is a Maglev translation hashed on the client's
 //     address: a client stays on its backend while the backends stay, with
 //     no timeout. VPP sets the LB type and hash only when it makes a
@@ -50,8 +55,13 @@
 // checked on a real VPP). Requests are pipelined (Config.MaxInFlight in
 // flight).
 //
-// What it does not do (yet): SCTP (cnat rewrites TCP and UDP ports only),
-// loadBalancerSourceRanges, hairpin (a pod reaching itself through a
-// Service), telling pod clients of an eTP=Local external frontend from
-// outside ones, and the node's own IPv6 clients of Services.
+// The switch from NAT44-ED (retire.go): the first full sync of each VPP
+// deletes the NAT44 renderer's static mappings, after the translations;
+// the driver takes the pods' NAT44 roles away.
+//
+// What it does not do: SCTP (cnat rewrites TCP and UDP ports only),
+// telling pod clients of an eTP=Local external frontend from outside
+// ones, an affinity timeout, and forgetting a UDP client's session to a
+// backend that went while the client keeps sending (no API removes one
+// session).
 package cnat

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -270,6 +271,57 @@ func TestRealVPPCnatServices(t *testing.T) {
 				t.Fatalf("after b went a connection reached %q (%v), want a", got, err)
 			}
 		}
+	})
+	t.Run("a UDP client that keeps sending reaches the endpoints a Service without them gets", func(t *testing.T) {
+		// One socket, one 5-tuple: cnat's session of its first datagram
+		// (to the reject sink) lives while the client sends, unless the
+		// renderer purges it when the sink goes.
+		var conn *net.UDPConn
+		if err := c.ns.Do(func() error {
+			var err error
+			conn, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(itEmpty, 53)))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ask := func() (string, error) {
+			if _, err := conn.Write([]byte("hello")); err != nil {
+				return "", err
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			buf := make([]byte, 200)
+			n, err := conn.Read(buf)
+			return string(buf[:n]), err
+		}
+		refused := 0
+		for range 5 {
+			reply, err := ask()
+			if err == nil {
+				t.Fatalf("a Service without endpoints answered %q", reply)
+			}
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				refused++
+			}
+		}
+		if refused == 0 {
+			t.Error("UDP to a cluster IP without endpoints was never refused (ICMP port unreachable)")
+		}
+		ready := &service.Service{ID: empty.ID, ClusterIPs: empty.ClusterIPs,
+			Ports: []service.Port{{Protocol: service.TCP, Port: 80}, {Protocol: service.UDP, Port: 53, Endpoints: a.endpoints(), Cluster: a.endpoints(), HasEndpoints: true}}}
+		if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{ready}}); err != nil {
+			t.Fatal(err)
+		}
+		poll.Eventually(t, 5*time.Second, func() error {
+			reply, err := ask()
+			if err != nil {
+				return fmt.Errorf("the client's socket after its Service got an endpoint: %w", err)
+			}
+			if !strings.HasPrefix(reply, "a ") {
+				return fmt.Errorf("answered %q, want backend a", reply)
+			}
+			return nil
+		})
 	})
 	t.Run("a hostPort (NAT44, beside cnat) from another pod, its own and from outside", func(t *testing.T) {
 		// Last: a hostPort makes every pod a NAT44 frontend (NAT44-ED

@@ -215,7 +215,7 @@ func render(node *service.Node, s *service.Service) *rendered {
 			continue
 		}
 		internal, external := s.InternalEndpoints(p), s.ExternalEndpoints(p)
-		put := func(a netip.Addr, port uint16, eps []service.Endpoint, snat bool) {
+		put := func(a netip.Addr, port uint16, eps []service.Endpoint, snat, clusterIP bool) {
 			k := key{a, proto, port}
 			if r.get(k) != nil {
 				return
@@ -243,6 +243,14 @@ func render(node *service.Node, s *service.Service) *rendered {
 				sink := vpp.RejectSinkIPv4
 				if p.HasEndpointsFor(a) {
 					t.Kind, sink = kindDrop, vpp.DropSinkIPv4
+				} else if clusterIP && proto == protoUDP {
+					// Not translated: VPP routes it to the node's kernel,
+					// which refuses what comes back from VPP for a
+					// service CIDR. A sink path would give the client's
+					// 5-tuple a cnat session to the sink, which its
+					// steady traffic keeps alive after the Service gets
+					// endpoints (cnat cannot purge one session).
+					return
 				}
 				t.Paths = []path{{Dst: netip.AddrPortFrom(sink, port)}}
 			}
@@ -252,18 +260,18 @@ func render(node *service.Node, s *service.Service) *rendered {
 			r.entries = append(r.entries, entry{k, t})
 		}
 		for _, a := range s.ClusterIPs {
-			put(a, p.Port, internal, false)
+			put(a, p.Port, internal, false, true)
 		}
 		snat := !s.ExternalLocal
 		for _, a := range s.ExternalIPs {
-			put(a, p.Port, external, snat)
+			put(a, p.Port, external, snat, false)
 		}
 		for _, a := range s.LoadBalancerIPs {
-			put(a, p.Port, external, snat)
+			put(a, p.Port, external, snat, false)
 		}
 		if p.NodePort != 0 {
 			for _, a := range node.NodePortAddresses {
-				put(a, p.NodePort, external, snat)
+				put(a, p.NodePort, external, snat, false)
 			}
 			// The node's own clients of its node ports go to the cluster IP
 			// of the family (the kernel's DNAT, vpp.ServiceNetwork).

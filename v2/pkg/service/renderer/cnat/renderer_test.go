@@ -176,14 +176,16 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // TestNoEndpointsNeverSendsATranslationWithoutPaths: a frontend without
 // endpoints goes to the reject sink, one whose endpoints are all elsewhere
 // (eTP=Local) to the drop sink, both IPv4; an IPv6 one is not translated
-// (the sinks are IPv4). The fake fails the test on any translation without
-// paths, which kills VPP 25.10.
+// (the sinks are IPv4), nor is a UDP cluster IP (the node's kernel refuses
+// it, and no cnat session outlives the Service's lack of endpoints). The
+// fake fails the test on any translation without paths, which kills VPP
+// 25.10.
 func TestNoEndpointsNeverSendsATranslationWithoutPaths(t *testing.T) {
 	f := newFakeVPP(t)
 	r := newRenderer(t, f, Config{})
 	empty := &service.Service{ID: service.ID{Namespace: "ns", Name: "empty"},
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.20"), netip.MustParseAddr("fd00:96::20")},
-		Ports:      []service.Port{{Protocol: service.UDP, Port: 53}}}
+		Ports:      []service.Port{{Protocol: service.TCP, Port: 53}, {Protocol: service.UDP, Port: 53}}}
 	remote := []service.Endpoint{ep("10.101.0.7", 8080, false)}
 	local := &service.Service{ID: service.ID{Namespace: "ns", Name: "local"}, ExternalLocal: true,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.21")},
@@ -193,7 +195,7 @@ func TestNoEndpointsNeverSendsATranslationWithoutPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, want := range map[key]netip.AddrPort{
-		udp("10.96.0.20", 53):     netip.AddrPortFrom(vpp.RejectSinkIPv4, 53),
+		tcp("10.96.0.20", 53):     netip.AddrPortFrom(vpp.RejectSinkIPv4, 53),
 		tcp("10.96.0.21", 80):     netip.MustParseAddrPort("10.101.0.7:8080"),
 		tcp("198.18.0.11", 30081): netip.AddrPortFrom(vpp.DropSinkIPv4, 30081),
 	} {
@@ -202,12 +204,12 @@ func TestNoEndpointsNeverSendsATranslationWithoutPaths(t *testing.T) {
 			t.Errorf("%s: VPP holds %+v, want one path to %s", k, x, want)
 		}
 	}
-	for _, k := range []key{udp("fd00:96::20", 53), tcp("fd00:18::11", 30081)} {
+	for _, k := range []key{udp("10.96.0.20", 53), udp("fd00:96::20", 53), tcp("fd00:18::11", 30081)} {
 		if x := f.held(k); x != nil {
-			t.Errorf("%s: VPP holds %+v, want nothing (IPv6 without endpoints)", k, x)
+			t.Errorf("%s: VPP holds %+v, want nothing (IPv6, or a UDP cluster IP, without endpoints)", k, x)
 		}
 	}
-	if n := f.networks[len(f.networks)-1]; !reflect.DeepEqual(n.Refused, []vpp.Frontend{{Addr: netip.MustParseAddr("10.96.0.20"), Protocol: 17, Port: 53}}) {
+	if n := f.networks[len(f.networks)-1]; !reflect.DeepEqual(n.Refused, []vpp.Frontend{{Addr: netip.MustParseAddr("10.96.0.20"), Protocol: 6, Port: 53}}) {
 		t.Errorf("refused frontends %+v", n.Refused)
 	}
 }
@@ -374,7 +376,7 @@ func TestRestartAndFailureSyncEverything(t *testing.T) {
 	full := f.count()
 	f.restart()
 	other := &service.Service{ID: service.ID{Namespace: "ns", Name: "other"}, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.30")},
-		Ports: []service.Port{{Protocol: service.UDP, Port: 53}}}
+		Ports: []service.Port{{Protocol: service.TCP, Port: 53}}}
 	if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{other}}); err != nil {
 		t.Fatal(err)
 	}
