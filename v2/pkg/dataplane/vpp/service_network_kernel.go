@@ -272,27 +272,10 @@ func serviceRules(net ServiceNetwork) (chains []*knftables.Chain, sets []*knftab
 		}
 		refuse("output", "ip daddr . meta l4proto . th dport @"+refusedSet)
 	}
-	var nodePorts []NodePort
-	for _, np := range net.NodePorts {
-		if np.ClusterIP.Is4() { // the IPv6 ones are serviceRules6's
-			nodePorts = append(nodePorts, np)
-		}
-	}
-	if len(nodePorts) > 0 {
-		chains = append(chains, &knftables.Chain{Name: nodePortChain, Type: knftables.PtrTo(knftables.NATType),
-			Hook: knftables.PtrTo(knftables.OutputHook), Priority: knftables.PtrTo(knftables.DNATPriority)})
-		maps = append(maps, &knftables.Map{Name: nodePortMap, Type: "inet_proto . inet_service : ipv4_addr . inet_service"})
-		for _, np := range nodePorts {
-			elements = append(elements, &knftables.Element{Map: nodePortMap,
-				Key:   []string{strconv.Itoa(int(np.Protocol)), strconv.Itoa(int(np.Port))},
-				Value: []string{np.ClusterIP.String(), strconv.Itoa(int(np.ClusterPort))}})
-		}
-		// The node's own addresses only: not loopback (kube-proxy's
-		// nftables mode has no localhost node ports either), not the
-		// link-local ones of the interconnect and the sinks.
-		rules = append(rules, &knftables.Rule{Chain: nodePortChain,
-			Rule: "ip daddr != { 127.0.0.0/8, 169.254.0.0/16 } fib daddr type local dnat ip to meta l4proto . th dport map @" + nodePortMap})
-	}
+	// The node's own addresses only: not loopback (kube-proxy's nftables
+	// mode has no localhost node ports either), not the link-local ones of
+	// the interconnect and the sinks.
+	nodePortRules(net.NodePorts, true, "ip daddr != { 127.0.0.0/8, 169.254.0.0/16 }", &chains, &maps, &elements, &rules)
 	return chains, sets, maps, elements, rules
 }
 
@@ -369,25 +352,37 @@ func serviceRules6(net ServiceNetwork) (chains []*knftables.Chain, maps []*knfta
 			&knftables.Rule{Chain: "forward", Rule: match + " meta l4proto tcp reject with tcp reset"},
 			&knftables.Rule{Chain: "forward", Rule: match + " reject with icmpv6 type port-unreachable"})
 	}
+	nodePortRules(net.NodePorts, false, "ip6 daddr != { ::1, fe80::/10 }", &chains, &maps, &elements, &rules)
+	return chains, maps, elements, rules
+}
+
+// nodePortRules adds the output NAT chain and map that send the node's own
+// connections to its node ports of one family to their cluster IPs, for
+// destinations that match notLocal.
+func nodePortRules(all []NodePort, ipv4 bool, notLocal string, chains *[]*knftables.Chain, maps *[]*knftables.Map, elements *[]*knftables.Element, rules *[]*knftables.Rule) {
+	family, addrType := "ip", "ipv4_addr"
+	if !ipv4 {
+		family, addrType = "ip6", "ipv6_addr"
+	}
 	var nodePorts []NodePort
-	for _, np := range net.NodePorts {
-		if np.ClusterIP.Is6() {
+	for _, np := range all {
+		if np.ClusterIP.Is4() == ipv4 {
 			nodePorts = append(nodePorts, np)
 		}
 	}
-	if len(nodePorts) > 0 {
-		chains = append(chains, &knftables.Chain{Name: nodePortChain, Type: knftables.PtrTo(knftables.NATType),
-			Hook: knftables.PtrTo(knftables.OutputHook), Priority: knftables.PtrTo(knftables.DNATPriority)})
-		maps = append(maps, &knftables.Map{Name: nodePortMap, Type: "inet_proto . inet_service : ipv6_addr . inet_service"})
-		for _, np := range nodePorts {
-			elements = append(elements, &knftables.Element{Map: nodePortMap,
-				Key:   []string{strconv.Itoa(int(np.Protocol)), strconv.Itoa(int(np.Port))},
-				Value: []string{np.ClusterIP.String(), strconv.Itoa(int(np.ClusterPort))}})
-		}
-		rules = append(rules, &knftables.Rule{Chain: nodePortChain,
-			Rule: "ip6 daddr != { ::1, fe80::/10 } fib daddr type local dnat ip6 to meta l4proto . th dport map @" + nodePortMap})
+	if len(nodePorts) == 0 {
+		return
 	}
-	return chains, maps, elements, rules
+	*chains = append(*chains, &knftables.Chain{Name: nodePortChain, Type: knftables.PtrTo(knftables.NATType),
+		Hook: knftables.PtrTo(knftables.OutputHook), Priority: knftables.PtrTo(knftables.DNATPriority)})
+	*maps = append(*maps, &knftables.Map{Name: nodePortMap, Type: "inet_proto . inet_service : " + addrType + " . inet_service"})
+	for _, np := range nodePorts {
+		*elements = append(*elements, &knftables.Element{Map: nodePortMap,
+			Key:   []string{strconv.Itoa(int(np.Protocol)), strconv.Itoa(int(np.Port))},
+			Value: []string{np.ClusterIP.String(), strconv.Itoa(int(np.ClusterPort))}})
+	}
+	*rules = append(*rules, &knftables.Rule{Chain: nodePortChain,
+		Rule: notLocal + " fib daddr type local dnat " + family + " to meta l4proto . th dport map @" + nodePortMap})
 }
 
 // syncServiceTable6 replaces the table ip6 ServiceTable (serviceRules6),
