@@ -21,9 +21,10 @@
 //     paths by n_paths-1 on an unsigned count): the renderer never sends
 //     one. The sinks are IPv4: an IPv6 frontend without endpoints is not
 //     translated and follows VPP's routes, to the node's kernel, which
-//     refuses it; so does a UDP cluster IP without endpoints (dropped
-//     instead when another port of its address is translated: cnat then
-//     owns the address and drops what no translation matches), whose
+//     refuses it; so does a UDP cluster IP or node port without endpoints
+//     (the kernel, or VPP for its own addresses, refuses it; a cluster IP
+//     another port of which is translated drops it: cnat then owns the
+//     address and drops what no translation matches), whose
 //     clients would otherwise keep a session to the sink: cnat's sessions
 //     live while traffic refreshes them, and VPP 25.10 can only purge all
 //     of them together with every translation (cnat_session_purge calls

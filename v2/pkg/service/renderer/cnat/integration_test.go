@@ -277,27 +277,31 @@ func TestRealVPPCnatServices(t *testing.T) {
 		}
 	})
 	t.Run("a UDP client that keeps sending reaches the endpoints a Service without them gets", func(t *testing.T) {
-		// One socket, one 5-tuple: cnat's session of its first datagram
-		// (to the reject sink) lives while the client sends, unless the
-		// renderer purges it when the sink goes.
-		// A Service of UDP ports only: a cluster IP with a translation
-		// for some port owns its address in VPP, which drops the others.
+		// One socket, one 5-tuple: a cnat session made for its first
+		// datagram (to the reject sink) would live while the client
+		// sends. A Service of UDP ports only: a cluster IP with a
+		// translation for some port owns its address in VPP, which
+		// drops the others.
 		quietIP := netip.MustParseAddr("10.96.0.16")
+		const quietNodePort = 30053
 		quiet := &service.Service{ID: service.ID{Namespace: "it", Name: "quiet"}, ClusterIPs: []netip.Addr{quietIP},
-			Ports: []service.Port{{Protocol: service.UDP, Port: 53}}}
+			Ports: []service.Port{{Protocol: service.UDP, Port: 53, NodePort: quietNodePort}}}
 		if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{quiet}}); err != nil {
 			t.Fatal(err)
 		}
-		var conn *net.UDPConn
-		if err := c.ns.Do(func() error {
-			var err error
-			conn, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(quietIP, 53)))
-			return err
-		}); err != nil {
-			t.Fatal(err)
+		dial := func(ns *netnstest.NS, target netip.AddrPort) *net.UDPConn {
+			var conn *net.UDPConn
+			if err := ns.Do(func() error {
+				var err error
+				conn, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(target))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			return conn
 		}
-		defer conn.Close()
-		ask := func() (string, error) {
+		ask := func(conn *net.UDPConn) (string, error) {
 			if _, err := conn.Write([]byte("hello")); err != nil {
 				return "", err
 			}
@@ -306,34 +310,40 @@ func TestRealVPPCnatServices(t *testing.T) {
 			n, err := conn.Read(buf)
 			return string(buf[:n]), err
 		}
+		clusterIP := dial(c.ns, netip.AddrPortFrom(quietIP, 53))
+		nodePort := dial(ext, netip.AddrPortFrom(itUplink.Addr(), quietNodePort))
 		refused := 0
 		for range 5 {
-			reply, err := ask()
-			if err == nil {
-				t.Fatalf("a Service without endpoints answered %q", reply)
-			}
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				refused++
+			for _, conn := range []*net.UDPConn{clusterIP, nodePort} {
+				reply, err := ask(conn)
+				if err == nil {
+					t.Fatalf("a Service without endpoints answered %q", reply)
+				}
+				if conn == clusterIP && errors.Is(err, syscall.ECONNREFUSED) {
+					refused++
+				}
 			}
 		}
 		if refused == 0 {
 			t.Error("UDP to a cluster IP without endpoints was never refused (ICMP port unreachable)")
 		}
 		ready := &service.Service{ID: quiet.ID, ClusterIPs: quiet.ClusterIPs,
-			Ports: []service.Port{{Protocol: service.UDP, Port: 53, Endpoints: a.endpoints(), Cluster: a.endpoints(), HasEndpoints: true}}}
+			Ports: []service.Port{{Protocol: service.UDP, Port: 53, NodePort: quietNodePort, Endpoints: a.endpoints(), Cluster: a.endpoints(), HasEndpoints: true}}}
 		if err := r.Update(ctx, &service.Changes{Upsert: []*service.Service{ready}}); err != nil {
 			t.Fatal(err)
 		}
-		poll.Eventually(t, 5*time.Second, func() error {
-			reply, err := ask()
-			if err != nil {
-				return fmt.Errorf("the client's socket after its Service got an endpoint: %w", err)
-			}
-			if !strings.HasPrefix(reply, "a ") {
-				return fmt.Errorf("answered %q, want backend a", reply)
-			}
-			return nil
-		})
+		for name, conn := range map[string]*net.UDPConn{"cluster IP": clusterIP, "NodePort": nodePort} {
+			poll.Eventually(t, 5*time.Second, func() error {
+				reply, err := ask(conn)
+				if err != nil {
+					return fmt.Errorf("the client's socket to the %s after its Service got an endpoint: %w", name, err)
+				}
+				if !strings.HasPrefix(reply, "a ") {
+					return fmt.Errorf("%s answered %q, want backend a", name, reply)
+				}
+				return nil
+			})
+		}
 	})
 	t.Run("a hostPort (NAT44, beside cnat) from another pod, its own and from outside", func(t *testing.T) {
 		// Last: a hostPort makes every pod a NAT44 frontend (NAT44-ED

@@ -215,7 +215,12 @@ func render(node *service.Node, s *service.Service) *rendered {
 			continue
 		}
 		internal, external := s.InternalEndpoints(p), s.ExternalEndpoints(p)
-		put := func(a netip.Addr, port uint16, eps []service.Endpoint, snat, clusterIP bool) {
+		// routed: a and port are a cluster IP or a node port, whose
+		// traffic VPP hands to a stack that refuses it when no
+		// translation takes it (the node's kernel for cluster IPs, VPP's
+		// own for its addresses); external and LoadBalancer IPs have no
+		// such route.
+		put := func(a netip.Addr, port uint16, eps []service.Endpoint, snat, routed bool) {
 			k := key{a, proto, port}
 			if r.get(k) != nil {
 				return
@@ -243,13 +248,11 @@ func render(node *service.Node, s *service.Service) *rendered {
 				sink := vpp.RejectSinkIPv4
 				if p.HasEndpointsFor(a) {
 					t.Kind, sink = kindDrop, vpp.DropSinkIPv4
-				} else if clusterIP && proto == protoUDP {
-					// Not translated: VPP routes it to the node's kernel,
-					// which refuses what comes back from VPP for a
-					// service CIDR. A sink path would give the client's
-					// 5-tuple a cnat session to the sink, which its
-					// steady traffic keeps alive after the Service gets
-					// endpoints (cnat cannot purge one session).
+				} else if routed && proto == protoUDP {
+					// Not translated. A sink path would give the
+					// client's 5-tuple a cnat session to the sink, which
+					// its steady traffic keeps alive after the Service
+					// gets endpoints (cnat cannot delete one session).
 					return
 				}
 				t.Paths = []path{{Dst: netip.AddrPortFrom(sink, port)}}
@@ -271,7 +274,7 @@ func render(node *service.Node, s *service.Service) *rendered {
 		}
 		if p.NodePort != 0 {
 			for _, a := range node.NodePortAddresses {
-				put(a, p.NodePort, external, snat, false)
+				put(a, p.NodePort, external, snat, true)
 			}
 			// The node's own clients of its node ports go to the cluster IP
 			// of the family (the kernel's DNAT, vpp.ServiceNetwork).
