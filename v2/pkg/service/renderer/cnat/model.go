@@ -244,16 +244,19 @@ func render(node *service.Node, s *service.Service) *rendered {
 					r.unsinkable++
 					return
 				}
+				if routed && proto == protoUDP {
+					// Not translated (refused, not dropped, when
+					// endpoints are elsewhere only). A sink path would
+					// give the client's 5-tuple a cnat session to the
+					// sink, which its steady traffic keeps alive after
+					// the Service gets endpoints (cnat cannot delete one
+					// session).
+					return
+				}
 				t.Kind, t.Maglev = kindReject, false
 				sink := vpp.RejectSinkIPv4
 				if p.HasEndpointsFor(a) {
 					t.Kind, sink = kindDrop, vpp.DropSinkIPv4
-				} else if routed && proto == protoUDP {
-					// Not translated. A sink path would give the
-					// client's 5-tuple a cnat session to the sink, which
-					// its steady traffic keeps alive after the Service
-					// gets endpoints (cnat cannot delete one session).
-					return
 				}
 				t.Paths = []path{{Dst: netip.AddrPortFrom(sink, port)}}
 			}

@@ -176,8 +176,9 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // TestNoEndpointsNeverSendsATranslationWithoutPaths: a frontend without
 // endpoints goes to the reject sink, one whose endpoints are all elsewhere
 // (eTP=Local) to the drop sink, both IPv4; an IPv6 one is not translated
-// (the sinks are IPv4), nor is a UDP cluster IP (the node's kernel refuses
-// it, and no cnat session outlives the Service's lack of endpoints). The
+// (the sinks are IPv4), nor is a UDP cluster IP or node port (refused by
+// the node's kernel or VPP, and no cnat session outlives the Service's
+// lack of endpoints). The
 // fake fails the test on any translation without paths, which kills VPP
 // 25.10.
 func TestNoEndpointsNeverSendsATranslationWithoutPaths(t *testing.T) {
@@ -189,7 +190,10 @@ func TestNoEndpointsNeverSendsATranslationWithoutPaths(t *testing.T) {
 	remote := []service.Endpoint{ep("10.101.0.7", 8080, false)}
 	local := &service.Service{ID: service.ID{Namespace: "ns", Name: "local"}, ExternalLocal: true,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.21")},
-		Ports:      []service.Port{{Protocol: service.TCP, Port: 80, NodePort: 30081, Endpoints: remote, Cluster: remote, HasEndpoints: true}}}
+		Ports: []service.Port{
+			{Protocol: service.TCP, Port: 80, NodePort: 30081, Endpoints: remote, Cluster: remote, HasEndpoints: true},
+			{Protocol: service.UDP, Port: 53, NodePort: 30082, Endpoints: remote, Cluster: remote, HasEndpoints: true},
+		}}
 	state := &service.State{Node: testNode, Services: map[service.ID]*service.Service{empty.ID: empty, local.ID: local}}
 	if err := r.Resync(context.Background(), state); err != nil {
 		t.Fatal(err)
@@ -204,7 +208,7 @@ func TestNoEndpointsNeverSendsATranslationWithoutPaths(t *testing.T) {
 			t.Errorf("%s: VPP holds %+v, want one path to %s", k, x, want)
 		}
 	}
-	for _, k := range []key{udp("10.96.0.20", 53), udp("fd00:96::20", 53), tcp("fd00:18::11", 30081)} {
+	for _, k := range []key{udp("10.96.0.20", 53), udp("fd00:96::20", 53), tcp("fd00:18::11", 30081), udp("198.18.0.11", 30082)} {
 		if x := f.held(k); x != nil {
 			t.Errorf("%s: VPP holds %+v, want nothing (IPv6, or a UDP cluster IP, without endpoints)", k, x)
 		}
