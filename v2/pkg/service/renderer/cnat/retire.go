@@ -11,10 +11,11 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/formatversion"
 )
 
-// The switch from NAT44-ED. vcoild before the cnat renderer served
-// Services as NAT44-ED static mappings tagged "vcoil-svc" (or "vcoil-svc#"
-// when the name did not fit), in any format version. A node upgraded to
-// the cnat renderer keeps its VPP, and with it those mappings; both
+// The switch from NAT44-ED. The NAT44 renderer (--vpp-service-renderer
+// nat44) serves Services as NAT44-ED static mappings tagged "vcoil-svc"
+// (or "vcoil-svc#" when the name did not fit), in any format version. A
+// node switched to the cnat renderer keeps its VPP, and with it those
+// mappings; both
 // plugins would translate the same VIPs. The renderer deletes them at its
 // first full sync of each VPP incarnation, after its translations are in
 // VPP, so that a new connection always finds one of the two:
