@@ -39,14 +39,14 @@ func (k *netlinkKernel) SyncServiceNetwork(ctx context.Context, net ServiceNetwo
 	if net.Sinks {
 		addrs = append(addrs, hostPrefix(RejectSinkIPv4))
 	}
-	if err := syncHostAddresses(node, host, addrs); err != nil {
+	if err := syncHostAddresses(node, host, true, addrs); err != nil {
 		return err
 	}
 	var addrs6 []netip.Prefix
 	if net.IPv6 && net.SourceIPv6.IsValid() {
 		addrs6 = append(addrs6, hostPrefix(net.SourceIPv6))
 	}
-	if err := syncHostAddresses6(node, host, addrs6); err != nil {
+	if err := syncHostAddresses(node, host, false, addrs6); err != nil {
 		return err
 	}
 	if len(addrs) > 0 {
@@ -72,50 +72,23 @@ func (k *netlinkKernel) SyncServiceNetwork(ctx context.Context, net ServiceNetwo
 	return syncServiceTable6(ctx, node, net)
 }
 
-// syncHostAddresses6 makes the interconnect's IPv6 /128 addresses exactly
-// want (without duplicate address detection: the link is VPP's); its
-// link-local address stays.
-func syncHostAddresses6(node *kernelns.Namespace, host netlink.Link, want []netip.Prefix) error {
-	have, err := node.NL.AddrList(host, netlink.FAMILY_V6)
-	if err != nil {
-		return fmt.Errorf("list IPv6 addresses of %s in %s: %w", HostInterconnectName, node.Path, err)
+// syncHostAddresses makes the interconnect's host addresses of one family
+// (IPv4 /32s, or IPv6 /128s) exactly want; its IPv4 /30 and IPv6
+// link-local address stay. IPv6 ones go without duplicate address
+// detection: the link is VPP's.
+func syncHostAddresses(node *kernelns.Namespace, host netlink.Link, ipv4 bool, want []netip.Prefix) error {
+	family, bits, flags := netlink.FAMILY_V4, 32, 0
+	if !ipv4 {
+		family, bits, flags = netlink.FAMILY_V6, 128, unix.IFA_F_NODAD
 	}
-	var present []netip.Prefix
-	for _, a := range have {
-		p, ok := ipnet.Prefix(a.IPNet)
-		if !ok || p.Bits() != 128 || p.Addr().IsLinkLocalUnicast() {
-			continue
-		}
-		if slices.Contains(want, p) {
-			present = append(present, p)
-			continue
-		}
-		if err := node.NL.AddrDel(host, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("delete %s from %s in %s: %w", p, HostInterconnectName, node.Path, err)
-		}
-	}
-	for _, p := range want {
-		if slices.Contains(present, p) {
-			continue
-		}
-		if err := node.NL.AddrAdd(host, &netlink.Addr{IPNet: kernelns.IPNet(p), Flags: unix.IFA_F_NODAD}); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("add %s to %s in %s: %w", p, HostInterconnectName, node.Path, err)
-		}
-	}
-	return nil
-}
-
-// syncHostAddresses makes the interconnect's IPv4 /32 addresses exactly
-// want; its /30 stays.
-func syncHostAddresses(node *kernelns.Namespace, host netlink.Link, want []netip.Prefix) error {
-	have, err := node.NL.AddrList(host, netlink.FAMILY_V4)
+	have, err := node.NL.AddrList(host, family)
 	if err != nil {
 		return fmt.Errorf("list addresses of %s in %s: %w", HostInterconnectName, node.Path, err)
 	}
 	var present []netip.Prefix
 	for _, a := range have {
 		p, ok := ipnet.Prefix(a.IPNet)
-		if !ok || p.Bits() != 32 {
+		if !ok || p.Bits() != bits || (!ipv4 && p.Addr().IsLinkLocalUnicast()) {
 			continue
 		}
 		if slices.Contains(want, p) {
@@ -130,7 +103,7 @@ func syncHostAddresses(node *kernelns.Namespace, host netlink.Link, want []netip
 		if slices.Contains(present, p) {
 			continue
 		}
-		if err := node.NL.AddrAdd(host, &netlink.Addr{IPNet: kernelns.IPNet(p)}); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := node.NL.AddrAdd(host, &netlink.Addr{IPNet: kernelns.IPNet(p), Flags: flags}); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("add %s to %s in %s: %w", p, HostInterconnectName, node.Path, err)
 		}
 	}
