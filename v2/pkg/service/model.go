@@ -55,6 +55,17 @@ type Node struct {
 	// family): the source address of hairpin traffic (a pod reaching itself
 	// through a service) in every dataplane.
 	NATLoopback []netip.Addr
+	// HostAddresses are the node's InternalIP and ExternalIP addresses
+	// (sorted): what a host-network pod of this node has as its address,
+	// so that an endpoint on this node with one of them is served by the
+	// node's own network stack, not by a pod.
+	HostAddresses []netip.Addr
+}
+
+// HostEndpoint says whether e is served by this node's own network stack (a
+// host-network pod of this node).
+func (n *Node) HostEndpoint(e Endpoint) bool {
+	return e.Local && slices.Contains(n.HostAddresses, e.Addr)
 }
 
 // Service is one Service as this node serves it. Both IP families live in

@@ -470,7 +470,8 @@ func TestNodeModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := service.Node{Name: "node-a", Zone: "zone-a", NodePortAddresses: mustAddrs("198.18.0.5", "fd00:18::5")}
+		want := service.Node{Name: "node-a", Zone: "zone-a", NodePortAddresses: mustAddrs("198.18.0.5", "fd00:18::5"),
+			HostAddresses: mustAddrs("198.18.0.5", "198.18.0.6", "203.0.113.5", "fd00:18::5")}
 		if !reflect.DeepEqual(n, want) {
 			t.Errorf("got %+v, want %+v", n, want)
 		}

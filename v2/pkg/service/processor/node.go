@@ -22,11 +22,21 @@ func NodeInfoOf(node *corev1.Node) NodeInfo {
 // without nodePortCIDRs, the node's first InternalIP of each family (what
 // kube-proxy's nftables mode calls the primary addresses); with them, the
 // addresses of localAddrs (the node's interface addresses) inside any of
-// them. NATLoopback comes from vcoild's annotation on the Node. On a bad
+// them. HostAddresses are the node's InternalIP and ExternalIP addresses.
+// NATLoopback comes from vcoild's annotation on the Node. On a bad
 // annotation it returns the model without NAT loopback and an error, so that
 // the caller can report it and still serve the node's services.
 func NodeModel(node *corev1.Node, nodePortCIDRs []netip.Prefix, localAddrs []netip.Addr) (service.Node, error) {
 	n := service.Node{Name: node.Name, Zone: node.Labels[corev1.LabelTopologyZone]}
+	for _, na := range node.Status.Addresses {
+		if na.Type != corev1.NodeInternalIP && na.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if a, err := parseAddr(na.Address); err == nil {
+			n.HostAddresses = append(n.HostAddresses, a)
+		}
+	}
+	n.HostAddresses = sortedUniqueAddrs(n.HostAddresses)
 	if len(nodePortCIDRs) == 0 {
 		var have4, have6 bool
 		for _, na := range node.Status.Addresses {

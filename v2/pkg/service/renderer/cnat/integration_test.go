@@ -345,6 +345,43 @@ func TestRealVPPCnatServices(t *testing.T) {
 			})
 		}
 	})
+	t.Run("a host-network endpoint of the node from the node itself, a pod and outside, both families", func(t *testing.T) {
+		// As on a lab node: the node's kernel holds the uplink's
+		// addresses too (on lo), and VPP hands it what comes for them
+		// and is not VPP's own (TCP, and UDP to ports VPP does not
+		// serve), where the node's host-network server listens.
+		node.IP("addr", "add", netip.PrefixFrom(itUplink.Addr(), 32).String(), "dev", "lo")
+		node.IP("addr", "add", netip.PrefixFrom(itUplink6.Addr(), 128).String(), "dev", "lo", "nodad")
+		vppCLI(t, v, "ip punt redirect add rx all via 169.254.100.2 host-"+vpp.HostInterconnectVPPName,
+			"ip6 punt redirect add rx all via fe80::2 host-"+vpp.HostInterconnectVPPName,
+			"set punt udp all", "set punt ipv6 udp all")
+		echotest.Serve(t, node, "host", netip.IPv4Unspecified())
+		echotest.Serve(t, node, "host", netip.IPv6Unspecified())
+		hostIP, hostIP6 := netip.MustParseAddr("10.96.0.17"), netip.MustParseAddr("fd00:96::17")
+		const hostNodePort = 30081
+		eps := []service.Endpoint{
+			{Addr: itUplink.Addr(), Port: 8080, Local: true, Ready: true, Serving: true},
+			{Addr: itUplink6.Addr(), Port: 8080, Local: true, Ready: true, Serving: true},
+		}
+		host := &service.Service{ID: service.ID{Namespace: "it", Name: "host"}, ClusterIPs: []netip.Addr{hostIP, hostIP6},
+			Ports: []service.Port{{Protocol: service.TCP, Port: 80, NodePort: hostNodePort, Endpoints: eps, Cluster: eps, HasEndpoints: true}}}
+		n := state.Node
+		n.HostAddresses = []netip.Addr{itUplink.Addr(), itUplink6.Addr()}
+		if err := r.Update(ctx, &service.Changes{Node: &n, Upsert: []*service.Service{host}}); err != nil {
+			t.Fatal(err)
+		}
+		// The node's own connection comes from the NAT loopback, which
+		// the kernel holds: the server sees the cluster IP instead, and
+		// answers through VPP.
+		reach(t, node, "tcp", netip.AddrPortFrom(hostIP, 80), hostIP, "host")
+		reach(t, node, "tcp", netip.AddrPortFrom(hostIP6, 80), hostIP6, "host")
+		// A pod keeps its address (cnat translates it on its interface).
+		reach(t, c.ns, "tcp", netip.AddrPortFrom(hostIP, 80), c.pod.IPv4, "host")
+		reach(t, c.ns, "tcp", netip.AddrPortFrom(hostIP6, 80), c.pod.IPv6, "host")
+		// From outside, eTP=Cluster: the cluster IP, not the NAT loopback.
+		reach(t, ext, "tcp", netip.AddrPortFrom(itUplink.Addr(), hostNodePort), hostIP, "host")
+		reach(t, ext, "tcp", netip.AddrPortFrom(itUplink6.Addr(), hostNodePort), hostIP6, "host")
+	})
 	t.Run("a hostPort (NAT44, beside cnat) from another pod, its own and from outside", func(t *testing.T) {
 		// Last: a hostPort makes every pod a NAT44 frontend (NAT44-ED
 		// enters the pods' path), which the checks above run without.
@@ -403,6 +440,30 @@ func echoOnce(t *testing.T, conn net.Conn, when string) {
 	buf := make([]byte, len(msg))
 	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != msg {
 		t.Fatalf("%s: the long-lived connection echoed %q (%v), want %q", when, buf, err, msg)
+	}
+}
+
+// vppCLI runs VPP CLI commands, each of which must succeed.
+func vppCLI(t *testing.T, v *vpptest.VPP, cmds ...string) {
+	t.Helper()
+	conn, err := core.Connect(socketclient.NewVppClient(v.APISocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Disconnect()
+	ch, err := conn.NewAPIChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	for _, cmd := range cmds {
+		reply := &vlib.CliInbandReply{}
+		if err := ch.SendRequest(&vlib.CliInband{Cmd: cmd}).ReceiveReply(reply); err != nil {
+			t.Fatalf("vpp# %s: %v", cmd, err)
+		}
+		if strings.TrimSpace(reply.Reply) != "" {
+			t.Fatalf("vpp# %s: %s", cmd, reply.Reply)
+		}
 	}
 }
 

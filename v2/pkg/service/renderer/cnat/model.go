@@ -206,6 +206,26 @@ func render(node *service.Node, s *service.Service) *rendered {
 	isNode := func(a netip.Addr) bool {
 		return slices.Contains(node.NodePortAddresses, a) || slices.Contains(node.NATLoopback, a)
 	}
+	// hostSource is the source of a path to a host endpoint of this node (a
+	// host-network pod: the node's kernel serves it) for the clients VPP
+	// translates at the FIB lookup, the node's own ones and outside ones:
+	// the service's cluster IP of the family. Neither the client's address
+	// nor the NAT loopback would do for the node's own connections, which
+	// come from the NAT loopback: the kernel holds it, and would answer
+	// itself instead of VPP. The kernel routes the cluster IP into VPP,
+	// where the cluster IP's own cnat client translates the reply back.
+	// Pods' connections keep their address: cnat translates them on the
+	// pod's interface, where it never source-NATs. eTP=Local external
+	// frontends keep every client's address (the kernel routes an outside
+	// client into VPP).
+	hostSource := func(a netip.Addr) netip.Addr {
+		for _, c := range s.ClusterIPs {
+			if c.Is4() == a.Is4() {
+				return c
+			}
+		}
+		return netip.Addr{}
+	}
 	maglev := s.AffinityTimeout > 0
 	for i := range s.Ports {
 		p := &s.Ports[i]
@@ -233,9 +253,16 @@ func render(node *service.Node, s *service.Service) *rendered {
 				}
 			}
 			for _, e := range eps {
-				if e.Addr.Is4() == a.Is4() {
-					t.Paths = append(t.Paths, path{Dst: e.Key(), Src: src})
+				if e.Addr.Is4() != a.Is4() {
+					continue
 				}
+				p := path{Dst: e.Key(), Src: src}
+				if (snat || slices.Contains(s.ClusterIPs, a)) && node.HostEndpoint(e) {
+					if h := hostSource(a); h.IsValid() {
+						p.Src = h
+					}
+				}
+				t.Paths = append(t.Paths, p)
 			}
 			if len(t.Paths) == 0 {
 				// Never a translation without paths (VPP 25.10 dies of

@@ -143,6 +143,69 @@ func TestResyncSendsTheseTranslations(t *testing.T) {
 	}
 }
 
+// TestHostEndpointsAreSourceNATedToTheClusterIP: a path to a host-network
+// endpoint of this node (the node's own kernel serves it) gets the
+// service's cluster IP of its family as source on the cluster IP and on the
+// eTP=Cluster frontends, so that the node's own connections (from the NAT
+// loopback, which the kernel holds) get their replies through VPP; the
+// other paths keep what they had, and an eTP=Local frontend keeps the
+// client.
+func TestHostEndpointsAreSourceNATedToTheClusterIP(t *testing.T) {
+	node := testNode
+	node.HostAddresses = []netip.Addr{nodeV4, nodeV6}
+	hostEPs := []service.Endpoint{ep("198.18.0.11", 8080, true), ep("10.101.0.7", 8080, false), ep("fd00:18::11", 8080, true),
+		ep("198.18.0.12", 8080, false)}
+	svc := func(local bool) *service.Service {
+		return &service.Service{
+			ID:            service.ID{Namespace: "ns", Name: "host"},
+			ClusterIPs:    []netip.Addr{netip.MustParseAddr("10.96.0.20"), netip.MustParseAddr("fd00:96::20")},
+			ExternalIPs:   []netip.Addr{netip.MustParseAddr("203.0.113.20")},
+			ExternalLocal: local,
+			Ports: []service.Port{{Name: "http", Protocol: service.TCP, Port: 80, NodePort: 30081,
+				Endpoints: hostEPs, Cluster: hostEPs, Local: []service.Endpoint{hostEPs[0], hostEPs[2]}, HasEndpoints: true}},
+		}
+	}
+	alloc := uint8(cnat.CNAT_TRANSLATION_ALLOC_PORT)
+	for _, tc := range []struct {
+		name  string
+		local bool
+		want  []api.Message
+	}{
+		{"eTP=Cluster", false, []api.Message{
+			upd("10.96.0.20", 80, false, alloc, tuple("10.101.0.7", 8080, ""), tuple("198.18.0.11", 8080, "10.96.0.20"), tuple("198.18.0.12", 8080, "")),
+			upd("198.18.0.11", 30081, true, alloc, tuple("10.101.0.7", 8080, "10.100.0.255"), tuple("198.18.0.11", 8080, "10.96.0.20"), tuple("198.18.0.12", 8080, "10.100.0.255")),
+			upd("203.0.113.20", 80, false, alloc, tuple("10.101.0.7", 8080, "10.100.0.255"), tuple("198.18.0.11", 8080, "10.96.0.20"), tuple("198.18.0.12", 8080, "10.100.0.255")),
+			upd("fd00:18::11", 30081, true, alloc, tuple("fd00:18::11", 8080, "fd00:96::20")),
+			upd("fd00:96::20", 80, false, alloc, tuple("fd00:18::11", 8080, "fd00:96::20")),
+		}},
+		{"eTP=Local", true, []api.Message{
+			upd("10.96.0.20", 80, false, alloc, tuple("10.101.0.7", 8080, ""), tuple("198.18.0.11", 8080, "10.96.0.20"), tuple("198.18.0.12", 8080, "")),
+			upd("198.18.0.11", 30081, true, 0, tuple("198.18.0.11", 8080, "")),
+			upd("203.0.113.20", 80, false, 0, tuple("198.18.0.11", 8080, "")),
+			upd("fd00:18::11", 30081, true, 0, tuple("fd00:18::11", 8080, "")),
+			upd("fd00:96::20", 80, false, alloc, tuple("fd00:18::11", 8080, "fd00:96::20")),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeVPP(t)
+			r := newRenderer(t, f, Config{ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/108")}})
+			s := svc(tc.local)
+			if err := r.Resync(context.Background(), &service.State{Node: node, Services: map[service.ID]*service.Service{s.ID: s}}); err != nil {
+				t.Fatal(err)
+			}
+			var got []api.Message
+			for _, m := range f.take() {
+				if u, ok := m.(*cnat.CnatTranslationUpdate); ok && u.Translation.Vip.Addr.String() != "169.254.101.254" {
+					got = append(got, m)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("translations:\n%s\nwant:\n%s", dumpMsgs(got), dumpMsgs(tc.want))
+			}
+		})
+	}
+}
+
 func dumpMsgs(ms []api.Message) string {
 	var b strings.Builder
 	for _, m := range ms {
