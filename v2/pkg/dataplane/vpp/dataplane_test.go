@@ -157,10 +157,10 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true 0.0.0.0/0 via 169.254.100.2 2",
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
 				"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
-				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+				"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
 				`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
-				"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+				"fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
 				"acl_interface_list_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
@@ -195,10 +195,10 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true 0.0.0.0/0 via 198.18.0.254 1",
 				"ip_route_add_del add=true ::/0 via fd00:18::fe 1",
 				"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
-				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+				"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
 				`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
-				"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+				"fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
 				"acl_interface_list_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
@@ -230,10 +230,10 @@ func TestNodeSetUpSendsTheseMessages(t *testing.T) {
 				"ip_route_add_del add=true 0.0.0.0/0 via 198.18.0.1 1",
 				"ip_route_add_del add=true ::/0 via fe80::2 2",
 				"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
-				"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+				"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 				"sw_interface_tap_v2_dump",
 				`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
-				"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+				"fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
 				"acl_interface_list_dump",
 				"nat44_static_mapping_dump", // the first sync looks for an earlier vcoild's hostPorts
 			},
@@ -620,9 +620,9 @@ func TestRestartedVPPGetsTheWholeStateBack(t *testing.T) {
 		"ip_route_add_del add=true 0.0.0.0/0 via 169.254.100.2 2",
 		"ip_route_add_del add=true ::/0 via fe80::2 2",
 		"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
-		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
-		"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+		"fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
 		"acl_interface_list_dump",
 		// Pods in key order: beef, then c0ffee.
 		`tap_create_v3 tag="vcoil@2 beef eth0" host_if="eth0" ns="/run/netns/pod-b"(true) mtu=1500(true) flags=16 random_mac=true queues=1/1 rings=256/256`,

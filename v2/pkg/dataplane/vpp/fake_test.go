@@ -16,6 +16,7 @@ import (
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/af_packet"
+	"go.fd.io/govpp/binapi/fib"
 	"go.fd.io/govpp/binapi/fib_types"
 	interfaces "go.fd.io/govpp/binapi/interface"
 	"go.fd.io/govpp/binapi/interface_types"
@@ -31,19 +32,34 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
+// The FIB sources of the fake: the API's has VPP 25.10's number (the
+// driver reads it by name), another stands for the entries VPP's plugins
+// make (cnat's tracking of its backends).
+const (
+	fakeSourceAPI = 8
+	fakeSourceRR  = 16
+)
+
+var fakeFIBSources = []fib.FibSource{
+	{ID: 1, Name: "special"}, {ID: 4, Name: "interface"}, {ID: fakeSourceAPI, Name: "API"}, {ID: fakeSourceRR, Name: "recursive-resolution"},
+}
+
 // fakeVPP is a small model of VPP behind the channel interface: it answers
 // every message the driver sends as VPP 25.10 does (indexes, tags,
 // addresses, routes, NAT features, the retvals of repeats), records each
 // request, and can fail a chosen request, die and restart with a new PID.
 type fakeVPP struct {
-	mu      sync.Mutex
-	pid     uint32
-	next    uint32
-	ifs     map[uint32]*fakeIf
-	routes  map[netip.Prefix]fib_types.FibPath
-	neigh   map[string]bool
-	nat     bool
-	natFeat map[uint32]map[nat_types.NatConfigFlags]bool
+	mu     sync.Mutex
+	pid    uint32
+	next   uint32
+	ifs    map[uint32]*fakeIf
+	routes map[netip.Prefix]fib_types.FibPath
+	// otherRoutes are entries of another FIB source than the API's (as
+	// cnat's tracking of its backends makes), which vcoil must leave be.
+	otherRoutes map[netip.Prefix]fib_types.FibPath
+	neigh       map[string]bool
+	nat         bool
+	natFeat     map[uint32]map[nat_types.NatConfigFlags]bool
 	// natBroken are the interfaces whose NAT feature arc VPP 25.10 would
 	// have left inconsistent (see Nat44InterfaceAddDelFeature).
 	natBroken map[uint32]bool
@@ -97,6 +113,7 @@ func (f *fakeVPP) reset() {
 	f.next = 1
 	f.ifs = map[uint32]*fakeIf{0: {sw: 0, name: "local0", unnumbered: ^uint32(0)}}
 	f.routes = map[netip.Prefix]fib_types.FibPath{}
+	f.otherRoutes = map[netip.Prefix]fib_types.FibPath{}
 	f.neigh = map[string]bool{}
 	f.nat = false
 	f.natFeat = map[uint32]map[nat_types.NatConfigFlags]bool{}
@@ -547,16 +564,31 @@ func (f *fakeVPP) handleDump(msg api.Message) []api.Message {
 				}
 			}
 		}
-	case *ip.IPRouteDump:
-		var ps []netip.Prefix
-		for p := range f.routes {
-			if p.Addr().Is6() == m.Table.IsIP6 {
-				ps = append(ps, p)
-			}
+	case *fib.FibSourceDump:
+		for _, s := range fakeFIBSources {
+			out = append(out, &fib.FibSourceDetails{Src: s})
 		}
-		slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-		for _, p := range ps {
-			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{f.routes[p]}}})
+	case *ip.IPRouteV2Dump:
+		// The routes added through the API, and the entries VPP's plugins
+		// make (source fakeSourceRR), as VPP dumps them: every source
+		// with Src 0, else that source's.
+		for _, rs := range []struct {
+			src    uint8
+			routes map[netip.Prefix]fib_types.FibPath
+		}{{fakeSourceAPI, f.routes}, {fakeSourceRR, f.otherRoutes}} {
+			if m.Src != 0 && m.Src != rs.src {
+				continue
+			}
+			var ps []netip.Prefix
+			for p := range rs.routes {
+				if p.Addr().Is6() == m.Table.IsIP6 {
+					ps = append(ps, p)
+				}
+			}
+			slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+			for _, p := range ps {
+				out = append(out, &ip.IPRouteV2Details{Route: ip.IPRouteV2{Prefix: vppapi.Prefix(p), Src: rs.src, NPaths: 1, Paths: []fib_types.FibPath{rs.routes[p]}}})
+			}
 		}
 	case *nat44_ed.Nat44InterfaceDump:
 		var sws []uint32
@@ -630,8 +662,10 @@ func msgString(msg api.Message) string {
 		return fmt.Sprintf("sw_interface_ip6_set_link_local_address %d %s", m.SwIfIndex, netip.AddrFrom16(m.IP))
 	case *ip.IPAddressDump:
 		return fmt.Sprintf("ip_address_dump %d ip6=%t", m.SwIfIndex, m.IsIPv6)
-	case *ip.IPRouteDump:
-		return fmt.Sprintf("ip_route_dump table=%d ip6=%t", m.Table.TableID, m.Table.IsIP6)
+	case *fib.FibSourceDump:
+		return "fib_source_dump"
+	case *ip.IPRouteV2Dump:
+		return fmt.Sprintf("ip_route_v2_dump src=%d table=%d ip6=%t", m.Src, m.Table.TableID, m.Table.IsIP6)
 	case *ip.IPRouteAddDel:
 		return fmt.Sprintf("ip_route_add_del add=%t %s %s", m.IsAdd, fromVPPPrefix(m.Route.Prefix), pathString(m.Route.Paths))
 	case *ip_neighbor.IPNeighborAddDel:

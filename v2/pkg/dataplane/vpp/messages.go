@@ -9,6 +9,7 @@ import (
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/af_packet"
 	"go.fd.io/govpp/binapi/classify"
+	"go.fd.io/govpp/binapi/fib"
 	interfaces "go.fd.io/govpp/binapi/interface"
 	"go.fd.io/govpp/binapi/ip"
 	"go.fd.io/govpp/binapi/ip_neighbor"
@@ -53,7 +54,8 @@ func messages() []api.Message {
 		&ip.SwInterfaceIP6SetLinkLocalAddress{}, &ip.SwInterfaceIP6SetLinkLocalAddressReply{},
 		&ip.IPAddressDump{}, &ip.IPAddressDetails{},
 		&ip.IPRouteAddDel{}, &ip.IPRouteAddDelReply{},
-		&ip.IPRouteDump{}, &ip.IPRouteDetails{},
+		&ip.IPRouteV2Dump{}, &ip.IPRouteV2Details{},
+		&fib.FibSourceDump{}, &fib.FibSourceDetails{},
 
 		&ip_neighbor.IPNeighborAddDel{}, &ip_neighbor.IPNeighborAddDelReply{},
 

@@ -9,8 +9,6 @@ import (
 
 	"go.fd.io/govpp/binapi/fib_types"
 	"go.fd.io/govpp/binapi/ip"
-
-	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 )
 
 // SetServiceNetwork records net as desired state and, when VPP is synced,
@@ -154,16 +152,15 @@ func (d *driver) syncServiceNetwork(ctx context.Context) error {
 func (d *driver) serviceRoutes() ([]serviceRoute, error) {
 	var out []serviceRoute
 	for _, host := range []netip.Addr{InterconnectHostIPv4.Addr(), InterconnectHostIPv6.Addr()} {
-		err := vppapi.Dump(d.ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: host.Is6()}},
-			func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
-			func(m *ip.IPRouteDetails) {
-				p := fromVPPPrefix(m.Route.Prefix)
-				// The dump has every entry of the table: the interconnect's
-				// own (its subnet, the node end's neighbor) are not routes.
-				if p.Bits() == 0 || len(m.Route.Paths) != 1 || p.Overlaps(InterconnectVPPIPv4.Masked()) || (p.Addr().Is6() && p.Addr().IsLinkLocalUnicast()) {
+		err := apiRoutes(d.ch, 0, host.Is6(),
+			func(r *ip.IPRouteV2) {
+				p := fromVPPPrefix(r.Prefix)
+				// The interconnect's own entries (its subnet, the node
+				// end's neighbor) are not service routes.
+				if p.Bits() == 0 || len(r.Paths) != 1 || p.Overlaps(InterconnectVPPIPv4.Masked()) || (p.Addr().Is6() && p.Addr().IsLinkLocalUnicast()) {
 					return
 				}
-				path := m.Route.Paths[0]
+				path := r.Paths[0]
 				nh := netip.AddrFrom4(path.Nh.Address.GetIP4())
 				if host.Is6() {
 					nh = netip.AddrFrom16(path.Nh.Address.GetIP6())

@@ -298,18 +298,31 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 	}
 	wantLines(t, "kernel calls", h.kernel.take(), []string{"SyncServiceNetwork cidrs=[10.96.0.0/12] source=10.100.0.1 sinks=true"})
 	wantLines(t, "VPP messages", h.vpp.take(), []string{
-		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		"ip_route_add_del add=true 10.96.0.0/12 via 169.254.100.2 2",
 		"ip_route_add_del add=true 10.100.0.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.2/32 drop",
 	})
 
-	t.Log("the same again sends nothing but the dump")
+	t.Log("the same again sends nothing but the dump, with entries of VPP's plugins through the interconnect")
+	// cnat tracks each backend by an entry of its own that inherits its
+	// covering route's path: here the host interconnect. They are not the
+	// service network's, whatever they look like.
+	h.vpp.mu.Lock()
+	for _, p := range []string{"10.96.0.10/32", "198.51.100.7/32", "fd00:96::10/128"} {
+		pfx := netip.MustParsePrefix(p)
+		host := InterconnectHostIPv4.Addr()
+		if pfx.Addr().Is6() {
+			host = InterconnectHostIPv6.Addr()
+		}
+		h.vpp.otherRoutes[pfx] = viaPath(2, host)
+	}
+	h.vpp.mu.Unlock()
 	if err := h.d.SetServiceNetwork(ctx(t), net); err != nil {
 		t.Fatal(err)
 	}
-	wantLines(t, "VPP messages of a repeat", h.vpp.take(), []string{"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true"})
+	wantLines(t, "VPP messages of a repeat", h.vpp.take(), []string{"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true"})
 	h.kernel.take()
 
 	t.Log("another CIDR and NAT loopback, no sinks")
@@ -319,7 +332,7 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 	}
 	wantLines(t, "kernel calls after a change", h.kernel.take(), []string{"SyncServiceNetwork cidrs=[10.96.0.0/12 10.112.0.0/16] source=10.100.0.65 sinks=false"})
 	wantLines(t, "VPP messages after a change", h.vpp.take(), []string{
-		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		"ip_route_add_del add=false 10.100.0.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=false 169.254.101.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=false 169.254.101.2/32 drop",
@@ -339,7 +352,7 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 	}
 	h.kernel.take()
 	wantLines(t, "VPP messages with an IPv6 NAT loopback", h.vpp.take(), []string{
-		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		"ip_route_add_del add=true fd00:100::f/128 via fe80::2 2",
 	})
 	net.SourceIPv6 = netip.Addr{}
@@ -348,7 +361,7 @@ func TestSetServiceNetworkRoutesAndRemovesWhatIsNoLongerWanted(t *testing.T) {
 	}
 	h.kernel.take()
 	wantLines(t, "VPP messages without it", h.vpp.take(), []string{
-		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		"ip_route_add_del add=false fd00:100::f/128 via fe80::2 2",
 	})
 
@@ -374,8 +387,8 @@ func TestSetServiceNetworkBeforeTheFirstSync(t *testing.T) {
 		}
 	})
 	got := h.vpp.take()
-	wantLines(t, "the end of the first sync", got[len(got)-4:], []string{
-		"ip_route_dump table=0 ip6=true",
+	wantLines(t, "the end of the first sync", got[len(got)-5:], []string{
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		"ip_route_add_del add=true 10.96.0.0/12 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.2/32 drop",
@@ -486,7 +499,7 @@ func TestRestartReplaysRolesAndServiceNetworkButNotACLs(t *testing.T) {
 		"nat44_interface_add_del_feature add=true 3 flags=32",
 		"nat44_interface_add_del_feature add=true 3 flags=0",
 		"sw_interface_dump 3",
-		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		"ip_route_add_del add=true 10.96.0.0/12 via 169.254.100.2 2",
 		"ip_route_add_del add=true 10.100.0.1/32 via 169.254.100.2 2",
 		"ip_route_add_del add=true 169.254.101.1/32 via 169.254.100.2 2",

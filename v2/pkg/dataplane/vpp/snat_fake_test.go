@@ -237,7 +237,7 @@ func (f *fakeVPP) handleSNATDump(msg api.Message) (out []api.Message, ok bool) {
 			out = append(out, &classify.ClassifySessionDetails{TableID: m.TableID, HitNextIndex: c.sessions[k].HitNextIndex, Match: []byte(k)})
 		}
 		return out, true
-	case *ip.IPRouteDump:
+	case *ip.IPRouteV2Dump:
 		t := m.Table.TableID
 		if t == 0 {
 			return nil, false
@@ -248,7 +248,7 @@ func (f *fakeVPP) handleSNATDump(msg api.Message) (out []api.Message, ok bool) {
 		}
 		slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		for _, p := range ps {
-			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{TableID: t, Prefix: vppapi.Prefix(p), NPaths: 1, Paths: []fib_types.FibPath{s.tableRoutes[t][p]}}})
+			out = append(out, &ip.IPRouteV2Details{Route: ip.IPRouteV2{TableID: t, Prefix: vppapi.Prefix(p), Src: fakeSourceAPI, NPaths: 1, Paths: []fib_types.FibPath{s.tableRoutes[t][p]}}})
 		}
 		return out, true
 	}

@@ -89,10 +89,10 @@ func TestSNATSetUpSendsTheseMessages(t *testing.T) {
 	want = append(want, snatMessages...)
 	want = append(want,
 		"acl_dump", `acl_add_replace -1 "vcoil-guard@2 deny" 3 rules`, `acl_add_replace -1 "vcoil-guard@2 permit" 2 rules`, // the pod guard
-		"ip_route_dump table=0 ip6=false", "ip_route_dump table=0 ip6=true",
+		"fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=0 ip6=true",
 		"sw_interface_tap_v2_dump",
 		`ip_table_add_del add=true table=2000000000 ip6=false name="vcoil-source-check"`, `ip_table_add_del add=true table=2000000000 ip6=true name="vcoil-source-check"`,
-		"ip_route_dump table=2000000000 ip6=false", "ip_route_dump table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
+		"fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=false", "fib_source_dump", "ip_route_v2_dump src=8 table=2000000000 ip6=true", "urpf_interface_dump all", "ip_table_dump", // source validation that VPP holds
 		"acl_interface_list_dump",
 		"nat44_static_mapping_dump",
 		"nat44_interface_add_del_feature add=true 1 flags=0",

@@ -224,11 +224,10 @@ func sourcePath(ch channel, add bool, sw uint32, p netip.Prefix) error {
 // IPv6 table's own entries go elsewhere). A missing table has none.
 func tableRoutes(ch channel, id uint32, v6 bool) (map[netip.Prefix][]uint32, error) {
 	out := map[netip.Prefix][]uint32{}
-	err := vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: id, IsIP6: v6}},
-		func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
-		func(m *ip.IPRouteDetails) {
-			p := fromVPPPrefix(m.Route.Prefix)
-			for _, path := range m.Route.Paths {
+	err := apiRoutes(ch, id, v6,
+		func(r *ip.IPRouteV2) {
+			p := fromVPPPrefix(r.Prefix)
+			for _, path := range r.Paths {
 				if path.Type == fib_types.FIB_API_PATH_TYPE_NORMAL && path.SwIfIndex != ^uint32(0) && !slices.Contains(out[p], path.SwIfIndex) {
 					out[p] = append(out[p], path.SwIfIndex)
 				}

@@ -168,7 +168,7 @@ func (f *fakeVPP) handleSourceDump(msg api.Message) ([]api.Message, bool) {
 			return int(a.(*ip.IPTableDetails).Table.TableID) - int(b.(*ip.IPTableDetails).Table.TableID)
 		})
 		return out, true
-	case *ip.IPRouteDump:
+	case *ip.IPRouteV2Dump:
 		if !isSourceTable(m.Table.TableID) {
 			return nil, false
 		}
@@ -179,7 +179,7 @@ func (f *fakeVPP) handleSourceDump(msg api.Message) ([]api.Message, bool) {
 		}
 		slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		for _, p := range ps {
-			out = append(out, &ip.IPRouteDetails{Route: ip.IPRoute{TableID: m.Table.TableID, Prefix: vppapi.Prefix(p), NPaths: uint8(len(rs[p])), Paths: slices.Clone(rs[p])}})
+			out = append(out, &ip.IPRouteV2Details{Route: ip.IPRouteV2{TableID: m.Table.TableID, Prefix: vppapi.Prefix(p), Src: fakeSourceAPI, NPaths: uint8(len(rs[p])), Paths: slices.Clone(rs[p])}})
 		}
 		return out, true
 	case *urpf.UrpfInterfaceDump:

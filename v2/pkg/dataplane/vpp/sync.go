@@ -360,14 +360,13 @@ func (d *driver) removeInterface(ctx context.Context, i vppInterface, key datapl
 func podRoutesByInterface(ch channel) (map[uint32][]netip.Addr, error) {
 	out := map[uint32][]netip.Addr{}
 	for _, v6 := range []bool{false, true} {
-		err := vppapi.Dump(ch, &ip.IPRouteDump{Table: ip.IPTable{TableID: 0, IsIP6: v6}},
-			func() *ip.IPRouteDetails { return &ip.IPRouteDetails{} },
-			func(m *ip.IPRouteDetails) {
-				p := fromVPPPrefix(m.Route.Prefix)
-				if p.Bits() != p.Addr().BitLen() || len(m.Route.Paths) != 1 {
+		err := apiRoutes(ch, 0, v6,
+			func(r *ip.IPRouteV2) {
+				p := fromVPPPrefix(r.Prefix)
+				if p.Bits() != p.Addr().BitLen() || len(r.Paths) != 1 {
 					return
 				}
-				path := m.Route.Paths[0]
+				path := r.Paths[0]
 				if path.Type != fib_types.FIB_API_PATH_TYPE_NORMAL || path.SwIfIndex == ^uint32(0) {
 					return
 				}

@@ -156,7 +156,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 	view.p = p
 	runnables := []manager.Runnable{checks, releaser(release), memoryReturner{p}}
 	if opts.VPP != nil {
-		runnables = append(runnables, resyncOnVPPRestart{dp: opts.VPP, p: p, log: log.WithName("nat44")})
+		runnables = append(runnables, resyncOnVPPRestart{dp: opts.VPP, p: p, log: log.WithName("vpp-restarts")})
 	}
 	if opts.HealthAddr != "" {
 		runnables = append(runnables, health)
