@@ -24,6 +24,10 @@ import (
 	"testing"
 	"time"
 
+	"go.fd.io/govpp/adapter/socketclient"
+	"go.fd.io/govpp/api"
+	"go.fd.io/govpp/core"
+
 	"github.com/vcoil/vcoil/v2/internal/poll"
 )
 
@@ -277,4 +281,23 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Connect opens a connection to v's API and a channel on it, for a test
+// that reads or changes VPP itself; done closes both.
+func (v *VPP) Connect(t testing.TB) (ch api.Channel, done func()) {
+	t.Helper()
+	conn, err := core.Connect(socketclient.NewVppClient(v.APISocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err = conn.NewAPIChannel()
+	if err != nil {
+		conn.Disconnect()
+		t.Fatal(err)
+	}
+	return ch, func() {
+		ch.Close()
+		conn.Disconnect()
+	}
 }

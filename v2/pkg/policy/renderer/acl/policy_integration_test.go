@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"go.fd.io/govpp/adapter/socketclient"
 	"go.fd.io/govpp/binapi/acl"
-	"go.fd.io/govpp/core"
 
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
@@ -122,18 +120,10 @@ func pings(t *testing.T, e *itEnv, from, to *itPod, want bool) {
 // vcoilACLs are the tags of the renderer's ACLs in VPP, sorted.
 func vcoilACLs(t *testing.T, e *itEnv) []string {
 	t.Helper()
-	conn, err := core.Connect(socketclient.NewVppClient(e.v.APISocket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Disconnect()
-	ch, err := conn.NewAPIChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch, done := e.v.Connect(t)
+	defer done()
 	var tags []string
-	err = vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
+	err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
 		if strings.HasPrefix(d.Tag, tagKind+"@") {
 			tags = append(tags, d.Tag)
 		}

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"go.fd.io/govpp/adapter/socketclient"
 	"go.fd.io/govpp/binapi/acl"
-	"go.fd.io/govpp/core"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
@@ -64,19 +62,11 @@ func TestRealVPPRenderAtScale(t *testing.T) {
 		times = append(times, time.Since(start))
 	}
 	// VPP holds exactly the renderer's ACLs, each with its table's rules.
-	conn, err := core.Connect(socketclient.NewVppClient(e.v.APISocket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Disconnect()
-	ch, err := conn.NewAPIChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch, done := e.v.Connect(t)
+	defer done()
 	held := map[uint32]*acl.ACLDetails{}
 	// The renderer's ACLs: the dataplane's pod guard has its own.
-	err = vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
+	err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} }, func(d *acl.ACLDetails) {
 		if kind, _, _, _ := formatversion.ParseTag(d.Tag); kind == tagKind {
 			held[d.ACLIndex] = d
 		}

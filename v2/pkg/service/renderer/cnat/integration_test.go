@@ -446,16 +446,8 @@ func echoOnce(t *testing.T, conn net.Conn, when string) {
 // vppCLI runs VPP CLI commands, each of which must succeed.
 func vppCLI(t *testing.T, v *vpptest.VPP, cmds ...string) {
 	t.Helper()
-	conn, err := core.Connect(socketclient.NewVppClient(v.APISocket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Disconnect()
-	ch, err := conn.NewAPIChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch, done := v.Connect(t)
+	defer done()
 	for _, cmd := range cmds {
 		reply := &vlib.CliInbandReply{}
 		if err := ch.SendRequest(&vlib.CliInband{Cmd: cmd}).ReceiveReply(reply); err != nil {

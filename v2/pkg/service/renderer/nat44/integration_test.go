@@ -563,18 +563,10 @@ func logVPPState(t *testing.T, v *vpptest.VPP) {
 // lbLocals dumps the locals of the load-balancing mapping of frontend.
 func lbLocals(t *testing.T, v *vpptest.VPP, frontend netip.AddrPort) []nat44_ed.Nat44LbAddrPort {
 	t.Helper()
-	conn, err := core.Connect(socketclient.NewVppClient(v.APISocket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Disconnect()
-	ch, err := conn.NewAPIChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch, done := v.Connect(t)
+	defer done()
 	var locals []nat44_ed.Nat44LbAddrPort
-	err = vppapi.Dump(ch, &nat44_ed.Nat44LbStaticMappingDump{},
+	err := vppapi.Dump(ch, &nat44_ed.Nat44LbStaticMappingDump{},
 		func() *nat44_ed.Nat44LbStaticMappingDetails { return &nat44_ed.Nat44LbStaticMappingDetails{} },
 		func(d *nat44_ed.Nat44LbStaticMappingDetails) {
 			if netip.AddrFrom4(d.ExternalAddr) == frontend.Addr() && d.ExternalPort == frontend.Port() {

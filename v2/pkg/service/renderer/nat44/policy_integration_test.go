@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	"go.fd.io/govpp/adapter/socketclient"
 	"go.fd.io/govpp/binapi/acl"
 	"go.fd.io/govpp/binapi/interface_types"
-	"go.fd.io/govpp/core"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
@@ -183,16 +181,8 @@ func TestRealVPPSourceRangesHoldWithPolicies(t *testing.T) {
 // inputACLTags are the tags of the input ACLs of interface sw, in order.
 func inputACLTags(t *testing.T, v *vpptest.VPP, sw uint32) []string {
 	t.Helper()
-	conn, err := core.Connect(socketclient.NewVppClient(v.APISocket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Disconnect()
-	ch, err := conn.NewAPIChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch, done := v.Connect(t)
+	defer done()
 	tags := map[uint32]string{}
 	if err := vppapi.Dump(ch, &acl.ACLDump{ACLIndex: ^uint32(0)}, func() *acl.ACLDetails { return &acl.ACLDetails{} },
 		func(d *acl.ACLDetails) { tags[d.ACLIndex] = d.Tag }); err != nil {
