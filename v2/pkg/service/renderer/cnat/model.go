@@ -256,13 +256,13 @@ func render(node *service.Node, s *service.Service) *rendered {
 				if e.Addr.Is4() != a.Is4() {
 					continue
 				}
-				p := path{Dst: e.Key(), Src: src}
+				pt := path{Dst: e.Key(), Src: src}
 				if (snat || slices.Contains(s.ClusterIPs, a)) && node.HostEndpoint(e) {
 					if h := hostSource(a); h.IsValid() {
-						p.Src = h
+						pt.Src = h
 					}
 				}
-				t.Paths = append(t.Paths, p)
+				t.Paths = append(t.Paths, pt)
 			}
 			if len(t.Paths) == 0 {
 				// Never a translation without paths (VPP 25.10 dies of
