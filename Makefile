@@ -58,7 +58,7 @@ build: ## build every vcoil program into bin/ (kubectl-vcoil too)
 # ---- generated code ----
 
 .PHONY: generate
-generate: ## regenerate deepcopy code, CRDs, RBAC, webhook manifests, gRPC code and the PrometheusRule of the alert rules
+generate: ## regenerate deepcopy code, CRDs (vcoil's, and the ClusterNetworkPolicy one of the pinned network-policy-api), RBAC, webhook manifests, gRPC code and the PrometheusRule of the alert rules
 	$(call tool,buf); "$$buf" generate --template v2/pkg/cnirpc/buf.gen.yaml --path v2/pkg/cnirpc/cni.proto
 	$(GO) tool controller-gen object paths=./v2/api/...
 	$(GO) tool controller-gen \
@@ -68,6 +68,10 @@ generate: ## regenerate deepcopy code, CRDs, RBAC, webhook manifests, gRPC code 
 	$(GO) tool controller-gen rbac:roleName=egress paths=./v2/pkg/egress/routerwatch/... output:rbac:artifacts:config=v2/config/egress
 	$(GO) tool controller-gen rbac:roleName=daemon paths="./v2/pkg/daemon/...;./v2/pkg/nodeipam/...;./v2/pkg/service/...;./v2/pkg/policy/agent/...;./v2/pkg/egress/agent/..." output:rbac:artifacts:config=v2/config/daemon
 	$(GO) run ./v2/config/monitoring/cmd/prometheusrule
+	@# The ClusterNetworkPolicy CRD (standard channel) of the pinned
+	@# sigs.k8s.io/network-policy-api, as that module ships it.
+	install -m 0644 "$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)/config/crd/standard/policy.networking.k8s.io_clusternetworkpolicies.yaml" \
+		v2/config/crd/network-policy-api/
 
 .PHONY: check-generate
 check-generate: ## fail when make generate changes any file (works in a dirty tree too)

@@ -1,6 +1,6 @@
 module github.com/vcoil/vcoil
 
-go 1.26.0
+go 1.26.6
 
 require (
 	github.com/containernetworking/cni v1.3.0
@@ -38,6 +38,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.45.0 // indirect
 	go.opentelemetry.io/otel/trace v1.45.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
+	sigs.k8s.io/network-policy-api v0.3.0 // indirect
 )
 
 require (

@@ -155,7 +155,7 @@ func Start(opts Options) (*Env, error) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "v2", "config", "crd", "bases")},
+		CRDDirectoryPaths:     []string{filepath.Join(root, "v2", "config", "crd", "bases"), filepath.Join(root, "v2", "config", "crd", "network-policy-api")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                NewScheme(),
 		// envtest's 20 s is too short on a loaded 2-core machine: a

@@ -8,6 +8,9 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	cnpv1alpha2 "sigs.k8s.io/network-policy-api/apis/v1alpha2"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 )
 
@@ -16,7 +19,8 @@ func TestNewKnowsBuiltInVcoilAndExtraTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, obj := range []runtime.Object{&corev1.Node{}, &vcoilv2.AddressPool{}, &vcoilv2.BlockRequest{}, &apiextensionsv1.CustomResourceDefinition{}} {
+	for _, obj := range []runtime.Object{&corev1.Node{}, &vcoilv2.AddressPool{}, &vcoilv2.BlockRequest{}, &apiextensionsv1.CustomResourceDefinition{},
+		&cnpv1beta1.ClusterNetworkPolicy{}, &cnpv1alpha2.ClusterNetworkPolicy{}} {
 		if _, _, err := s.ObjectKinds(obj); err != nil {
 			t.Errorf("%T: %v", obj, err)
 		}
