@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Cluster is the state a node's policy stack sees, as plain values.
@@ -23,6 +24,8 @@ type Cluster struct {
 	Namespaces    []*corev1.Namespace
 	Pods          []*corev1.Pod
 	Policies      []*networkingv1.NetworkPolicy
+	// ClusterPolicies are the ClusterNetworkPolicies (both tiers).
+	ClusterPolicies []*cnp.ClusterNetworkPolicy
 	// External are addresses outside the cluster, to sample connections with.
 	External []netip.Addr
 }
@@ -61,6 +64,9 @@ func (c *Cluster) String() string {
 	for _, pol := range c.Policies {
 		fmt.Fprintf(&b, "policy %s/%s %s\n", pol.Namespace, pol.Name, pol.Spec.String())
 	}
+	for _, pol := range c.ClusterPolicies {
+		fmt.Fprintf(&b, "cluster policy %s %s priority %d %+v\n", pol.Name, pol.Spec.Tier, pol.Spec.Priority, pol.Spec)
+	}
 	return b.String()
 }
 
@@ -71,6 +77,7 @@ func (c *Cluster) Clone() *Cluster {
 	d.Namespaces = slices.Clone(c.Namespaces)
 	d.Pods = slices.Clone(c.Pods)
 	d.Policies = slices.Clone(c.Policies)
+	d.ClusterPolicies = slices.Clone(c.ClusterPolicies)
 	return &d
 }
 

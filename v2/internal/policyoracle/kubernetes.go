@@ -1,6 +1,6 @@
 // Package policyoracle holds the test oracles of vcoil's policy stack: an
-// evaluator of Kubernetes NetworkPolicy semantics written from the
-// Kubernetes API documentation, an evaluator of the renderer cache's output
+// evaluator of Kubernetes NetworkPolicy and ClusterNetworkPolicy semantics
+// written from the APIs' documentation, an evaluator of the renderer cache's output
 // as a network stack would apply it, and a generator of random clusters to
 // confront them. It is test support: vcoild never uses it.
 //
@@ -20,6 +20,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Protocol of a connection; ICMP stands for every protocol without ports.
@@ -68,21 +69,24 @@ type Kubernetes struct {
 	namespaces map[string]*corev1.Namespace
 	pods       map[netip.Addr]*corev1.Pod
 	policies   []*networkingv1.NetworkPolicy
-	node       string
-	nodeAddrs  []netip.Addr
-	loopback   []netip.Addr
+	// clusterPolicies are the ClusterNetworkPolicies (clusterpolicy.go).
+	clusterPolicies []*cnp.ClusterNetworkPolicy
+	node            string
+	nodeAddrs       []netip.Addr
+	loopback        []netip.Addr
 }
 
 // NewKubernetes returns the evaluator for a cluster as seen from node (whose
 // own addresses and NAT loopback are given).
 func NewKubernetes(c *Cluster) *Kubernetes {
 	k := &Kubernetes{
-		namespaces: make(map[string]*corev1.Namespace),
-		pods:       make(map[netip.Addr]*corev1.Pod),
-		policies:   c.Policies,
-		node:       c.Node,
-		nodeAddrs:  c.NodeAddresses,
-		loopback:   c.NATLoopback,
+		namespaces:      make(map[string]*corev1.Namespace),
+		pods:            make(map[netip.Addr]*corev1.Pod),
+		policies:        c.Policies,
+		clusterPolicies: c.ClusterPolicies,
+		node:            c.Node,
+		nodeAddrs:       c.NodeAddresses,
+		loopback:        c.NATLoopback,
 	}
 	for _, n := range c.Namespaces {
 		k.namespaces[n.Name] = n
@@ -144,19 +148,20 @@ func (k *Kubernetes) EgressAllows(c Connection) bool {
 	if src.Spec.NodeName == k.node && slices.Contains(k.nodeAddrs, c.Dst) {
 		return true
 	}
-	isolated := false
-	for _, pol := range k.policies {
-		if !k.selectsPod(pol, src) || !hasType(pol, networkingv1.PolicyTypeEgress) {
-			continue
-		}
-		isolated = true
-		for _, r := range pol.Spec.Egress {
-			if k.peersMatch(pol, r.To, c.Dst) && k.portsMatch(r.Ports, c, k.pods[c.Dst]) {
-				return true
+	return k.tiers(src, false, c.Dst, c, func() (isolated, allowed bool) {
+		for _, pol := range k.policies {
+			if !k.selectsPod(pol, src) || !hasType(pol, networkingv1.PolicyTypeEgress) {
+				continue
+			}
+			isolated = true
+			for _, r := range pol.Spec.Egress {
+				if k.peersMatch(pol, r.To, c.Dst) && k.portsMatch(r.Ports, c, k.pods[c.Dst]) {
+					return true, true
+				}
 			}
 		}
-	}
-	return !isolated
+		return isolated, false
+	})
 }
 
 // IngressAllows reports whether the destination's ingress policies allow c.
@@ -168,19 +173,37 @@ func (k *Kubernetes) IngressAllows(c Connection) bool {
 	if dst.Spec.NodeName == k.node && (slices.Contains(k.nodeAddrs, c.Src) || slices.Contains(k.loopback, c.Src)) {
 		return true
 	}
-	isolated := false
-	for _, pol := range k.policies {
-		if !k.selectsPod(pol, dst) || !hasType(pol, networkingv1.PolicyTypeIngress) {
-			continue
-		}
-		isolated = true
-		for _, r := range pol.Spec.Ingress {
-			if k.peersMatch(pol, r.From, c.Src) && k.portsMatch(r.Ports, c, dst) {
-				return true
+	return k.tiers(dst, true, c.Src, c, func() (isolated, allowed bool) {
+		for _, pol := range k.policies {
+			if !k.selectsPod(pol, dst) || !hasType(pol, networkingv1.PolicyTypeIngress) {
+				continue
+			}
+			isolated = true
+			for _, r := range pol.Spec.Ingress {
+				if k.peersMatch(pol, r.From, c.Src) && k.portsMatch(r.Ports, c, dst) {
+					return true, true
+				}
 			}
 		}
+		return isolated, false
+	})
+}
+
+// tiers decides a direction of pod p: the Admin tier of its
+// ClusterNetworkPolicies, then its NetworkPolicies (np: whether they
+// isolate p in the direction, and whether they admit c), then the Baseline
+// tier.
+func (k *Kubernetes) tiers(p *corev1.Pod, ingress bool, peer netip.Addr, c Connection, np func() (isolated, allowed bool)) bool {
+	switch k.tierVerdict(cnp.AdminTier, p, ingress, peer, c) {
+	case accept:
+		return true
+	case deny:
+		return false
 	}
-	return !isolated
+	if isolated, allowed := np(); isolated {
+		return allowed
+	}
+	return k.tierVerdict(cnp.BaselineTier, p, ingress, peer, c) != deny
 }
 
 // hasType applies the policyTypes default of the API reference.
