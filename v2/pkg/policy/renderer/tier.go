@@ -1,0 +1,154 @@
+package renderer
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// TierAction is what a rule of a ClusterNetworkPolicy tier does with a
+// connection it matches.
+type TierAction uint8
+
+const (
+	// TierAccept admits the connection: no tier below is asked.
+	TierAccept TierAction = iota
+	// TierDeny drops it.
+	TierDeny
+	// TierPass leaves the tier: the next tier decides.
+	TierPass
+)
+
+func (a TierAction) String() string {
+	switch a {
+	case TierAccept:
+		return "accept"
+	case TierDeny:
+		return "deny"
+	case TierPass:
+		return "pass"
+	}
+	return fmt.Sprintf("tier-action(%d)", a)
+}
+
+// TierRule is one rule of an Admin or Baseline tier (docs/policy.md,
+// "ClusterNetworkPolicy"): the traffic Match matches (its Action is not
+// used) gets Action.
+type TierRule struct {
+	Match  Rule
+	Action TierAction
+}
+
+// Tiers are one direction of a pod's policies, tier by tier: Admin rules in
+// evaluation order; its NetworkPolicy rule list (a list of the shape
+// PodRules documents, empty when no NetworkPolicy isolates the pod in the
+// direction); Baseline rules in evaluation order.
+type Tiers struct {
+	Admin         []TierRule
+	NetworkPolicy []Rule
+	Baseline      []TierRule
+}
+
+// Compile turns t into one list of Permit and Deny rules that decides
+// every packet as the tiers do when applied with first-match semantics, and
+// ends with a rule matching everything: for stacks without "go to the next
+// tier", VPP's ACLs. The NetworkPolicy list of an isolated pod decides
+// finally; else the Baseline rules do, Pass and no match permitting. An
+// Admin Pass rule is replaced, at its place, by the list of the tiers below
+// restricted to what it matches (each of their rules intersected with it):
+// that list ends with a rule matching everything, so the Pass rule's
+// traffic never reaches the Admin rules after it.
+func (t Tiers) Compile() []Rule {
+	lower := t.NetworkPolicy
+	if len(lower) == 0 {
+		lower = make([]Rule, 0, len(t.Baseline)+1)
+		for _, r := range t.Baseline {
+			m := r.Match
+			m.Action = ActionPermit
+			if r.Action == TierDeny {
+				m.Action = ActionDeny
+			}
+			lower = append(lower, m)
+		}
+		lower = append(lower, PermitAll)
+	}
+	var out []Rule
+	for _, r := range t.Admin {
+		m := r.Match
+		switch r.Action {
+		case TierAccept:
+			m.Action = ActionPermit
+			out = append(out, m)
+		case TierDeny:
+			m.Action = ActionDeny
+			out = append(out, m)
+		case TierPass:
+			for _, l := range lower {
+				if i, ok := Intersect(m, l); ok {
+					out = append(out, i)
+				}
+			}
+		}
+	}
+	return append(out, lower...)
+}
+
+// Intersect returns the rule matching what both a and b match, with b's
+// action, and false when nothing is matched by both. The intersection of
+// two 6-tuples is one: the narrower of two nested networks, the overlap of
+// two port ranges, the one protocol of the two (every protocol being the
+// wider).
+func Intersect(a, b Rule) (Rule, bool) {
+	out := Rule{Action: b.Action}
+	switch {
+	case a.Protocol == b.Protocol || b.Protocol == ProtocolAny:
+		out.Protocol = a.Protocol
+	case a.Protocol == ProtocolAny:
+		out.Protocol = b.Protocol
+	default:
+		return Rule{}, false
+	}
+	var ok bool
+	if out.SrcNetwork, ok = intersectNetworks(a.SrcNetwork, b.SrcNetwork); !ok {
+		return Rule{}, false
+	}
+	if out.DstNetwork, ok = intersectNetworks(a.DstNetwork, b.DstNetwork); !ok {
+		return Rule{}, false
+	}
+	if out.SrcNetwork.IsValid() && out.DstNetwork.IsValid() && out.SrcNetwork.Addr().Is4() != out.DstNetwork.Addr().Is4() {
+		return Rule{}, false
+	}
+	if out.SrcPort, ok = intersectPorts(a.SrcPort, b.SrcPort); !ok {
+		return Rule{}, false
+	}
+	if out.DstPort, ok = intersectPorts(a.DstPort, b.DstPort); !ok {
+		return Rule{}, false
+	}
+	if out.Protocol == ProtocolAny {
+		// A rule of every protocol cannot restrict ports: a and b of
+		// every protocol had none.
+		out.SrcPort, out.DstPort = AnyPort, AnyPort
+	}
+	return out, true
+}
+
+// intersectNetworks: the zero prefix is every address of both families.
+func intersectNetworks(a, b netip.Prefix) (netip.Prefix, bool) {
+	switch {
+	case !a.IsValid():
+		return b, true
+	case !b.IsValid():
+		return a, true
+	case a.Addr().Is4() != b.Addr().Is4():
+		return netip.Prefix{}, false
+	case a.Bits() >= b.Bits() && b.Contains(a.Addr()):
+		return a, true
+	case b.Bits() >= a.Bits() && a.Contains(b.Addr()):
+		return b, true
+	}
+	return netip.Prefix{}, false
+}
+
+func intersectPorts(a, b PortRange) (PortRange, bool) {
+	out := PortRange{First: max(a.First, b.First), Last: min(a.Last, b.Last)}
+	return out, out.First <= out.Last
+}
