@@ -57,6 +57,47 @@ type PodRules struct {
 	// Egress filters traffic out of the pod (its egress policies): its
 	// source network is "any", its destination network names the peer.
 	Egress []Rule
+	// Admin and Baseline are the pod's ClusterNetworkPolicy tiers, by
+	// Direction, in evaluation order (Tiers): Admin rules decide before
+	// Ingress and Egress, Baseline rules after them, for a pod those do
+	// not isolate. Their matches follow the direction as the lists above
+	// do (the peer is the source of ingress, the destination of egress).
+	// Empty tiers leave the pod to its NetworkPolicy lists alone.
+	Admin    [2][]TierRule
+	Baseline [2][]TierRule
+}
+
+// Tiers returns the pod's tiers of direction d.
+func (p *PodRules) Tiers(d Direction) Tiers {
+	np := p.Ingress
+	if d == Egress {
+		np = p.Egress
+	}
+	return Tiers{Admin: p.Admin[d], NetworkPolicy: np, Baseline: p.Baseline[d]}
+}
+
+// HasTiers reports whether any ClusterNetworkPolicy rule applies to the
+// pod.
+func (p *PodRules) HasTiers() bool {
+	return len(p.Admin[Ingress])+len(p.Admin[Egress])+len(p.Baseline[Ingress])+len(p.Baseline[Egress]) > 0
+}
+
+// Validate checks the pod's lists and tiers (ValidateRuleList,
+// ValidateTier).
+func (p *PodRules) Validate() error {
+	for _, d := range []Direction{Ingress, Egress} {
+		t := p.Tiers(d)
+		if err := ValidateRuleList(d, t.NetworkPolicy); err != nil {
+			return err
+		}
+		if err := ValidateTier(d, "admin", t.Admin); err != nil {
+			return err
+		}
+		if err := ValidateTier(d, "baseline", t.Baseline); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Txn is one transaction for the renderers: the new configuration of every
@@ -120,6 +161,29 @@ func ValidateRuleList(d Direction, rules []Rule) error {
 		}
 		if i > 0 && rules[i-1].Compare(r) >= 0 {
 			return fmt.Errorf("%s rule %d (%v): rules are not sorted or not unique", d, i, r)
+		}
+	}
+	return nil
+}
+
+// ValidateTier checks the rules of a tier named name of direction d: valid
+// matches that leave the pod's own end of the traffic unrestricted, and
+// known actions.
+func ValidateTier(d Direction, name string, rules []TierRule) error {
+	for i, r := range rules {
+		m := r.Match
+		m.Action = ActionPermit
+		if err := m.Validate(); err != nil {
+			return fmt.Errorf("%s %s rule %d: %w", d, name, i, err)
+		}
+		if r.Action > TierPass {
+			return fmt.Errorf("%s %s rule %d (%v): unknown action %d", d, name, i, m, r.Action)
+		}
+		if d == Egress && m.SrcNetwork.IsValid() {
+			return fmt.Errorf("%s %s rule %d (%v): the source of traffic from the pod is the pod itself", d, name, i, m)
+		}
+		if d == Ingress && m.DstNetwork.IsValid() {
+			return fmt.Errorf("%s %s rule %d (%v): the destination of traffic to the pod is the pod itself", d, name, i, m)
 		}
 	}
 	return nil

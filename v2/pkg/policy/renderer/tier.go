@@ -32,10 +32,17 @@ func (a TierAction) String() string {
 
 // TierRule is one rule of an Admin or Baseline tier (docs/policy.md,
 // "ClusterNetworkPolicy"): the traffic Match matches (its Action is not
-// used) gets Action.
+// used) gets Action. Policy and Name say where it comes from, for operators
+// (counters, kubectl vcoil); renderers match and act by Match and Action
+// alone.
 type TierRule struct {
 	Match  Rule
 	Action TierAction
+	// Policy is the ClusterNetworkPolicy's name ("" for the rules vcoil
+	// adds itself: the traffic no policy can block).
+	Policy string
+	// Name is the rule's name in the policy, or its index when it has none.
+	Name string
 }
 
 // Tiers are one direction of a pod's policies, tier by tier: Admin rules in

@@ -53,21 +53,32 @@ func baseMatches(kt *kernelTable, podIfPrefix string) bool {
 			return false
 		}
 	}
-	for d := range dirMaps {
-		for _, name := range dirMaps[d] {
+	for s := range slotMaps {
+		for _, name := range slotMaps[s] {
 			if _, ok := kt.maps[name]; !ok {
 				return false
 			}
 		}
 	}
+	// The self sets hold the addresses of the egress maps.
 	for f, name := range selfSets {
 		s := kt.sets[name]
-		if s == nil || len(s.elems) != len(kt.maps[dirMaps[renderer.Egress][f]]) {
+		if s == nil {
+			return false
+		}
+		egress := map[netip.Addr]bool{}
+		for sl := range slotMaps {
+			if slot(sl).dir() == renderer.Egress {
+				for a := range kt.maps[slotMaps[sl][f]] {
+					egress[a] = true
+				}
+			}
+		}
+		if len(s.elems) != len(egress) {
 			return false
 		}
 		for _, e := range s.elems {
-			a, err := selfElemOf(e)
-			if _, ok := kt.maps[dirMaps[renderer.Egress][f]][a]; err != nil || !ok {
+			if a, err := selfElemOf(e); err != nil || !egress[a] {
 				return false
 			}
 		}
@@ -124,15 +135,15 @@ func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 		if name == chainForward || name == chainPostrouting {
 			continue
 		}
-		n, ok := parseGroupName(name)
+		k, n, ok := parseGroupName(name)
 		if !ok {
 			return "unknown chain " + name, nil
 		}
-		g, err := r.adoptGroup(kt, name)
+		g, err := r.adoptGroup(kt, k, name)
 		if err != nil {
 			return fmt.Sprintf("group %s: %v", name, err), nil
 		}
-		for _, s := range groupSets(setNames(name), g.layout) {
+		for _, s := range g.sets() {
 			sets[s.name] = true
 		}
 		r.groups[name] = g
@@ -146,14 +157,14 @@ func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 			return "unknown set " + name, nil
 		}
 	}
-	for d := range dirMaps {
-		for _, name := range dirMaps[d] {
+	for s := range slotMaps {
+		for _, name := range slotMaps[s] {
 			for a, target := range kt.maps[name] {
 				g := r.groups[target]
-				if g == nil || g.dir != renderer.Direction(d) {
-					return fmt.Sprintf("map %s sends %s to %q, not a group of its direction", name, a, target), nil
+				if g == nil || g.slot() != slot(s) {
+					return fmt.Sprintf("map %s sends %s to %q, not a group of its tier and direction", name, a, target), nil
 				}
-				r.elems[d][a] = g
+				r.elems[s][a] = g
 				g.refs++
 			}
 		}
@@ -161,88 +172,49 @@ func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 	return "", nil
 }
 
-// adoptGroup reads group chain name from the kernel: its direction, its
-// content from its sets, and checks its rules.
-func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
+// adoptGroup reads group chain name of kind k from the kernel: its
+// direction, its content from its sets, and checks its rules.
+func (r *Renderer) adoptGroup(kt *kernelTable, k kind, name string) (*group, error) {
 	kc := kt.chains[name]
-	g := setNames(name)
-	c := &content{}
-	// The layout is the sets the group has.
-	var l groupLayout
-	for f := range 2 {
-		for slot, set := range []string{g.hostPorts(f), g.hosts(f), g.nets(f)} {
-			_, l.fixed[f][slot] = kt.sets[set]
-		}
-	}
-	for i := 0; ; i++ {
-		var sl sigLayout
-		comment := ""
-		for f := range 2 {
-			if s, ok := kt.sets[g.sig(i, f)]; ok {
-				sl.fams[f], comment = true, s.comment
-			}
-		}
-		if !sl.fams[v4] && !sl.fams[v6] {
-			break
-		}
-		sig, err := parseSignature(comment)
+	cc := &chainContent{}
+	var ls []runLayout
+	if k == kindNetworkPolicy {
+		c, l, _, err := adoptRun(kt, setNames(name))
 		if err != nil {
-			return nil, fmt.Errorf("set %s: %w", g.sig(i, v4), err)
+			return nil, err
 		}
-		sl.sig = sig
-		l.sigs = append(l.sigs, sl)
-	}
-	for _, s := range groupSets(g, l) {
-		ks := kt.sets[s.name]
-		if ks == nil || ks.typ != s.typ || ks.comment != s.comment {
-			return nil, fmt.Errorf("set %s is of another type or signature", s.name)
-		}
-	}
-	set := func(name string) *kernelSet {
-		if s := kt.sets[name]; s != nil {
-			return s
-		}
-		return &kernelSet{}
-	}
-	for f := range 2 {
-		for _, e := range set(g.hostPorts(f)).elems {
-			hp, err := hostPortOf(e)
-			if err != nil {
-				return nil, fmt.Errorf("set %s: %w", g.hostPorts(f), err)
+		cc.runs, ls = []run{{v: verdictReturn, c: c}}, []runLayout{{v: verdictReturn, l: l}}
+	} else {
+		// Runs are numbered from 0; their sets' names say their verdicts.
+		for i := 0; ; i++ {
+			found := false
+			for v := range verdict(len(verdictLetters)) {
+				c, l, ok, err := adoptRun(kt, runNames(k, name, i, v))
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					if found {
+						return nil, fmt.Errorf("run %d has sets of two verdicts", i)
+					}
+					found = true
+					cc.runs = append(cc.runs, run{v: v, c: c})
+					ls = append(ls, runLayout{v: v, l: l})
+				}
 			}
-			c.hostPorts[f] = append(c.hostPorts[f], hp)
-		}
-		for _, e := range set(g.hosts(f)).elems {
-			a, err := addrOf(e)
-			if err != nil {
-				return nil, fmt.Errorf("set %s: %w", g.hosts(f), err)
-			}
-			c.hosts[f] = append(c.hosts[f], a)
-		}
-		var err error
-		if c.nets[f], err = intervalsOf(set(g.nets(f))); err != nil {
-			return nil, fmt.Errorf("set %s: %w", g.nets(f), err)
-		}
-	}
-	for i, sl := range l.sigs {
-		ss := sigSets{sig: sl.sig}
-		for f := range 2 {
-			var err error
-			if ss.peers[f], err = intervalsOf(set(g.sig(i, f))); err != nil {
-				return nil, fmt.Errorf("set %s: %w", g.sig(i, f), err)
+			if !found {
+				break
 			}
 		}
-		c.sigs = append(c.sigs, ss)
-	}
-	for f := range 2 {
-		slices.SortFunc(c.hostPorts[f], compareHostPorts)
-		slices.SortFunc(c.hosts[f], netip.Addr.Compare)
+		if len(cc.runs) == 0 {
+			return nil, errors.New("it has no sets")
+		}
 	}
 	// The rules say the direction: they match the peer's source or
 	// destination address.
 	dir, found := renderer.Ingress, false
 	for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
-		want := groupRules(g, d, l, r.cfg.LogDrops)
+		want := chainRules(k, name, d, ls, r.cfg.LogDrops)
 		same := len(kc.rules) == len(want)
 		for i := 0; same && i < len(want); i++ {
 			same = kc.rules[i] == ruleID(want[i])
@@ -257,7 +229,86 @@ func (r *Renderer) adoptGroup(kt *kernelTable, name string) (*group, error) {
 	if !kt.counters[name] {
 		return nil, errors.New("its counter is missing")
 	}
-	return &group{name: name, dir: dir, c: c, key: groupKey(dir, c), layout: l, structure: l.String()}, nil
+	return &group{name: name, kind: k, dir: dir, cc: cc, key: cc.key(slotOf(k, dir)), layouts: ls, structure: structureOf(ls)}, nil
+}
+
+// adoptRun reads the content of the sets named g: found is false when
+// there is none.
+func adoptRun(kt *kernelTable, g setNames) (c *content, l groupLayout, found bool, err error) {
+	c = &content{}
+	// The layout is the sets the run has.
+	for f := range 2 {
+		for slot, set := range []string{g.hostPorts(f), g.hosts(f), g.nets(f)} {
+			_, l.fixed[f][slot] = kt.sets[set]
+			found = found || l.fixed[f][slot]
+		}
+	}
+	for i := 0; ; i++ {
+		var sl sigLayout
+		comment := ""
+		for f := range 2 {
+			if s, ok := kt.sets[g.sig(i, f)]; ok {
+				sl.fams[f], comment = true, s.comment
+			}
+		}
+		if !sl.fams[v4] && !sl.fams[v6] {
+			break
+		}
+		found = true
+		sig, err := parseSignature(comment)
+		if err != nil {
+			return nil, l, false, fmt.Errorf("set %s: %w", g.sig(i, v4), err)
+		}
+		sl.sig = sig
+		l.sigs = append(l.sigs, sl)
+	}
+	for _, s := range groupSets(g, l) {
+		ks := kt.sets[s.name]
+		if ks == nil || ks.typ != s.typ || ks.comment != s.comment {
+			return nil, l, false, fmt.Errorf("set %s is of another type or signature", s.name)
+		}
+	}
+	set := func(name string) *kernelSet {
+		if s := kt.sets[name]; s != nil {
+			return s
+		}
+		return &kernelSet{}
+	}
+	for f := range 2 {
+		for _, e := range set(g.hostPorts(f)).elems {
+			hp, err := hostPortOf(e)
+			if err != nil {
+				return nil, l, false, fmt.Errorf("set %s: %w", g.hostPorts(f), err)
+			}
+			c.hostPorts[f] = append(c.hostPorts[f], hp)
+		}
+		for _, e := range set(g.hosts(f)).elems {
+			a, err := addrOf(e)
+			if err != nil {
+				return nil, l, false, fmt.Errorf("set %s: %w", g.hosts(f), err)
+			}
+			c.hosts[f] = append(c.hosts[f], a)
+		}
+		var err error
+		if c.nets[f], err = intervalsOf(set(g.nets(f))); err != nil {
+			return nil, l, false, fmt.Errorf("set %s: %w", g.nets(f), err)
+		}
+	}
+	for i, sl := range l.sigs {
+		ss := sigSets{sig: sl.sig}
+		for f := range 2 {
+			var err error
+			if ss.peers[f], err = intervalsOf(set(g.sig(i, f))); err != nil {
+				return nil, l, false, fmt.Errorf("set %s: %w", g.sig(i, f), err)
+			}
+		}
+		c.sigs = append(c.sigs, ss)
+	}
+	for f := range 2 {
+		slices.SortFunc(c.hostPorts[f], compareHostPorts)
+		slices.SortFunc(c.hosts[f], netip.Addr.Compare)
+	}
+	return c, l, found, nil
 }
 
 func intervalsOf(s *kernelSet) ([]interval, error) {

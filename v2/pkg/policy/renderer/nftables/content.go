@@ -151,10 +151,16 @@ func contentOf(d renderer.Direction, rules []renderer.Rule) *content {
 	if len(rules) == 0 || rules[len(rules)-1].Action == renderer.ActionPermit {
 		return nil
 	}
+	return unionOf(d, rules[:len(rules)-1])
+}
+
+// unionOf is the content of what any of rules matches in direction d
+// (their actions are not read).
+func unionOf(d renderer.Direction, rules []renderer.Rule) *content {
 	c := &content{}
 	var nets [2][]interval
 	sigs := map[signature]*[2][]interval{}
-	for _, r := range rules[:len(rules)-1] {
+	for _, r := range rules {
 		peer := r.SrcNetwork
 		if d == renderer.Egress {
 			peer = r.DstNetwork

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/nft"
@@ -21,7 +22,7 @@ func elementLayout(name string) (nft.Layout, bool) {
 	case srcSets[v4], srcSets[v6]:
 		return nft.Layout{Key: []nft.Field{interval}}, true
 	}
-	for _, names := range dirMaps {
+	for _, names := range slotMaps {
 		for _, n := range names {
 			if n == name {
 				return nft.Layout{Key: []nft.Field{addr}, Value: []nft.Field{nft.Verdict}}, true
@@ -29,8 +30,20 @@ func elementLayout(name string) (nft.Layout, bool) {
 		}
 	}
 	g, suffix, ok := strings.Cut(name, "-")
-	if _, isGroup := parseGroupName(g); !ok || !isGroup {
+	k, _, isGroup := parseGroupName(g)
+	if !ok || !isGroup {
 		return nft.Layout{}, false
+	}
+	if k != kindNetworkPolicy {
+		// A tier group's sets are its runs': "<index><verdict>-".
+		run, rest, ok := strings.Cut(suffix, "-")
+		if !ok || len(run) < 2 || !strings.Contains(verdictLetters, run[len(run)-1:]) {
+			return nft.Layout{}, false
+		}
+		if _, err := strconv.Atoi(run[:len(run)-1]); err != nil {
+			return nft.Layout{}, false
+		}
+		suffix = rest
 	}
 	switch {
 	case suffix == "hp4" || suffix == "hp6":

@@ -82,11 +82,6 @@ var selfSets = [2]string{"self4", "self6"}
 
 func selfElem(a netip.Addr) string { return a.String() + " . " + a.String() }
 
-var dirMaps = [2][2]string{
-	renderer.Ingress: {"in4", "in6"},
-	renderer.Egress:  {"eg4", "eg6"},
-}
-
 func ipOf(f int) string {
 	if f == v4 {
 		return "ip"
@@ -212,21 +207,31 @@ func groupSets(g setNames, l groupLayout) []setDef {
 	return out
 }
 
-// groupRules are the rules of group chain g of direction d and layout l:
-// permits that return, then the drop (logged when logDrops).
+// groupRules are the rules of NetworkPolicy group chain g of direction d
+// and layout l: permits that return, then the drop (logged when logDrops).
 func groupRules(g setNames, d renderer.Direction, l groupLayout, logDrops bool) []string {
+	out := matchRules(g, d, l, "return")
+	if logDrops {
+		out = append(out, dropLog(string(g), d.String()))
+	}
+	return append(out, fmt.Sprintf("counter name %q drop", string(g)))
+}
+
+// matchRules are the rules matching the peers and ports of sets g of
+// layout l in direction d, each ending in statement.
+func matchRules(g setNames, d renderer.Direction, l groupLayout, statement string) []string {
 	peer := peerField(d)
 	var out []string
 	for f := range 2 {
 		ip := ipOf(f)
 		if l.fixed[f][slotHostPorts] {
-			out = append(out, fmt.Sprintf("%s %s . meta l4proto . th dport @%s return", ip, peer, g.hostPorts(f)))
+			out = append(out, fmt.Sprintf("%s %s . meta l4proto . th dport @%s %s", ip, peer, g.hostPorts(f), statement))
 		}
 		if l.fixed[f][slotHosts] {
-			out = append(out, fmt.Sprintf("%s %s @%s return", ip, peer, g.hosts(f)))
+			out = append(out, fmt.Sprintf("%s %s @%s %s", ip, peer, g.hosts(f), statement))
 		}
 		if l.fixed[f][slotNets] {
-			out = append(out, fmt.Sprintf("%s %s @%s return", ip, peer, g.nets(f)))
+			out = append(out, fmt.Sprintf("%s %s @%s %s", ip, peer, g.nets(f), statement))
 		}
 	}
 	for i, s := range l.sigs {
@@ -239,14 +244,10 @@ func groupRules(g setNames, d renderer.Direction, l groupLayout, logDrops bool) 
 		}
 		for f := range 2 {
 			if s.fams[f] {
-				out = append(out, fmt.Sprintf("%s %s %s @%s return", l4, ipOf(f), peer, g.sig(i, f)))
+				out = append(out, fmt.Sprintf("%s %s %s @%s %s", l4, ipOf(f), peer, g.sig(i, f), statement))
 			}
 		}
 	}
-	if logDrops {
-		out = append(out, fmt.Sprintf("limit rate %s log prefix %q level info", logRate, "vcoil-policy "+string(g)+" "+d.String()+" drop: "))
-	}
-	out = append(out, fmt.Sprintf("counter name %q drop", string(g)))
 	return out
 }
 
@@ -275,9 +276,12 @@ func baseRules(podIfPrefix string) map[string][]string {
 		// translated to one of its addresses.
 		"fib saddr type local accept",
 	}
-	for f := range 2 {
-		fwd = append(fwd, fmt.Sprintf("%s saddr vmap @%s", ipOf(f), dirMaps[renderer.Egress][f]))
-		post = append(post, fmt.Sprintf("%s daddr vmap @%s", ipOf(f), dirMaps[renderer.Ingress][f]))
+	// The tiers in order: Admin, NetworkPolicy, Baseline (tiers.go).
+	for _, k := range []kind{kindAdmin, kindNetworkPolicy, kindBaseline} {
+		for f := range 2 {
+			fwd = append(fwd, fmt.Sprintf("%s saddr vmap @%s", ipOf(f), slotMaps[slotOf(k, renderer.Egress)][f]))
+			post = append(post, fmt.Sprintf("%s daddr vmap @%s", ipOf(f), slotMaps[slotOf(k, renderer.Ingress)][f]))
+		}
 	}
 	return map[string][]string{chainForward: fwd, chainPostrouting: post}
 }
@@ -287,17 +291,4 @@ func baseRules(podIfPrefix string) map[string][]string {
 func ruleID(rule string) string {
 	h := sha256.Sum256([]byte(rule))
 	return hex.EncodeToString(h[:8])
-}
-
-// groupName is the chain name of group number n.
-func groupName(n int) string { return "g" + strconv.Itoa(n) }
-
-// parseGroupName returns the number of a group chain name.
-func parseGroupName(name string) (int, bool) {
-	s, ok := strings.CutPrefix(name, "g")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n >= 0 && groupName(n) == name
 }

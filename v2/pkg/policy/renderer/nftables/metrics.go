@@ -20,10 +20,10 @@ type metrics struct {
 
 var (
 	descGroups = prometheus.NewDesc("vcoil_policy_nftables_groups",
-		"Groups (a chain and its sets) in the nftables policy table, by direction: pods whose rules of a direction are equal share one.",
+		"Groups (a chain and its sets) in the nftables policy table, by direction, of all tiers: pods whose rules of a tier and direction are equal share one.",
 		[]string{"direction"}, nil)
 	descPods = prometheus.NewDesc("vcoil_policy_nftables_isolated_addresses",
-		"Local pod addresses whose traffic the nftables policy table filters, by direction.",
+		"Local pod addresses that NetworkPolicies isolate in the nftables policy table, by direction.",
 		[]string{"direction"}, nil)
 	descRules = prometheus.NewDesc("vcoil_policy_rules",
 		"Rules the policy configurator generated for this node's pods (both directions, all pods), as the nftables renderer last received them.",
@@ -71,8 +71,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, g := range r.groups {
 		groups[g.dir]++
 	}
-	for d := range r.elems {
-		addrs[d] = len(r.elems[d])
+	for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
+		addrs[d] = len(r.elems[slotOf(kindNetworkPolicy, d)])
 	}
 	dirs := map[string]string{}
 	for name, g := range r.groups {

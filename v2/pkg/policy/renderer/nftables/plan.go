@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-
-	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
 // planTxn plans a transaction: the changes of the addresses whose desired
@@ -48,12 +46,12 @@ type plan struct {
 
 type groupChange struct {
 	g   *group
-	c   *content
+	cc  *chainContent
 	key string
 }
 
 type assignment struct {
-	dir  renderer.Direction
+	slot slot
 	addr netip.Addr
 	old  *group
 	new  *group
@@ -73,22 +71,22 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 		sorted = append(sorted, a)
 	}
 	slices.SortFunc(sorted, netip.Addr.Compare)
-	for d := range r.elems {
-		dir := renderer.Direction(d)
+	for si := range r.elems {
+		s := slot(si)
 		type move struct {
 			addr netip.Addr
 			old  *group
-			c    *content
+			cc   *chainContent
 			key  string
 		}
 		var moves []move
 		for _, a := range sorted {
-			c, key := r.desired(dir, a)
-			old := r.elems[d][a]
+			cc, key := r.desired(s, a)
+			old := r.elems[s][a]
 			if (old == nil && key == "") || (old != nil && old.key == key) {
 				continue
 			}
-			moves = append(moves, move{a, old, c, key})
+			moves = append(moves, move{a, old, cc, key})
 		}
 		// keys is the post-plan group of each content key.
 		keys := func(key string) *group {
@@ -120,7 +118,7 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 		for _, g := range sortedGroups(byOld) {
 			ix := byOld[g]
 			first := moves[ix[0]]
-			if len(ix) != g.refs || first.key == "" || keys(first.key) != nil || layoutOf(first.c).String() != g.structure {
+			if len(ix) != g.refs || first.key == "" || keys(first.key) != nil || structureOf(first.cc.layouts()) != g.structure {
 				continue
 			}
 			same := true
@@ -130,7 +128,7 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 			if !same {
 				continue
 			}
-			p.changed = append(p.changed, groupChange{g: g, c: first.c, key: first.key})
+			p.changed = append(p.changed, groupChange{g: g, cc: first.cc, key: first.key})
 			for _, i := range ix {
 				done[i] = true
 			}
@@ -142,8 +140,9 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 			var ng *group
 			if m.key != "" {
 				if ng = keys(m.key); ng == nil {
-					l := layoutOf(m.c)
-					ng = &group{name: groupName(r.nextID + len(p.created)), dir: dir, c: m.c, key: m.key, layout: l, structure: l.String()}
+					ls := m.cc.layouts()
+					ng = &group{name: groupName(s.kind(), r.nextID+len(p.created)), kind: s.kind(), dir: s.dir(),
+						cc: m.cc, key: m.key, layouts: ls, structure: structureOf(ls)}
 					p.created = append(p.created, ng)
 				}
 			}
@@ -153,7 +152,7 @@ func (r *Renderer) plan(addrs map[netip.Addr]bool) *plan {
 			if ng != nil {
 				p.refs[ng] = refs(ng) + 1
 			}
-			p.assign = append(p.assign, assignment{dir: dir, addr: m.addr, old: m.old, new: ng})
+			p.assign = append(p.assign, assignment{slot: s, addr: m.addr, old: m.old, new: ng})
 		}
 	}
 	// Groups no address uses any more stay, idle, for the next pods with
@@ -225,7 +224,7 @@ func (p *plan) commit(r *Renderer) {
 	for _, g := range p.created {
 		r.groups[g.name] = g
 		r.byKey[g.key] = g
-		if n, ok := parseGroupName(g.name); ok && n >= r.nextID {
+		if _, n, ok := parseGroupName(g.name); ok && n >= r.nextID {
 			r.nextID = n + 1
 		}
 	}
@@ -233,14 +232,14 @@ func (p *plan) commit(r *Renderer) {
 		if r.byKey[ch.g.key] == ch.g {
 			delete(r.byKey, ch.g.key)
 		}
-		ch.g.c, ch.g.key = ch.c, ch.key
+		ch.g.cc, ch.g.key = ch.cc, ch.key
 		r.byKey[ch.key] = ch.g
 	}
 	for _, a := range p.assign {
 		if a.new == nil {
-			delete(r.elems[a.dir], a.addr)
+			delete(r.elems[a.slot], a.addr)
 		} else {
-			r.elems[a.dir][a.addr] = a.new
+			r.elems[a.slot][a.addr] = a.new
 		}
 	}
 	for g, n := range p.refs {

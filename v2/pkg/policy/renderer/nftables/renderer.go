@@ -51,11 +51,11 @@ type Renderer struct {
 	owners map[netip.Addr]renderer.PodID
 
 	// The mirror of the kernel's table, valid when synced: the groups and
-	// the dispatch maps' elements, by direction and address.
+	// the dispatch maps' elements, by slot and address.
 	synced bool
 	groups map[string]*group // by chain name
 	byKey  map[string]*group
-	elems  [2]map[netip.Addr]*group
+	elems  [nSlots]map[netip.Addr]*group
 	// srcs are the elements of the source sets (srcSets), by family.
 	srcs   [2][]interval
 	nextID int
@@ -66,36 +66,55 @@ type Renderer struct {
 }
 
 type podWant struct {
-	rules    int // the length of both rule lists, for the metrics
+	rules    int // the length of its rule lists and tiers, for the metrics
 	ips      []netip.Addr
-	sources  []netip.Prefix // the allowed source prefixes besides ips
-	contents [2]*content    // by renderer.Direction; nil: not restricted
-	keys     [2]string
-	// lists and lens identify the rule lists the contents were made from.
-	lists [2]*renderer.Rule
-	lens  [2]int
+	sources  []netip.Prefix         // the allowed source prefixes besides ips
+	contents [nSlots]*chainContent // by slot; nil: nothing to decide there
+	keys     [nSlots]string
+	// lists identify the rule lists and tiers the contents were made from.
+	lists [nSlots]listID
 }
 
-// group is a chain with its sets, shared by the pods whose rule lists of
-// one direction have the same content.
+// listID identifies a rule list or tier slice: the configurator sends the
+// very same slice for one that did not change.
+type listID struct {
+	first any // *renderer.Rule or *renderer.TierRule
+	n     int
+}
+
+func ruleListID(l []renderer.Rule) listID {
+	if len(l) == 0 {
+		return listID{}
+	}
+	return listID{&l[0], len(l)}
+}
+
+func tierListID(l []renderer.TierRule) listID {
+	if len(l) == 0 {
+		return listID{}
+	}
+	return listID{&l[0], len(l)}
+}
+
+// group is a chain with its sets, shared by the pods whose rules of one
+// slot (tier and direction) have the same content.
 type group struct {
 	name      string
+	kind      kind
 	dir       renderer.Direction
-	c         *content
-	key       string // groupKey(dir, c)
-	layout    groupLayout
-	structure string // layout.String()
+	cc        *chainContent
+	key       string // cc.key(slot)
+	layouts   []runLayout
+	structure string // structureOf(layouts)
 	refs      int    // dispatch map elements jumping to it
 	// idleSince is the transaction since which no address uses it.
 	idleSince uint64
 }
 
-func groupKey(d renderer.Direction, c *content) string {
-	if c == nil {
-		return ""
-	}
-	return d.String() + "/" + c.key()
-}
+func (g *group) slot() slot { return slotOf(g.kind, g.dir) }
+
+// sets are the group's sets.
+func (g *group) sets() []setDef { return chainSets(g.kind, g.name, g.layouts) }
 
 // New opens the node's namespace and checks that nft runs there. The
 // table is not touched until the first Render, which adopts what an
@@ -138,7 +157,9 @@ func (r *Renderer) resetMirror() {
 	r.synced = false
 	r.groups = map[string]*group{}
 	r.byKey = map[string]*group{}
-	r.elems = [2]map[netip.Addr]*group{{}, {}}
+	for s := range r.elems {
+		r.elems[s] = map[netip.Addr]*group{}
+	}
 	r.srcs = [2][]interval{}
 	r.nextID = 0
 }
@@ -152,14 +173,8 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 		if pr.Removed {
 			continue
 		}
-		for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
-			list := pr.Ingress
-			if d == renderer.Egress {
-				list = pr.Egress
-			}
-			if err := renderer.ValidateRuleList(d, list); err != nil {
-				return fmt.Errorf("render the policies of pod %s: %w", pr.Pod, err)
-			}
+		if err := pr.Validate(); err != nil {
+			return fmt.Errorf("render the policies of pod %s: %w", pr.Pod, err)
 		}
 	}
 	r.mu.Lock()
@@ -261,7 +276,7 @@ func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 		if pr.Removed || len(pr.IPs) == 0 {
 			continue
 		}
-		w := &podWant{rules: len(pr.Ingress) + len(pr.Egress), sources: pr.SourcePrefixes}
+		w := &podWant{sources: pr.SourcePrefixes}
 		for _, a := range pr.IPs {
 			a = a.Unmap()
 			w.ips = append(w.ips, a)
@@ -271,18 +286,46 @@ func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 			r.owners[a] = pr.Pod
 			affected[a] = true
 		}
-		for d, list := range [2][]renderer.Rule{pr.Ingress, pr.Egress} {
+		for s := range slot(nSlots) {
+			d := s.dir()
+			t := pr.Tiers(d)
+			var id listID
+			var content func() *chainContent
+			switch s.kind() {
+			case kindNetworkPolicy:
+				w.rules += len(t.NetworkPolicy)
+				id = ruleListID(t.NetworkPolicy)
+				content = func() *chainContent {
+					if c := contentOf(d, t.NetworkPolicy); c != nil {
+						return &chainContent{runs: []run{{v: verdictReturn, c: c}}}
+					}
+					return nil
+				}
+			case kindAdmin:
+				w.rules += len(t.Admin)
+				id = tierListID(t.Admin)
+				content = func() *chainContent { return tierContent(kindAdmin, d, t.Admin) }
+			case kindBaseline:
+				w.rules += len(t.Baseline)
+				// A pod that NetworkPolicies isolate in d never reaches its
+				// Baseline rules.
+				if len(t.NetworkPolicy) == 0 {
+					id = tierListID(t.Baseline)
+					content = func() *chainContent { return tierContent(kindBaseline, d, t.Baseline) }
+				}
+			}
+			if content == nil {
+				continue
+			}
 			// The configurator sends the very same slice for a list that
 			// did not change: its content is the one computed before.
-			if prev := prevs[pr.Pod]; prev != nil && len(list) > 0 && prev.lists[d] == &list[0] && prev.lens[d] == len(list) {
-				w.contents[d], w.keys[d] = prev.contents[d], prev.keys[d]
+			if prev := prevs[pr.Pod]; prev != nil && id.n > 0 && prev.lists[s] == id {
+				w.contents[s], w.keys[s] = prev.contents[s], prev.keys[s]
 			} else {
-				w.contents[d] = contentOf(renderer.Direction(d), list)
-				w.keys[d] = groupKey(renderer.Direction(d), w.contents[d])
+				w.contents[s] = content()
+				w.keys[s] = w.contents[s].key(s)
 			}
-			if len(list) > 0 {
-				w.lists[d], w.lens[d] = &list[0], len(list)
-			}
+			w.lists[s] = id
 		}
 		r.pods[pr.Pod] = w
 	}
@@ -322,14 +365,14 @@ func (r *Renderer) sources() [2][]interval {
 	return out
 }
 
-// desired is the content address a should have in direction d.
-func (r *Renderer) desired(d renderer.Direction, a netip.Addr) (*content, string) {
+// desired is the content address a should have in slot s.
+func (r *Renderer) desired(s slot, a netip.Addr) (*chainContent, string) {
 	id, ok := r.owners[a]
 	if !ok {
 		return nil, ""
 	}
 	w := r.pods[id]
-	return w.contents[d], w.keys[d]
+	return w.contents[s], w.keys[s]
 }
 
 // RemoveTable deletes the renderer's table from the namespace at netnsPath

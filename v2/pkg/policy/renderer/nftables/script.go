@@ -66,15 +66,15 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 		if p.base {
 			tx.Add(&knftables.Table{Comment: knftables.PtrTo(formatComment)})
 			tx.Add(nft.NewFormatSet(formatKind, formatVersion))
-			for d, names := range dirMaps {
+			for s, names := range slotMaps {
 				for f, name := range names {
 					tx.Add(&knftables.Map{Name: name, Type: addrType(f) + " : verdict",
-						Comment: knftables.PtrTo("local pods' " + renderer.Direction(d).String() + " groups")})
+						Comment: knftables.PtrTo("local pods' " + slot(s).kind().String() + " " + slot(s).dir().String() + " groups")})
 				}
 			}
 			for f, name := range selfSets {
 				set := &knftables.Set{Name: name, Type: addrType(f) + " . " + addrType(f),
-					Comment: knftables.PtrTo("egress-isolated local pods, each to itself (hairpin)")}
+					Comment: knftables.PtrTo("local pods with egress rules, each to itself (hairpin)")}
 				tx.Add(set)
 				// Refilled below from the egress maps: the set may be new
 				// over an adopted table of an earlier layout.
@@ -106,7 +106,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 			}
 		}
 		for _, g := range p.created {
-			for _, s := range groupSets(setNames(g.name), g.layout) {
+			for _, s := range g.sets() {
 				set := &knftables.Set{Name: s.name, Type: s.typ}
 				if s.interval {
 					set.Flags = []knftables.SetFlag{knftables.IntervalFlag}
@@ -116,9 +116,9 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 				}
 				tx.Add(set)
 			}
-			tx.Add(&knftables.Counter{Name: g.name, Comment: knftables.PtrTo("packets the group's " + g.dir.String() + " rules denied")})
-			tx.Add(&knftables.Chain{Name: g.name, Comment: knftables.PtrTo(g.dir.String())})
-			for _, rule := range groupRules(setNames(g.name), g.dir, g.layout, r.cfg.LogDrops) {
+			tx.Add(&knftables.Counter{Name: g.name, Comment: knftables.PtrTo("packets the group's " + g.kind.String() + " " + g.dir.String() + " rules denied")})
+			tx.Add(&knftables.Chain{Name: g.name, Comment: knftables.PtrTo(g.kind.String() + " " + g.dir.String())})
+			for _, rule := range chainRules(g.kind, g.name, g.dir, g.layouts, r.cfg.LogDrops) {
 				tx.Add(&knftables.Rule{Chain: g.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
 			}
 		}
@@ -131,34 +131,49 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 	// Deletions first, so that a set's interval can grow into one that a
 	// deleted element held.
 	for _, ch := range p.changed {
-		have, want := ch.g.c.elements(setNames(ch.g.name)), ch.c.elements(setNames(ch.g.name))
+		have, want := ch.g.cc.elements(ch.g.kind, ch.g.name), ch.cc.elements(ch.g.kind, ch.g.name)
 		for _, set := range sortedKeys(have) {
 			elements("delete", set, minus(have[set], want[set]))
 		}
 	}
-	var dels, adds [2][2][]string
+	var dels, adds [nSlots][2][]string
 	var selfDels, selfAdds [2][]string
+	egress := map[netip.Addr]bool{} // addresses whose egress slots change
 	for _, a := range p.assign {
 		f := familyOf(a.addr)
 		if a.old != nil {
-			dels[a.dir][f] = append(dels[a.dir][f], a.addr.String())
+			dels[a.slot][f] = append(dels[a.slot][f], a.addr.String())
 		}
 		if a.new != nil {
-			adds[a.dir][f] = append(adds[a.dir][f], a.addr.String()+" : jump "+a.new.name)
+			adds[a.slot][f] = append(adds[a.slot][f], a.addr.String()+" : jump "+a.new.name)
 		}
-		if a.dir == renderer.Egress && !p.base && (a.old == nil) != (a.new == nil) {
-			if a.new == nil {
-				selfDels[f] = append(selfDels[f], selfElem(a.addr))
-			} else {
-				selfAdds[f] = append(selfAdds[f], selfElem(a.addr))
-			}
+		if a.slot.dir() == renderer.Egress {
+			egress[a.addr] = true
 		}
 	}
 	if p.base {
 		// The self sets were flushed: every egress address after the plan.
-		for _, a := range p.egressAfter(r) {
+		for a := range p.egressAfter(r) {
 			selfAdds[familyOf(a)] = append(selfAdds[familyOf(a)], selfElem(a))
 		}
+	} else {
+		after := p.egressAfterOf(r, egress)
+		for a := range egress {
+			before := false
+			for s := range r.elems {
+				before = before || (slot(s).dir() == renderer.Egress && r.elems[s][a] != nil)
+			}
+			switch {
+			case before && !after[a]:
+				selfDels[familyOf(a)] = append(selfDels[familyOf(a)], selfElem(a))
+			case !before && after[a]:
+				selfAdds[familyOf(a)] = append(selfAdds[familyOf(a)], selfElem(a))
+			}
+		}
+	}
+	for f := range 2 {
+		slices.Sort(selfDels[f])
+		slices.Sort(selfAdds[f])
 	}
 	// A pod leaving takes its sources with it after its map elements, a
 	// pod coming brings them before (below); the one netlink batch or nft
@@ -172,7 +187,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 	}
 	for d := range dels {
 		for f := range dels[d] {
-			elements("delete", dirMaps[d][f], dels[d][f])
+			elements("delete", slotMaps[d][f], dels[d][f])
 		}
 	}
 	for f := range srcSets {
@@ -182,13 +197,13 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 		elements("delete", selfSets[f], selfDels[f])
 	}
 	for _, g := range p.created {
-		el := g.c.elements(setNames(g.name))
+		el := g.cc.elements(g.kind, g.name)
 		for _, set := range sortedKeys(el) {
 			elements("add", set, el[set])
 		}
 	}
 	for _, ch := range p.changed {
-		have, want := ch.g.c.elements(setNames(ch.g.name)), ch.c.elements(setNames(ch.g.name))
+		have, want := ch.g.cc.elements(ch.g.kind, ch.g.name), ch.cc.elements(ch.g.kind, ch.g.name)
 		for _, set := range sortedKeys(want) {
 			elements("add", set, minus(want[set], have[set]))
 		}
@@ -201,7 +216,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 	}
 	for d := range adds {
 		for f := range adds[d] {
-			elements("add", dirMaps[d][f], adds[d][f])
+			elements("add", slotMaps[d][f], adds[d][f])
 		}
 	}
 	if !p.purge {
@@ -210,7 +225,7 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 				ch := &knftables.Chain{Name: g.name}
 				tx.Flush(ch)
 				tx.Delete(ch)
-				for _, s := range groupSets(setNames(g.name), g.layout) {
+				for _, s := range g.sets() {
 					tx.Delete(&knftables.Set{Name: s.name})
 				}
 				tx.Delete(&knftables.Counter{Name: g.name})
@@ -224,25 +239,51 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 	return st, nil
 }
 
-// egressAfter lists, sorted, the addresses of the egress maps once the
-// plan is applied.
-func (p *plan) egressAfter(r *Renderer) []netip.Addr {
-	in := map[netip.Addr]bool{}
-	for a := range r.elems[renderer.Egress] {
-		in[a] = true
+// egressAfter is the set of the addresses in some egress map once the plan
+// is applied.
+func (p *plan) egressAfter(r *Renderer) map[netip.Addr]bool {
+	all := map[netip.Addr]bool{}
+	for s := range r.elems {
+		if slot(s).dir() == renderer.Egress {
+			for a := range r.elems[s] {
+				all[a] = true
+			}
+		}
 	}
 	for _, a := range p.assign {
-		if a.dir == renderer.Egress {
-			in[a.addr] = a.new != nil
+		all[a.addr] = true
+	}
+	return p.egressAfterOf(r, all)
+}
+
+// egressAfterOf is egressAfter restricted to the addresses of addrs.
+func (p *plan) egressAfterOf(r *Renderer, addrs map[netip.Addr]bool) map[netip.Addr]bool {
+	type key struct {
+		s slot
+		a netip.Addr
+	}
+	in := map[key]bool{}
+	for a := range addrs {
+		for s := range r.elems {
+			if slot(s).dir() == renderer.Egress && r.elems[s][a] != nil {
+				in[key{slot(s), a}] = true
+			}
 		}
 	}
-	out := make([]netip.Addr, 0, len(in))
-	for a, ok := range in {
+	for _, a := range p.assign {
+		if !addrs[a.addr] {
+			continue
+		}
+		if a.slot.dir() == renderer.Egress {
+			in[key{a.slot, a.addr}] = a.new != nil
+		}
+	}
+	out := map[netip.Addr]bool{}
+	for k, ok := range in {
 		if ok {
-			out = append(out, a)
+			out[k.a] = true
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
 
