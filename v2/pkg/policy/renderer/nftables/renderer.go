@@ -68,7 +68,7 @@ type Renderer struct {
 type podWant struct {
 	rules    int // the length of its rule lists and tiers, for the metrics
 	ips      []netip.Addr
-	sources  []netip.Prefix         // the allowed source prefixes besides ips
+	sources  []netip.Prefix        // the allowed source prefixes besides ips
 	contents [nSlots]*chainContent // by slot; nil: nothing to decide there
 	keys     [nSlots]string
 	// lists identify the rule lists and tiers the contents were made from.
