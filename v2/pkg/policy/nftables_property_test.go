@@ -41,7 +41,9 @@ const nftDefaultClusters = 300
 // through a service and connections to the ends of the cluster's port
 // ranges, must get from the kernel's hooks the verdict the Kubernetes
 // oracle gives (policyoracle.Kubernetes.NodeVerdict). Then random changes are
-// rendered incrementally and the check is repeated.
+// rendered incrementally and the check is repeated. Two clusters in three
+// have ClusterNetworkPolicies (Admin and Baseline tiers, every action), so
+// the oracle's tiers are checked through the kernel too.
 //
 // Each cluster gets a new renderer on the namespace of the previous one, as
 // a restarted vcoild would: its first Render adopts the table it finds, or
@@ -92,7 +94,7 @@ func newNodeStack(ctx context.Context, node *netnstest.NS, c *policyoracle.Clust
 	s := &nodeStack{cache: pcache.New(), r: r}
 	conf.Register("nftables", r)
 	s.cache.Watch(processor.New(c.Node, s.cache, conf, logr.Discard()))
-	if err := s.cache.Replace(ctx, c.Pods, c.Namespaces, c.Policies); err != nil {
+	if err := s.cache.ReplaceAll(ctx, pcache.Contents{Pods: c.Pods, Namespaces: c.Namespaces, Policies: c.Policies, ClusterPolicies: c.ClusterPolicies}); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -106,6 +108,8 @@ func checkClusterInKernel(t *testing.T, node *netnstest.NS, seed uint64, large b
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	g := policyoracle.NewGenerator(rng)
 	g.Large = large
+	// Two clusters in three have ClusterNetworkPolicies.
+	g.ClusterPolicies = seed%3 != 1
 	c := g.Cluster()
 	// One cluster in three logs its drops: the next cluster's renderer
 	// then finds groups of the other kind, which it replaces.

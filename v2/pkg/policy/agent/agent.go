@@ -29,6 +29,7 @@ import (
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
@@ -42,6 +43,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies,verbs=get;list;watch
 
 // Options configure the agent of one node.
 type Options struct {
@@ -139,7 +141,16 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 	a.feed = pcache.NewFeed(ctx, c, opts.Log)
 	a.feed.SetPodFilter(a.filterPod)
 	informers := mgr.GetCache()
-	if err := a.feed.Register(ctx, informers); err != nil {
+	// ClusterNetworkPolicies are watched when their API is served: vcoil's
+	// manifests install its CRD; a cluster without it gets a log line
+	// (vcoild watches them after a restart once it is installed).
+	clusterPolicies := true
+	if _, err := mgr.GetRESTMapper().RESTMapping(cnp.SchemeGroupVersion.WithKind("ClusterNetworkPolicy").GroupKind(), cnp.SchemeGroupVersion.Version); err != nil {
+		clusterPolicies = false
+		opts.Log.Info("ClusterNetworkPolicies are not enforced: their API is not served (install the CRD of sigs.k8s.io/network-policy-api and restart vcoild)",
+			"api", cnp.SchemeGroupVersion.String(), "reason", err.Error())
+	}
+	if err := a.feed.Register(ctx, informers, clusterPolicies); err != nil {
 		return nil, fmt.Errorf("policy agent: %w", err)
 	}
 	podInf, err := informers.GetInformer(ctx, &corev1.Pod{})

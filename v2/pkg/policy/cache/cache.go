@@ -1,6 +1,6 @@
 // Package cache holds the Kubernetes state that NetworkPolicies depend on:
-// the current Pods, Namespaces and NetworkPolicies (networking.k8s.io/v1) of
-// the cluster. It is the top layer of the policy stack
+// the current Pods, Namespaces, NetworkPolicies (networking.k8s.io/v1) and
+// ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1) of the cluster. It is the top layer of the policy stack
 // (docs/background.md#policy-layers): it stores what it is given, answers
 // lookups by label selector, and tells its watchers (the processor) about
 // every change, one object at a time, with the object before and after.
@@ -22,6 +22,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Watcher is notified of changes. before is nil for an object that appeared,
@@ -34,6 +35,7 @@ type Watcher interface {
 	PodChanged(ctx context.Context, before, after *corev1.Pod) error
 	NamespaceChanged(ctx context.Context, before, after *corev1.Namespace) error
 	PolicyChanged(ctx context.Context, before, after *networkingv1.NetworkPolicy) error
+	ClusterPolicyChanged(ctx context.Context, before, after *cnp.ClusterNetworkPolicy) error
 }
 
 // Cache is the store. Objects given to it are never modified and must not be
@@ -42,6 +44,7 @@ type Cache struct {
 	pods       map[string]map[string]*corev1.Pod // namespace -> name -> pod
 	namespaces map[string]*corev1.Namespace
 	policies   map[string]map[string]*networkingv1.NetworkPolicy
+	clusters   map[string]*cnp.ClusterNetworkPolicy
 	watchers   []Watcher
 	synced     bool
 }
@@ -52,6 +55,7 @@ func New() *Cache {
 		pods:       make(map[string]map[string]*corev1.Pod),
 		namespaces: make(map[string]*corev1.Namespace),
 		policies:   make(map[string]map[string]*networkingv1.NetworkPolicy),
+		clusters:   make(map[string]*cnp.ClusterNetworkPolicy),
 	}
 }
 
@@ -69,6 +73,24 @@ func (c *Cache) Synced(ctx context.Context) error {
 // Replace swaps the whole content for the given objects, marks the cache
 // synced and resyncs the watchers.
 func (c *Cache) Replace(ctx context.Context, pods []*corev1.Pod, namespaces []*corev1.Namespace, policies []*networkingv1.NetworkPolicy) error {
+	return c.ReplaceAll(ctx, Contents{Pods: pods, Namespaces: namespaces, Policies: policies})
+}
+
+// Contents is everything the cache holds.
+type Contents struct {
+	Pods            []*corev1.Pod
+	Namespaces      []*corev1.Namespace
+	Policies        []*networkingv1.NetworkPolicy
+	ClusterPolicies []*cnp.ClusterNetworkPolicy
+}
+
+// ReplaceAll is Replace with ClusterNetworkPolicies.
+func (c *Cache) ReplaceAll(ctx context.Context, all Contents) error {
+	pods, namespaces, policies := all.Pods, all.Namespaces, all.Policies
+	c.clusters = make(map[string]*cnp.ClusterNetworkPolicy)
+	for _, p := range all.ClusterPolicies {
+		c.clusters[p.Name] = p
+	}
 	c.pods = make(map[string]map[string]*corev1.Pod)
 	c.namespaces = make(map[string]*corev1.Namespace)
 	c.policies = make(map[string]map[string]*networkingv1.NetworkPolicy)
@@ -129,6 +151,32 @@ func (c *Cache) DeletePolicy(ctx context.Context, namespace, name string) error 
 		return nil
 	}
 	return c.notify(func(w Watcher) error { return w.PolicyChanged(ctx, before, nil) })
+}
+
+// SetClusterPolicy stores a ClusterNetworkPolicy that was added or
+// updated.
+func (c *Cache) SetClusterPolicy(ctx context.Context, policy *cnp.ClusterNetworkPolicy) error {
+	before := c.clusters[policy.Name]
+	c.clusters[policy.Name] = policy
+	return c.notify(func(w Watcher) error { return w.ClusterPolicyChanged(ctx, before, policy) })
+}
+
+// DeleteClusterPolicy forgets a ClusterNetworkPolicy. Deleting an unknown
+// one does nothing.
+func (c *Cache) DeleteClusterPolicy(ctx context.Context, name string) error {
+	before := c.clusters[name]
+	if before == nil {
+		return nil
+	}
+	delete(c.clusters, name)
+	return c.notify(func(w Watcher) error { return w.ClusterPolicyChanged(ctx, before, nil) })
+}
+
+// ClusterPolicies returns every ClusterNetworkPolicy, sorted by name.
+func (c *Cache) ClusterPolicies() []*cnp.ClusterNetworkPolicy {
+	out := slices.Collect(maps.Values(c.clusters))
+	slices.SortFunc(out, func(a, b *cnp.ClusterNetworkPolicy) int { return cmp.Compare(a.Name, b.Name) })
+	return out
 }
 
 func (c *Cache) notify(f func(Watcher) error) error {

@@ -17,6 +17,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/cache"
 )
@@ -54,6 +55,11 @@ func (r *recorder) NamespaceChanged(_ context.Context, before, after *corev1.Nam
 
 func (r *recorder) PolicyChanged(_ context.Context, before, after *networkingv1.NetworkPolicy) error {
 	r.events = append(r.events, fmt.Sprintf("policy %s -> %s", objName(before), objName(after)))
+	return r.err
+}
+
+func (r *recorder) ClusterPolicyChanged(_ context.Context, before, after *cnp.ClusterNetworkPolicy) error {
+	r.events = append(r.events, fmt.Sprintf("cluster policy %s -> %s", objName(before), objName(after)))
 	return r.err
 }
 
@@ -99,6 +105,9 @@ func TestTheCacheNotifiesWatchersOnlyOnceSynced(t *testing.T) {
 	must(t, c.DeletePod(ctx, "a", "never-there"))
 	must(t, c.SetPolicy(ctx, newPolicy("a", "deny")))
 	must(t, c.DeletePolicy(ctx, "a", "deny"))
+	must(t, c.SetClusterPolicy(ctx, &cnp.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "admin"}}))
+	must(t, c.DeleteClusterPolicy(ctx, "admin"))
+	must(t, c.DeleteClusterPolicy(ctx, "never-there"))
 	must(t, c.DeleteNamespace(ctx, "a"))
 	want := []string{
 		"resync",
@@ -106,6 +115,8 @@ func TestTheCacheNotifiesWatchersOnlyOnceSynced(t *testing.T) {
 		"pod a/p{app=y} -> -",
 		"policy - -> a/deny",
 		"policy a/deny -> -",
+		"cluster policy - -> admin",
+		"cluster policy admin -> -",
 		"namespace a -> -",
 	}
 	if !slices.Equal(r.events, want) {
@@ -222,7 +233,7 @@ func TestTheFeedTurnsInformerEventsIntoCacheChanges(t *testing.T) {
 	c.Watch(r)
 	feed := cache.NewFeed(ctx, c, logr.Discard())
 	informers := &fakeInformers{informers: make(map[string]*fakeInformer)}
-	must(t, feed.Register(ctx, informers))
+	must(t, feed.Register(ctx, informers, true))
 	handler := func(kind string) toolscache.ResourceEventHandler {
 		inf := informers.informers[kind]
 		if inf == nil || len(inf.handlers) != 1 {
@@ -231,16 +242,22 @@ func TestTheFeedTurnsInformerEventsIntoCacheChanges(t *testing.T) {
 		return inf.handlers[0]
 	}
 	pods, namespaces, policies := handler("*v1.Pod"), handler("*v1.Namespace"), handler("*v1.NetworkPolicy")
+	clusters := handler("*v1beta1.ClusterNetworkPolicy")
 
 	// The initial list is stored without notifications, then one resync.
 	namespaces.OnAdd(newNamespace("a", nil), true)
 	pods.OnAdd(newPod("a", "p", nil), true)
 	policies.OnAdd(newPolicy("a", "deny"), true)
+	clusters.OnAdd(&cnp.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "admin"}}, true)
 	must(t, feed.Synced())
+	if got := c.ClusterPolicies(); len(got) != 1 || got[0].Name != "admin" {
+		t.Fatalf("cluster policies after the initial list: %v", got)
+	}
 
 	pods.OnUpdate(newPod("a", "p", nil), newPod("a", "p", map[string]string{"app": "x"}))
 	pods.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a/p", Obj: newPod("a", "p", nil)})
 	policies.OnDelete(newPolicy("a", "deny"))
+	clusters.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "admin"})
 	namespaces.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a"})
 	pods.OnAdd(newNamespace("wrong", nil), false)                    // a wrong type is ignored
 	pods.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a/b/c"}) // a bad key is ignored
@@ -250,6 +267,7 @@ func TestTheFeedTurnsInformerEventsIntoCacheChanges(t *testing.T) {
 		"pod a/p -> a/p{app=x}",
 		"pod a/p{app=x} -> -",
 		"policy a/deny -> -",
+		"cluster policy admin -> -",
 		"namespace a -> -",
 	}
 	if !slices.Equal(r.events, want) {
@@ -287,7 +305,7 @@ func TestTheFeedSerializesInformersOfDifferentKinds(t *testing.T) {
 
 func TestRegisteringFailsWhenAnInformerCannotBeHad(t *testing.T) {
 	feed := cache.NewFeed(context.Background(), cache.New(), logr.Discard())
-	err := feed.Register(context.Background(), &fakeInformers{fail: true})
+	err := feed.Register(context.Background(), &fakeInformers{fail: true}, false)
 	if err == nil || !strings.Contains(err.Error(), "no such kind") {
 		t.Fatalf("Register = %v, want the informer's error", err)
 	}

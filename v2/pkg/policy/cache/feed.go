@@ -11,6 +11,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Informers is the part of a controller-runtime cache that Feed needs;
@@ -55,17 +56,23 @@ func NewFeed(ctx context.Context, c *Cache, log logr.Logger) *Feed {
 	return &Feed{ctx: ctx, cache: c, log: log}
 }
 
-// Register adds the feed's handlers to the informers of Pods, Namespaces and
-// NetworkPolicies. Call Synced once the informers have synced.
-func (f *Feed) Register(ctx context.Context, informers Informers) error {
-	for _, h := range []struct {
+// Register adds the feed's handlers to the informers of Pods, Namespaces,
+// NetworkPolicies and, when clusterPolicies is set, ClusterNetworkPolicies.
+// Call Synced once the informers have synced.
+func (f *Feed) Register(ctx context.Context, informers Informers, clusterPolicies bool) error {
+	type kind struct {
 		obj     client.Object
 		handler toolscache.ResourceEventHandler
-	}{
+	}
+	kinds := []kind{
 		{&corev1.Namespace{}, f.NamespaceHandler()},
 		{&corev1.Pod{}, f.PodHandler()},
 		{&networkingv1.NetworkPolicy{}, f.PolicyHandler()},
-	} {
+	}
+	if clusterPolicies {
+		kinds = append(kinds, kind{&cnp.ClusterNetworkPolicy{}, f.ClusterPolicyHandler()})
+	}
+	for _, h := range kinds {
 		inf, err := informers.GetInformer(ctx, h.obj)
 		if err != nil {
 			return fmt.Errorf("get informer for %T: %w", h.obj, err)
@@ -118,6 +125,18 @@ func (f *Feed) PolicyHandler() toolscache.ResourceEventHandler {
 		kind: "networkpolicy",
 		set:  f.cache.SetPolicy,
 		del:  f.cache.DeletePolicy,
+	}
+}
+
+// ClusterPolicyHandler handles ClusterNetworkPolicy events.
+func (f *Feed) ClusterPolicyHandler() toolscache.ResourceEventHandler {
+	return handler[cnp.ClusterNetworkPolicy]{
+		f:    f,
+		kind: "clusternetworkpolicy",
+		set:  f.cache.SetClusterPolicy,
+		del: func(ctx context.Context, _, name string) error {
+			return f.cache.DeleteClusterPolicy(ctx, name)
+		},
 	}
 }
 

@@ -100,8 +100,9 @@ func (c *Configurator) Register(name string, r renderer.Renderer) {
 	c.renderers = append(c.renderers, namedRenderer{name: name, r: r})
 }
 
-// Rules returns the renderer's view of one pod: GenerateRules for both
-// directions, plus the permits no policy can take away.
+// Rules returns the renderer's view of one pod: GenerateRules and
+// GenerateTier for both directions, plus the permits no policy can take
+// away (first in the Admin tier when the pod has any tier rule).
 func (c *Configurator) Rules(p *Pod) renderer.PodRules {
 	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs, SourcePrefixes: p.SourcePrefixes, Removed: p.Removed}
 	if p.Removed {
@@ -109,6 +110,8 @@ func (c *Configurator) Rules(p *Pod) renderer.PodRules {
 	}
 	pr.Ingress = GenerateRules(renderer.Ingress, p.Policies, c.ingressPeers)
 	pr.Egress = GenerateRules(renderer.Egress, p.Policies, c.egressPeers)
+	pr.Admin[renderer.Ingress], pr.Baseline[renderer.Ingress] = tiers(renderer.Ingress, p, c.ingressPeers, nil, nil)
+	pr.Admin[renderer.Egress], pr.Baseline[renderer.Egress] = tiers(renderer.Egress, p, c.egressPeers, nil, nil)
 	return pr
 }
 
@@ -123,6 +126,9 @@ func (c *Configurator) rules(p *Pod) renderer.PodRules {
 	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs, SourcePrefixes: p.SourcePrefixes}
 	pr.Ingress = generateRules(renderer.Ingress, p.Policies, c.ingressPeers, prev.Ingress)
 	pr.Egress = generateRules(renderer.Egress, p.Policies, c.egressPeers, prev.Egress)
+	for d, peers := range [2][]netip.Addr{c.ingressPeers, c.egressPeers} {
+		pr.Admin[d], pr.Baseline[d] = tiers(renderer.Direction(d), p, peers, prev.Admin[d], prev.Baseline[d])
+	}
 	c.last[p.ID] = pr
 	return pr
 }

@@ -28,6 +28,34 @@ type Pod struct {
 	// Policies are the policies selecting the pod. None means the pod is not
 	// isolated in either direction.
 	Policies []*Policy
+	// Admin and Baseline are the ClusterNetworkPolicies of each tier whose
+	// subject selects the pod, in evaluation order (by priority, then
+	// name).
+	Admin, Baseline []*ClusterPolicy
+}
+
+// ClusterPolicy is a ClusterNetworkPolicy in vcoil's model: its rules in
+// their order, peers resolved to addresses. Its rules do not depend on the
+// pod it selects, so one ClusterPolicy serves all of them; it is never
+// modified once given to the configurator.
+type ClusterPolicy struct {
+	Name string
+	// Ingress and Egress are the rules of each direction, in order.
+	Ingress, Egress []TierRule
+
+	// generated holds the renderer rules made of the policy, per
+	// renderer.Direction.
+	generated [2][]renderer.TierRule
+}
+
+// TierRule is one rule of a ClusterPolicy: traffic Match matches gets
+// Action. A rule vcoil cannot implement fully is given in its fail-closed
+// form: a Deny or Pass rule matching every peer and port.
+type TierRule struct {
+	// Name is the rule's name, or its index in the policy when it has none.
+	Name   string
+	Action renderer.TierAction
+	Match  Match
 }
 
 // Policy is a NetworkPolicy in vcoil's model (the Contiv/VPP design's

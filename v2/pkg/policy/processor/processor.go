@@ -27,6 +27,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
@@ -40,6 +41,7 @@ type Lookup interface {
 	PodsInNamespace(namespace string, sel labels.Selector) []*corev1.Pod
 	Namespaces(sel labels.Selector) []*corev1.Namespace
 	Policies() []*networkingv1.NetworkPolicy
+	ClusterPolicies() []*cnp.ClusterNetworkPolicy
 }
 
 // Configurator receives the processor's transactions.
@@ -61,6 +63,10 @@ type Processor struct {
 	// configured holds the local pods given to the configurator, with the
 	// addresses they were given with, so that their removal can be sent.
 	configured map[renderer.PodID][]netip.Addr
+	// clusters are the ClusterNetworkPolicies by name; tiers the Admin
+	// (0) and Baseline (1) ones in evaluation order.
+	clusters map[string]*parsedCluster
+	tiers    [2][]*parsedCluster
 }
 
 // New returns a processor for the pods of node nodeName. It does nothing
@@ -77,6 +83,8 @@ func (p *Processor) reset() {
 	p.compiled = make(map[configurator.PolicyID]*compiledPolicy)
 	p.infos = make(map[renderer.PodID]*podInfo)
 	p.configured = make(map[renderer.PodID][]netip.Addr)
+	p.clusters = make(map[string]*parsedCluster)
+	p.tiers = [2][]*parsedCluster{}
 }
 
 // Resync forgets everything and configures every local pod with an address.
@@ -85,6 +93,10 @@ func (p *Processor) Resync(ctx context.Context) error {
 	for _, np := range p.lookup.Policies() {
 		p.addPolicy(np)
 	}
+	for _, pol := range p.lookup.ClusterPolicies() {
+		p.addCluster(pol)
+	}
+	p.sortClusters()
 	affected := make(map[renderer.PodID]struct{})
 	for _, pod := range p.lookup.Pods() {
 		if i := p.info(pod); i.node == p.node && i.endpoint() {
@@ -152,6 +164,7 @@ func (p *Processor) PodChanged(ctx context.Context, before, after *corev1.Pod) e
 				p.addLocalPodsSelectedBy(affected, pp)
 			}
 		}
+		p.clustersReferencing(affected, x, ns)
 	}
 	return p.configure(ctx, affected, false)
 }
@@ -173,6 +186,7 @@ func (p *Processor) NamespaceChanged(ctx context.Context, before, after *corev1.
 				p.addLocalPodsSelectedBy(affected, pp)
 			}
 		}
+		p.clustersOfNamespace(affected, ns.Name, ns.Labels)
 	}
 	return p.configure(ctx, affected, false)
 }
@@ -250,7 +264,9 @@ func (p *Processor) configure(ctx context.Context, affected map[renderer.PodID]s
 			}
 			continue
 		}
-		txn.Pods = append(txn.Pods, configurator.Pod{ID: id, IPs: i.ips, SourcePrefixes: i.sources, Policies: p.policiesFor(i)})
+		admin, baseline := p.clustersFor(i)
+		txn.Pods = append(txn.Pods, configurator.Pod{ID: id, IPs: i.ips, SourcePrefixes: i.sources, Policies: p.policiesFor(i),
+			Admin: admin, Baseline: baseline})
 		p.configured[id] = i.ips
 	}
 	if len(txn.Pods) == 0 && !resync {
