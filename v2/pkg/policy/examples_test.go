@@ -356,7 +356,11 @@ func TestExamplesOfTheKubernetesDocumentation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			both := []*policyoracle.Tables{oracleTables(p.ingress.cache), oracleTables(p.egress.cache)}
+			rs := p.renderers()
+			var both []*policyoracle.Tables
+			for _, r := range rs {
+				both = append(both, oracleTables(r.cache))
+			}
 			for _, v := range tc.verdicts {
 				conn, want := v.parse(t, tc.cluster)
 				if got := k.Allowed(conn); got != want {
@@ -366,9 +370,9 @@ func TestExamplesOfTheKubernetesDocumentation(t *testing.T) {
 				if !responsible {
 					t.Fatalf("%s: no end is a local pod; the example is not about this node", v)
 				}
-				for _, s := range both {
+				for i, s := range both {
 					if got, seen := s.Allowed(conn); !seen || got != wantNode {
-						t.Errorf("%s: the tables on %s say allowed=%v (seen=%v), want %v\n%s", v, s.Direction, got, seen, wantNode, p.describe(s.Direction, conn))
+						t.Errorf("%s: the tables on %s (%T) say allowed=%v (seen=%v), want %v\n%s", v, s.Direction, rs[i].cache, got, seen, wantNode, describe(rs[i].cache, conn))
 					}
 				}
 			}

@@ -18,22 +18,49 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl/tables"
 )
 
-// pipeline is the whole stack of one node, with two renderer caches, one
-// per direction of the pods their local tables are attached to, each behind
-// a renderer that only records.
+// pipeline is the whole stack of one node, with renderer caches, each
+// behind a renderer that only records: for clusters without
+// ClusterNetworkPolicies one per direction of the pods their local tables
+// are attached to, and the ordered cache (tables.Ordered) always.
 type pipeline struct {
 	cache   *pcache.Cache
 	ingress *cacheRenderer // tables on the pods' Ingress, as for VPP ACLs
 	egress  *cacheRenderer // tables on the pods' Egress, the mirror
+	ordered *cacheRenderer // tables.Ordered, for tiers
+}
+
+// renderers are the pipeline's renderers.
+func (p *pipeline) renderers() []*cacheRenderer {
+	var out []*cacheRenderer
+	for _, r := range []*cacheRenderer{p.ingress, p.egress, p.ordered} {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ruleCache is what the tests read of a renderer cache (tables.Cache and
+// tables.Ordered).
+type ruleCache interface {
+	Apply(renderer.Txn) (tables.Changes, error)
+	Direction() renderer.Direction
+	LocalTable(renderer.PodID) (renderer.Table, bool)
+	LocalTables() []renderer.Table
+	Assignments() []tables.Assignment
+	GlobalTable() renderer.Table
+	Pods() []renderer.PodRules
 }
 
 // cacheRenderer is a renderer that keeps a renderer cache and applies its
 // Changes to a simulated network stack, checking that they are consistent
 // and minimal and that the stack ends up as the cache says.
 type cacheRenderer struct {
-	cache *tables.Cache
-	txns  int
-	stack stack
+	cache ruleCache
+	// sorted: the cache's tables are sorted by Rule.Compare (tables.Cache).
+	sorted bool
+	txns   int
+	stack  stack
 }
 
 // stack is what a network stack would hold: tables by ID, the table of each
@@ -111,7 +138,7 @@ func (s *stack) apply(ch tables.Changes) error {
 }
 
 // matches checks the stack against the cache's own view.
-func (s *stack) matches(rc *tables.Cache) error {
+func (s *stack) matches(rc ruleCache) error {
 	if !slices.Equal(s.global, rc.GlobalTable().Rules) {
 		return fmt.Errorf("the stack's global table differs from the cache's")
 	}
@@ -144,15 +171,18 @@ func newPipeline(c *policyoracle.Cluster) (*pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{
-		cache:   pcache.New(),
-		ingress: &cacheRenderer{cache: tables.New(renderer.Ingress)},
-		egress:  &cacheRenderer{cache: tables.New(renderer.Egress)},
+	p := &pipeline{cache: pcache.New(), ordered: &cacheRenderer{cache: tables.NewOrdered()}}
+	if len(c.ClusterPolicies) == 0 {
+		// tables.Cache takes NetworkPolicy lists only.
+		p.ingress = &cacheRenderer{cache: tables.New(renderer.Ingress), sorted: true}
+		p.egress = &cacheRenderer{cache: tables.New(renderer.Egress), sorted: true}
+		conf.Register("tables on ingress", p.ingress)
+		conf.Register("tables on egress", p.egress)
 	}
-	conf.Register("tables on ingress", p.ingress)
-	conf.Register("tables on egress", p.egress)
+	conf.Register("ordered tables", p.ordered)
 	p.cache.Watch(processor.New(c.Node, p.cache, conf, logr.Discard()))
-	if err := p.cache.Replace(context.Background(), c.Pods, c.Namespaces, c.Policies); err != nil {
+	all := pcache.Contents{Pods: c.Pods, Namespaces: c.Namespaces, Policies: c.Policies, ClusterPolicies: c.ClusterPolicies}
+	if err := p.cache.ReplaceAll(context.Background(), all); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -184,7 +214,7 @@ func connections(c *policyoracle.Cluster, k *policyoracle.Kubernetes, pick func(
 // oracleTables reads a renderer cache's state into the oracle's model of a
 // network stack applying it. It lives with the tests, not the oracle, so
 // that the oracle depends on no renderer and checks them independently.
-func oracleTables(c *tables.Cache) *policyoracle.Tables {
+func oracleTables(c ruleCache) *policyoracle.Tables {
 	t := &policyoracle.Tables{Direction: c.Direction(), Local: make(map[netip.Addr][]renderer.Rule), Global: c.GlobalTable().Rules}
 	for _, p := range c.Pods() {
 		tbl, _ := c.LocalTable(p.Pod)
@@ -199,29 +229,28 @@ func oracleTables(c *tables.Cache) *policyoracle.Tables {
 // output on every connection and describes the first disagreement.
 func (p *pipeline) disagreement(c *policyoracle.Cluster, pick func(int) int) string {
 	k := policyoracle.NewKubernetes(c)
-	both := []*policyoracle.Tables{oracleTables(p.ingress.cache), oracleTables(p.egress.cache)}
+	rs := p.renderers()
+	var ts []*policyoracle.Tables
+	for _, r := range rs {
+		ts = append(ts, oracleTables(r.cache))
+	}
 	for _, conn := range connections(c, k, pick) {
 		want, responsible := k.NodeVerdict(conn)
-		for _, t := range both {
+		for i, t := range ts {
 			got, decided := t.Allowed(conn)
 			if got == want && decided == responsible {
 				continue
 			}
-			return fmt.Sprintf("tables on %s, connection %s:%d -> %s %s/%d: Kubernetes says allowed=%v (node responsible=%v), tables say allowed=%v (seen=%v)\n%s",
-				t.Direction, conn.Src, conn.SrcPort, conn.Dst, conn.Protocol, conn.DstPort, want, responsible, got, decided,
-				p.describe(t.Direction, conn))
+			return fmt.Sprintf("tables on %s (%T), connection %s:%d -> %s %s/%d: Kubernetes says allowed=%v (node responsible=%v), tables say allowed=%v (seen=%v)\n%s",
+				t.Direction, rs[i].cache, conn.Src, conn.SrcPort, conn.Dst, conn.Protocol, conn.DstPort, want, responsible, got, decided,
+				describe(rs[i].cache, conn))
 		}
 	}
 	return ""
 }
 
-// describe prints the tables attached to direction d that decide conn, for
-// failure messages.
-func (p *pipeline) describe(d renderer.Direction, conn policyoracle.Connection) string {
-	rc := p.ingress.cache
-	if d == renderer.Egress {
-		rc = p.egress.cache
-	}
+// describe prints the tables of rc that decide conn, for failure messages.
+func describe(rc ruleCache, conn policyoracle.Connection) string {
 	var b strings.Builder
 	for _, pr := range rc.Pods() {
 		if slices.Contains(pr.IPs, conn.Src) || slices.Contains(pr.IPs, conn.Dst) {
@@ -243,7 +272,7 @@ func rulesString(rules []renderer.Rule) string {
 
 // stateOf summarizes a renderer cache independently of table IDs: each
 // pod's local table rules and the global table.
-func stateOf(rc *tables.Cache) map[string][]renderer.Rule {
+func stateOf(rc ruleCache) map[string][]renderer.Rule {
 	out := map[string][]renderer.Rule{"global": rc.GlobalTable().Rules}
 	for _, pr := range rc.Pods() {
 		t, _ := rc.LocalTable(pr.Pod)
@@ -252,7 +281,7 @@ func stateOf(rc *tables.Cache) map[string][]renderer.Rule {
 	return out
 }
 
-func sameState(a, b *tables.Cache) string {
+func sameState(a, b ruleCache) string {
 	sa, sb := stateOf(a), stateOf(b)
 	for k, ra := range sa {
 		rb, ok := sb[k]
@@ -272,10 +301,11 @@ func sameState(a, b *tables.Cache) string {
 }
 
 // checkTables checks the invariants of a renderer cache's tables: sorted by
-// Compare, valid rules, ending with a rule matching all, and shared tables
-// really equal.
-func checkTables(t *testing.T, rc *tables.Cache) {
+// Compare (tables.Cache's), valid rules, ending with a rule matching all,
+// and shared tables really equal.
+func checkTables(t *testing.T, cr *cacheRenderer) {
 	t.Helper()
+	rc := cr.cache
 	all := rc.LocalTables()
 	if g := rc.GlobalTable(); len(g.Rules) > 0 {
 		all = append(all, g)
@@ -285,7 +315,7 @@ func checkTables(t *testing.T, rc *tables.Cache) {
 			if err := r.Validate(); err != nil {
 				t.Fatalf("table %s: %v", tbl.ID, err)
 			}
-			if i > 0 && tbl.Rules[i-1].Compare(r) >= 0 {
+			if cr.sorted && i > 0 && tbl.Rules[i-1].Compare(r) >= 0 {
 				t.Fatalf("table %s: rule %d (%v) is not after rule %d (%v)", tbl.ID, i, r, i-1, tbl.Rules[i-1])
 			}
 		}

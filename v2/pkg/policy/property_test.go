@@ -72,12 +72,40 @@ func TestRandomClustersAgreeWithKubernetesSemantics(t *testing.T) {
 	t.Logf("%d clusters in %v", n, time.Since(start))
 }
 
+// TestRandomClustersWithTiersAgreeWithKubernetesSemantics is the cache
+// stage for clusters with ClusterNetworkPolicies (Admin and Baseline tiers,
+// Accept, Deny and Pass, rules that fail closed): the ordered renderer
+// cache's tables (tables.Ordered, which the VPP ACL renderer uses for tiers)
+// must give every connection the verdict of the oracle, which reads the
+// tiers from the API objects, and incremental changes must equal a resync.
+// Replay as for TestRandomClustersAgreeWithKubernetesSemantics.
+func TestRandomClustersWithTiersAgreeWithKubernetesSemantics(t *testing.T) {
+	first, n := propertySettings(t, 1000)
+	t.Logf("checking %d random clusters with ClusterNetworkPolicies from seed %d", n, first)
+	start := time.Now()
+	for i := range n {
+		seed := first + uint64(i)
+		if msg := checkRandomClusterOf(t, seed, seed%10 == 9, true); msg != "" {
+			t.Fatalf("cluster with seed %d (replay: go test ./v2/pkg/policy -run %s -policy.seed=%d -policy.clusters=1):\n%s",
+				seed, t.Name(), seed, msg)
+		}
+	}
+	t.Logf("%d clusters in %v", n, time.Since(start))
+}
+
 // checkRandomCluster checks the cluster of one seed; one in ten seeds makes
 // a large cluster.
 func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
+	return checkRandomClusterOf(t, seed, large, false)
+}
+
+// checkRandomClusterOf is checkRandomCluster, with ClusterNetworkPolicies
+// in the clusters when tiers is set.
+func checkRandomClusterOf(t *testing.T, seed uint64, large, tiers bool) string {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	g := policyoracle.NewGenerator(rng)
 	g.Large = large
+	g.ClusterPolicies = tiers
 	c := g.Cluster()
 	p, err := newPipeline(c)
 	if err != nil {
@@ -86,8 +114,9 @@ func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
 	if msg := p.disagreement(c, rng.IntN); msg != "" {
 		return "after the initial resync: " + msg + "\ncluster:\n" + c.String()
 	}
-	checkTables(t, p.ingress.cache)
-	checkTables(t, p.egress.cache)
+	for _, r := range p.renderers() {
+		checkTables(t, r)
+	}
 
 	// Change the cluster step by step; after each step the incremental state
 	// must equal a resync from scratch, and at the end it must still agree
@@ -104,7 +133,14 @@ func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
 		if err != nil {
 			return "building the pipeline again: " + err.Error()
 		}
-		for _, pair := range [][2]*cacheRenderer{{p.ingress, fresh.ingress}, {p.egress, fresh.egress}} {
+		if (p.ingress == nil) != (fresh.ingress == nil) {
+			// The cluster gained or lost its first ClusterNetworkPolicy:
+			// only the ordered tables are compared.
+			p.ingress, p.egress, fresh.ingress, fresh.egress = nil, nil, nil, nil
+		}
+		ps, fs := p.renderers(), fresh.renderers()
+		for i := range ps {
+			pair := [2]*cacheRenderer{ps[i], fs[i]}
 			if msg := sameState(pair[0].cache, pair[1].cache); msg != "" {
 				return "after the changes:\n" + changes + "incremental state differs from a resync (tables on " +
 					pair[0].cache.Direction().String() + "): " + msg + "\ncluster before:\n" + before + "cluster after:\n" + c.String()
@@ -114,7 +150,8 @@ func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
 	if msg := p.disagreement(c, rng.IntN); msg != "" {
 		return "after the changes:\n" + changes + msg + "\ncluster before:\n" + before + "cluster after:\n" + c.String()
 	}
-	checkTables(t, p.ingress.cache)
-	checkTables(t, p.egress.cache)
+	for _, r := range p.renderers() {
+		checkTables(t, r)
+	}
 	return ""
 }

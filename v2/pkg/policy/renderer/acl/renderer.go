@@ -62,7 +62,11 @@ type Renderer struct {
 	// mu serialises Render and Resync, which vcoild calls from different
 	// goroutines (the configurator's, and the one watching VPP restarts).
 	mu    sync.Mutex
-	cache *tables.Cache
+	cache ruleCache
+	// tiers are the pods with ClusterNetworkPolicy tiers: while there is
+	// one, cache is a tables.Ordered (ordered is set), else a tables.Cache.
+	tiers   map[renderer.PodID]bool
+	ordered bool
 	// addrs is the address that names each pod the cache knows (its IPv4
 	// address when it has one).
 	addrs map[renderer.PodID]netip.Addr
@@ -85,6 +89,16 @@ type Renderer struct {
 
 var _ renderer.Renderer = (*Renderer)(nil)
 
+// ruleCache is the renderer cache: tables.Cache for NetworkPolicy lists,
+// tables.Ordered when some pod has ClusterNetworkPolicy tiers.
+type ruleCache interface {
+	Apply(renderer.Txn) (tables.Changes, error)
+	LocalTables() []renderer.Table
+	Assignments() []tables.Assignment
+	GlobalTable() renderer.Table
+	Pods() []renderer.PodRules
+}
+
 // New returns the renderer for dp. It checks cfg and changes nothing in
 // VPP before the first Render or Resync.
 //
@@ -104,7 +118,7 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 	}
 	r := &Renderer{
 		dp: dp, cfg: cfg, log: log, metrics: m,
-		cache: tables.New(renderer.Ingress),
+		cache: tables.New(renderer.Ingress), tiers: map[renderer.PodID]bool{},
 		addrs: map[renderer.PodID]netip.Addr{},
 		local: map[renderer.TableID]aclState{}, pods: map[renderer.PodID]podLists{},
 		reflective: vpp.ReflectiveRules(),
@@ -127,6 +141,9 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer func(start time.Time) { r.metrics.observe("update", start, err) }(time.Now())
+	if err := r.chooseCache(txn); err != nil {
+		return fmt.Errorf("VPP ACL policy renderer: %w", err)
+	}
 	changes, err := r.cache.Apply(txn)
 	if err != nil {
 		return fmt.Errorf("VPP ACL policy renderer: %w", err)
@@ -154,6 +171,39 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 		r.synced = false
 		return err
 	}
+	return nil
+}
+
+// chooseCache switches the renderer cache when txn gives the node its first
+// pod with ClusterNetworkPolicy tiers (to tables.Ordered), or takes the
+// last one away (back to tables.Cache): the new cache gets every pod the
+// old one knows, and the next sync makes VPP hold its tables (fullSync
+// adopts the ACLs whose rules did not change).
+func (r *Renderer) chooseCache(txn renderer.Txn) error {
+	if txn.Resync {
+		clear(r.tiers)
+	}
+	for i := range txn.Pods {
+		pr := &txn.Pods[i]
+		if !pr.Removed && pr.HasTiers() {
+			r.tiers[pr.Pod] = true
+		} else {
+			delete(r.tiers, pr.Pod)
+		}
+	}
+	want := len(r.tiers) > 0
+	if want == r.ordered {
+		return nil
+	}
+	var next ruleCache = tables.New(renderer.Ingress)
+	if want {
+		next = tables.NewOrdered()
+	}
+	if _, err := next.Apply(renderer.Txn{Resync: true, Pods: r.cache.Pods()}); err != nil {
+		return fmt.Errorf("switch the renderer cache: %w", err)
+	}
+	r.log.Info("switching the policy tables' renderer cache", "clusterNetworkPolicyTiers", want)
+	r.cache, r.ordered, r.synced = next, want, false
 	return nil
 }
 

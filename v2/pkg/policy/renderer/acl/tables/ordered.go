@@ -1,0 +1,412 @@
+package tables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
+)
+
+// Ordered is the renderer cache for pods with ClusterNetworkPolicy tiers
+// (docs/policy.md, "VPP ACLs: tiers compiled into first-match tables"). It
+// gives the same output as Cache (local tables on the pods' Ingress, a
+// global table, minimal Changes) from rule lists that are first-match
+// lists with deny rules anywhere: each pod's tiers of a direction compiled
+// by renderer.Tiers.Compile.
+//
+// CombineRules becomes a product of two ordered lists. For a local pod p
+// and the address x of another local pod whose traffic out is restricted,
+// the rules for source x in p's table are x's egress list, restricted to
+// what goes to p, in order, where each permit rule is replaced by p's
+// ingress rules for x intersected with it, in order; they end with a rule
+// on all of x's traffic, so they decide x's traffic into p before p's own
+// rules are reached. The global table is, per restricted local pod, its
+// egress list with its address as source.
+//
+// It recomputes every local table when the egress of a local pod changes
+// (any pod's table may hold its insertions), and only the changed pods'
+// tables otherwise: it is simpler and slower than Cache, which the ACL
+// renderer uses while no pod has tiers.
+//
+// Only the Ingress attachment is implemented (the VPP ACL renderer's).
+type Ordered struct {
+	pods   map[renderer.PodID]*opod
+	byIP   map[netip.Addr]*opod
+	tables map[renderer.TableID]*otable
+	byKey  map[string]*otable
+	nextID uint64
+	global []renderer.Rule
+}
+
+type opod struct {
+	in renderer.PodRules
+	// own and out are the pod's compiled ingress and egress lists; nil
+	// when they restrict nothing.
+	own, out []renderer.Rule
+	table    *otable
+}
+
+type otable struct {
+	id    renderer.TableID
+	key   string
+	rules []renderer.Rule
+	pods  map[renderer.PodID]struct{}
+}
+
+// NewOrdered returns an empty ordered cache.
+func NewOrdered() *Ordered {
+	return &Ordered{
+		pods: map[renderer.PodID]*opod{}, byIP: map[netip.Addr]*opod{},
+		tables: map[renderer.TableID]*otable{}, byKey: map[string]*otable{},
+	}
+}
+
+// Direction is always renderer.Ingress.
+func (c *Ordered) Direction() renderer.Direction { return renderer.Ingress }
+
+// compiled is the first-match list of direction d of a pod: its tiers
+// compiled, nil when that decides nothing but "permit".
+func compiled(pr *renderer.PodRules, d renderer.Direction) []renderer.Rule {
+	t := pr.Tiers(d)
+	var l []renderer.Rule
+	if len(t.Admin)+len(t.Baseline) == 0 {
+		l = t.NetworkPolicy
+	} else {
+		l = t.Compile()
+	}
+	if permitsAll(l) {
+		return nil
+	}
+	return l
+}
+
+// permitsAll reports whether first-match list l permits every packet: no
+// deny rule before its first rule matching everything, which permits (or
+// no such rule and no deny at all).
+func permitsAll(l []renderer.Rule) bool {
+	for i := range l {
+		if l[i].Action != renderer.ActionPermit {
+			return false
+		}
+		if l[i].MatchesAll() {
+			return true
+		}
+	}
+	return true
+}
+
+// Apply records a transaction and returns what changed. A transaction that
+// is not valid is rejected as a whole and changes nothing.
+func (c *Ordered) Apply(txn renderer.Txn) (Changes, error) {
+	for i := range txn.Pods {
+		pr := &txn.Pods[i]
+		if pr.Removed {
+			continue
+		}
+		if err := pr.Validate(); err != nil {
+			return Changes{}, fmt.Errorf("pod %s: %w", pr.Pod, err)
+		}
+	}
+	var ch Changes
+	egressChanged := false
+	changed := map[renderer.PodID]bool{}
+	// gone are the pods that left, with the table they had.
+	gone := map[renderer.PodID]*otable{}
+	unindex := func(p *opod) {
+		for _, a := range p.in.IPs {
+			if c.byIP[a] == p {
+				delete(c.byIP, a)
+			}
+		}
+	}
+	remove := func(id renderer.PodID) {
+		p := c.pods[id]
+		if p == nil {
+			return
+		}
+		egressChanged = egressChanged || p.out != nil
+		unindex(p)
+		delete(c.pods, id)
+		gone[id] = p.table
+	}
+	if txn.Resync {
+		listed := map[renderer.PodID]bool{}
+		for i := range txn.Pods {
+			listed[txn.Pods[i].Pod] = true
+		}
+		for id := range c.pods {
+			if !listed[id] {
+				remove(id)
+			}
+		}
+	}
+	for i := range txn.Pods {
+		pr := txn.Pods[i]
+		if pr.Removed || len(pr.IPs) == 0 {
+			remove(pr.Pod)
+			continue
+		}
+		p := &opod{in: pr, own: compiled(&pr, renderer.Ingress), out: compiled(&pr, renderer.Egress)}
+		old := c.pods[pr.Pod]
+		switch {
+		case old == nil:
+			egressChanged = egressChanged || p.out != nil
+			if t, ok := gone[pr.Pod]; ok {
+				// Removed and listed again in one transaction.
+				p.table = t
+				delete(gone, pr.Pod)
+			}
+		case slices.Equal(old.in.IPs, pr.IPs) && slices.Equal(old.own, p.own) && slices.Equal(old.out, p.out):
+			old.in = pr
+			continue
+		default:
+			if !slices.Equal(old.in.IPs, pr.IPs) || !slices.Equal(old.out, p.out) {
+				egressChanged = egressChanged || old.out != nil || p.out != nil
+			}
+			p.table = old.table
+			unindex(old)
+		}
+		c.pods[pr.Pod] = p
+		for _, a := range pr.IPs {
+			c.byIP[a] = p
+		}
+		changed[pr.Pod] = true
+	}
+	// The pods whose table may have changed.
+	var retable []*opod
+	for id, p := range c.pods {
+		if egressChanged || changed[id] {
+			retable = append(retable, p)
+		}
+	}
+	slices.SortFunc(retable, func(a, b *opod) int { return a.in.Pod.Compare(b.in.Pod) })
+	c.assign(retable, gone, &ch)
+	if egressChanged || txn.Resync {
+		if g := c.buildGlobal(); !slices.Equal(g, c.global) {
+			c.global = g
+			ch.Global = &renderer.Table{ID: renderer.GlobalTableID, Rules: g}
+		}
+	}
+	return ch, nil
+}
+
+// restricting lists, in address order, the local pod addresses whose
+// egress is restricted.
+func (c *Ordered) restricting() []netip.Addr {
+	var out []netip.Addr
+	for a, p := range c.byIP {
+		if p.out != nil {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// localTable is p's table: the insertions of every restricted local
+// address, then p's own rules; nil when nothing restricts p's traffic.
+func (c *Ordered) localTable(p *opod, restricting []netip.Addr) []renderer.Rule {
+	var rules []renderer.Rule
+	for _, x := range restricting {
+		q := c.byIP[x]
+		if q == p {
+			continue
+		}
+		y, ok := addrOfFamily(p.in.IPs, x.Is4())
+		if !ok {
+			continue
+		}
+		rules = append(rules, product(q.out, p.own, x, y)...)
+	}
+	if len(rules) == 0 {
+		return slices.Clip(p.own)
+	}
+	if p.own == nil {
+		return append(rules, renderer.PermitAll)
+	}
+	return append(rules, p.own...)
+}
+
+// product is the rules deciding traffic from x to y (a pod's address, the
+// owner of table own) when x's egress list is out: out restricted to
+// traffic to y, each permit replaced by own's rules intersected with it.
+// It returns nil when out permits all of that traffic, so that own decides
+// alone.
+func product(out, own []renderer.Rule, x, y netip.Addr) []renderer.Rule {
+	src := renderer.HostNetwork(x)
+	var e []renderer.Rule
+	for _, r := range out {
+		if r.DstNetwork.IsValid() && !r.DstNetwork.Contains(y) {
+			continue
+		}
+		r.DstNetwork, r.SrcNetwork = netip.Prefix{}, src
+		e = append(e, r)
+	}
+	if permitsAll(e) {
+		return nil
+	}
+	var in []renderer.Rule
+	for _, r := range own {
+		if r.SrcNetwork.IsValid() && !r.SrcNetwork.Contains(x) {
+			continue
+		}
+		r.SrcNetwork = src
+		in = append(in, r)
+	}
+	if own == nil {
+		in = []renderer.Rule{renderer.PermitAll}
+		in[0].SrcNetwork = src
+	}
+	var rules []renderer.Rule
+	for _, r := range e {
+		if r.Action != renderer.ActionPermit {
+			rules = append(rules, r)
+		} else {
+			for _, i := range in {
+				if m, ok := renderer.Intersect(r, i); ok {
+					rules = append(rules, m)
+				}
+			}
+		}
+		if r.SrcPort.IsAny() && r.DstPort.IsAny() && r.Protocol == renderer.ProtocolAny && !r.DstNetwork.IsValid() {
+			break // it matched all of x's traffic to y: the rest is unreachable
+		}
+	}
+	return rules
+}
+
+// buildGlobal is the global table: for every restricted local address, its
+// pod's egress list with the address as source, then PermitAll.
+func (c *Ordered) buildGlobal() []renderer.Rule {
+	var rules []renderer.Rule
+	for _, x := range c.restricting() {
+		src := renderer.HostNetwork(x)
+		for _, r := range c.byIP[x].out {
+			if r.DstNetwork.IsValid() && r.DstNetwork.Addr().Is4() != x.Is4() {
+				continue
+			}
+			r.SrcNetwork = src
+			rules = append(rules, r)
+		}
+	}
+	if rules == nil {
+		return nil
+	}
+	return append(rules, renderer.PermitAll)
+}
+
+// assign computes the tables of the pods in retable and records the
+// changes: equal tables are shared, a pod is assigned a table only when
+// its table changes, and a table no pod uses any more is removed.
+func (c *Ordered) assign(retable []*opod, gone map[renderer.PodID]*otable, ch *Changes) {
+	restricting := c.restricting()
+	for id, t := range gone {
+		if t != nil {
+			delete(t.pods, id)
+			ch.Assignments = append(ch.Assignments, Assignment{Pod: id})
+		}
+	}
+	for _, p := range retable {
+		rules := c.localTable(p, restricting)
+		var t *otable
+		if rules != nil {
+			key := ruleKey(rules)
+			if t = c.byKey[key]; t == nil {
+				c.nextID++
+				t = &otable{id: renderer.TableID("ordered-" + strconv.FormatUint(c.nextID, 10)), key: key, rules: rules, pods: map[renderer.PodID]struct{}{}}
+				c.tables[t.id], c.byKey[key] = t, t
+				ch.Added = append(ch.Added, renderer.Table{ID: t.id, Rules: t.rules})
+			}
+		}
+		if p.table == t {
+			continue
+		}
+		if p.table != nil {
+			delete(p.table.pods, p.in.Pod)
+		}
+		if t != nil {
+			t.pods[p.in.Pod] = struct{}{}
+		}
+		p.table = t
+		ch.Assignments = append(ch.Assignments, Assignment{Pod: p.in.Pod, Table: tableID(t)})
+	}
+	for id, t := range c.tables {
+		if len(t.pods) == 0 {
+			delete(c.tables, id)
+			delete(c.byKey, t.key)
+			ch.Removed = append(ch.Removed, id)
+		}
+	}
+	slices.SortFunc(ch.Assignments, func(a, b Assignment) int { return a.Pod.Compare(b.Pod) })
+	slices.SortFunc(ch.Removed, compareTableIDs)
+}
+
+func tableID(t *otable) renderer.TableID {
+	if t == nil {
+		return ""
+	}
+	return t.id
+}
+
+// ruleKey identifies a table's rules exactly.
+func ruleKey(rules []renderer.Rule) string {
+	b := make([]byte, 0, len(rules)*48)
+	for i := range rules {
+		r := &rules[i]
+		for _, n := range [2]netip.Prefix{r.SrcNetwork, r.DstNetwork} {
+			a := n.Addr().As16()
+			b = append(b, a[:]...)
+			b = append(b, byte(n.Bits()+1))
+		}
+		b = append(b, byte(r.Action), byte(r.Protocol),
+			byte(r.SrcPort.First>>8), byte(r.SrcPort.First), byte(r.SrcPort.Last>>8), byte(r.SrcPort.Last),
+			byte(r.DstPort.First>>8), byte(r.DstPort.First), byte(r.DstPort.Last>>8), byte(r.DstPort.Last))
+	}
+	return string(b)
+}
+
+// LocalTable returns the local table of pod, if it has one.
+func (c *Ordered) LocalTable(pod renderer.PodID) (renderer.Table, bool) {
+	p := c.pods[pod]
+	if p == nil || p.table == nil {
+		return renderer.Table{}, false
+	}
+	return renderer.Table{ID: p.table.id, Rules: p.table.rules}, true
+}
+
+// LocalTables returns every local table, ordered by ID.
+func (c *Ordered) LocalTables() []renderer.Table {
+	out := make([]renderer.Table, 0, len(c.tables))
+	for _, t := range c.tables {
+		out = append(out, renderer.Table{ID: t.id, Rules: t.rules})
+	}
+	slices.SortFunc(out, func(a, b renderer.Table) int { return compareTableIDs(a.ID, b.ID) })
+	return out
+}
+
+// Assignments returns the local table of every known pod, ordered by pod.
+func (c *Ordered) Assignments() []Assignment {
+	out := make([]Assignment, 0, len(c.pods))
+	for id, p := range c.pods {
+		out = append(out, Assignment{Pod: id, Table: tableID(p.table)})
+	}
+	slices.SortFunc(out, func(a, b Assignment) int { return a.Pod.Compare(b.Pod) })
+	return out
+}
+
+// GlobalTable returns the global table; no rules means there is none.
+func (c *Ordered) GlobalTable() renderer.Table {
+	return renderer.Table{ID: renderer.GlobalTableID, Rules: c.global}
+}
+
+// Pods returns the known pods' rules, ordered by pod.
+func (c *Ordered) Pods() []renderer.PodRules {
+	out := make([]renderer.PodRules, 0, len(c.pods))
+	for _, p := range c.pods {
+		out = append(out, p.in)
+	}
+	slices.SortFunc(out, func(a, b renderer.PodRules) int { return a.Pod.Compare(b.Pod) })
+	return out
+}
