@@ -191,3 +191,51 @@ e2e-conformance: lab-check-vpp ## upstream [sig-network] e2e tests (Conformance 
 	else echo "==> the lab stays up (CONFORMANCE_KEEP_LAB); make lab-down removes it" >&2; fi; \
 	echo "==> make e2e-conformance took $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s" >&2; \
 	exit $$rc
+
+# ---- ClusterNetworkPolicy conformance (make e2e-cnp) ----
+
+# The upstream conformance profile ClusterNetworkPolicy of
+# sigs.k8s.io/network-policy-api, at the version go.mod pins (the suite's Go
+# packages from the module proxy), run by the driver in v2/e2e/cnpconformance
+# inside the lab; its base pods use the lab's agnhost (make
+# conformance-images tags it as the version the suite names). The upstream
+# report and a summary that tells SCTP-only failures from the others go to
+# _out/lab/cnp (docs/e2e.md, "ClusterNetworkPolicy conformance").
+CNP_OUT = $(LAB_OUT)/cnp
+CNP_TEST = $(LAB_BIN)/cnp-conformance.test
+# Experimental features to claim (comma-separated suite feature names):
+# none is implemented yet.
+CNP_FEATURES ?=
+CNP_TIMEOUT ?= 90m
+
+.PHONY: cnp-run
+cnp-run: conformance-assets conformance-bin ## run the ClusterNetworkPolicy conformance profile against the running lab (it must have the images); report in _out/lab/cnp
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) status >/dev/null || { echo "the lab is not up: make e2e-cnp brings it up with the images" >&2; exit 1; }
+	@rm -rf $(CNP_OUT) && mkdir -p $(CNP_OUT) $(LAB_BIN)
+	@CGO_ENABLED=0 $(GO) test -c -trimpath -o $(CNP_TEST) ./v2/e2e/cnpconformance
+	$(call conf_say,running the ClusterNetworkPolicy conformance profile in the lab (log in $(CNP_OUT)/test.log))
+	@start=$$(date +%s); rc=0; \
+	$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) exec -- env VCOIL_CNP_CONFORMANCE=1 $(abspath $(CNP_TEST)) \
+		-test.run '^TestClusterNetworkPolicyConformance$$' -test.v -test.timeout $(CNP_TIMEOUT) \
+		--conformance-profiles=ClusterNetworkPolicy $(if $(CNP_FEATURES),--supported-features=$(CNP_FEATURES)) \
+		--organization=vcoil --project=vcoil --url=https://github.com/vcoil/vcoil \
+		--version=$$(git describe --always --dirty 2>/dev/null || echo dev) --contact=vcoil-maintainers \
+		--additional-info="make e2e-cnp against the lab, LAB_DATAPLANE=$(or $(LAB_DATAPLANE),linux)" \
+		--report-output=$(abspath $(CNP_OUT))/report.yaml >$(CNP_OUT)/test.log 2>&1 || rc=$$?; \
+	echo "    the suite exited $$rc after $$(( $$(date +%s) - start ))s" >&2; \
+	grep -E '^(--- |    --- )(PASS|FAIL)' $(CNP_OUT)/test.log | sed 's/^/    /' >&2 || true
+	@$(CONFORMANCE_BIN) cnp-report --report $(CNP_OUT)/report.yaml --log $(CNP_OUT)/test.log --out $(CNP_OUT)/summary.md
+
+.PHONY: e2e-cnp
+e2e-cnp: lab-check-vpp ## upstream ClusterNetworkPolicy conformance profile against the lab (LAB_DATAPLANE as for lab-up); report in _out/lab/cnp
+	@start=$$(date +%s); \
+	if [ -e $(LAB_STATE_DIR) ]; then echo "a lab is up (or its remains are: $(LAB_STATE_DIR)); make e2e-cnp brings up its own." >&2; \
+		echo "    when it is yours: make lab-down; with the e2e images imported: make cnp-run" >&2; exit 1; fi; \
+	$(MAKE) --no-print-directory conformance-assets; \
+	images=$$($(MAKE) --no-print-directory -s conformance-images-path); \
+	rc=0; $(MAKE) --no-print-directory lab-up LAB_EXTRA_IMAGES=$$images || rc=$$?; \
+	if [ $$rc = 0 ]; then $(MAKE) --no-print-directory cnp-run || rc=$$?; fi; \
+	if [ -z "$(CONFORMANCE_KEEP_LAB)" ]; then $(MAKE) --no-print-directory lab-down || rc=1; \
+	else echo "==> the lab stays up (CONFORMANCE_KEEP_LAB); make lab-down removes it" >&2; fi; \
+	echo "==> make e2e-cnp took $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s" >&2; \
+	exit $$rc

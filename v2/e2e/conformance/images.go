@@ -23,7 +23,9 @@ const (
 )
 
 var (
-	agnhostTags    = []string{e2eRegistry + "/agnhost:2.66.1", e2eRegistry + "/agnhost:2.55"}
+	// 2.45 is the one the ClusterNetworkPolicy conformance profile of
+	// sigs.k8s.io/network-policy-api names (make e2e-cnp).
+	agnhostTags    = []string{e2eRegistry + "/agnhost:2.66.1", e2eRegistry + "/agnhost:2.55", e2eRegistry + "/agnhost:2.45"}
 	busyboxTags    = []string{e2eRegistry + "/busybox:1.37.0-2", e2eRegistry + "/busybox:1.36.1-1"}
 	nginxTags      = []string{e2eRegistry + "/nginx:1.27.0-2", e2eRegistry + "/nginx:1.28.0-2"}
 	glibcDNSTags   = []string{e2eRegistry + "/glibc-dns-testing:2.1.1"}

@@ -3,12 +3,15 @@
 //
 //	conformance images --rootfs DIR --agnhost FILE ... --out images.tar
 //	conformance report --json-report ginkgo.json --focus RE --skip RE --out-dir DIR
+//	conformance cnp-report --report report.yaml --log test.log --out FILE
 //
 // `images` writes the images the tests use, under the names the e2e
 // framework expects, as one docker-archive tarball for the lab's
 // LAB_EXTRA_IMAGES. `report` writes the summary of a run (summary.json,
 // summary.md) and exits 1 when a Conformance spec did not pass (or, with
-// --strict, any spec in scope).
+// --strict, any spec in scope). `cnp-report` summarizes a run of the
+// ClusterNetworkPolicy conformance profile (make e2e-cnp) and exits 1 when
+// a test failed otherwise than at SCTP probes.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vcoil/vcoil/v2/e2e/conformance/cnpreport"
 	"github.com/vcoil/vcoil/v2/e2e/conformance/report"
 	"github.com/vcoil/vcoil/v2/e2e/images/imageset"
 )
@@ -31,7 +35,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(imagesCommand(), reportCommand())
+	root.AddCommand(imagesCommand(), reportCommand(), cnpReportCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
@@ -140,6 +144,48 @@ func reportCommand() *cobra.Command {
 	fs.StringVar(&outDir, "out-dir", "", "directory for summary.json and summary.md")
 	fs.BoolVar(&strict, "strict", false, "exit 1 when any spec in scope failed, not only a Conformance one")
 	for _, f := range []string{"json-report", "focus", "skip", "out-dir"} {
+		_ = cmd.MarkFlagRequired(f)
+	}
+	return cmd
+}
+
+func cnpReportCommand() *cobra.Command {
+	var reportFile, logFile, out string
+	cmd := &cobra.Command{
+		Use:   "cnp-report",
+		Short: "summarise a ClusterNetworkPolicy conformance run; exit 1 when a test failed otherwise than at SCTP probes",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			r, err := os.Open(reportFile)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			l, err := os.Open(logFile)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			sum, err := cnpreport.Read(r, l)
+			if err != nil {
+				return err
+			}
+			md := sum.Markdown()
+			if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+				return err
+			}
+			fmt.Print(md)
+			if other := sum.Other(); len(other) > 0 {
+				return fmt.Errorf("%d tests failed otherwise than at SCTP probes: %v", len(other), other)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&reportFile, "report", "", "the suite's report (--report-output)")
+	fs.StringVar(&logFile, "log", "", "the test binary's -test.v output")
+	fs.StringVar(&out, "out", "", "the summary to write (Markdown)")
+	for _, f := range []string{"report", "log", "out"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
 	return cmd
