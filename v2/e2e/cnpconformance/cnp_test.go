@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +37,10 @@ func TestClusterNetworkPolicyConformance(t *testing.T) {
 		t.Fatalf("client: %v", err)
 	}
 	if err := api.Install(c.Scheme()); err != nil {
+		t.Fatalf("scheme: %v", err)
+	}
+	// The suite lists the CRDs to find the API's bundle version.
+	if err := apiextensionsv1.AddToScheme(c.Scheme()); err != nil {
 		t.Fatalf("scheme: %v", err)
 	}
 	clientSet, err := kubernetes.NewForConfig(cfg)

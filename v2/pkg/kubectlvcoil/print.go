@@ -179,8 +179,12 @@ func PodTable(w io.Writer, r PodReport) {
 	case !r.Policies.Known:
 		row(w, "Policies:", "the node's policy agent does not list the pod")
 	default:
+		tier(w, "Admin ingress:", r.Policies.AdminIngress)
 		rules(w, "Ingress:", r.Policies.Ingress)
+		tier(w, "Baseline ingress:", r.Policies.BaselineIngress)
+		tier(w, "Admin egress:", r.Policies.AdminEgress)
 		rules(w, "Egress:", r.Policies.Egress)
+		tier(w, "Baseline egress:", r.Policies.BaselineEgress)
 	}
 	for _, e := range r.Egresses {
 		row(w, "Egress (tunnel):", fmt.Sprintf("%s via %s (%s) to %s", e.Egress, routers(e), orDash(e.Encapsulation), prefixes(e.Destinations)))
@@ -198,6 +202,18 @@ func rules(w io.Writer, label string, rs []NumberedRule) {
 		row(w, label, "not isolated (everything allowed)")
 		return
 	}
+	for i, r := range rs {
+		l := ""
+		if i == 0 {
+			l = label
+		}
+		row(w, l, fmt.Sprintf("%d: %s", r.Index, r.Text))
+	}
+}
+
+// tier writes the rules of a ClusterNetworkPolicy tier, nothing when it
+// has none.
+func tier(w io.Writer, label string, rs []NumberedRule) {
 	for i, r := range rs {
 		l := ""
 		if i == 0 {
@@ -307,11 +323,15 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 		}
 		for _, p := range st.Policies.Pods {
 			name := p.Namespace + "/" + p.Name
-			if len(p.Ingress) == 0 && len(p.Egress) == 0 {
+			if len(p.Ingress)+len(p.Egress)+len(p.AdminIngress)+len(p.AdminEgress)+len(p.BaselineIngress)+len(p.BaselineEgress) == 0 {
 				row(w, name, "-", "not isolated", "", "", "")
 			}
+			tierRows(w, name, "admin ingress", p.AdminIngress)
 			policyRows(w, name, "ingress", p.Ingress)
+			tierRows(w, name, "baseline ingress", p.BaselineIngress)
+			tierRows(w, name, "admin egress", p.AdminEgress)
 			policyRows(w, name, "egress", p.Egress)
+			tierRows(w, name, "baseline egress", p.BaselineEgress)
 		}
 	}
 	if st.Egress != nil && len(st.Egress.Pods) == 0 {
@@ -415,6 +435,12 @@ func kind(f nodestate.Frontend) string {
 func policyRows(w io.Writer, pod, dir string, rs []nodestate.Rule) {
 	for i, r := range rs {
 		row(w, pod, dir, fmt.Sprintf("%d: %s", i, trace.RuleString(r)), "", "", "")
+	}
+}
+
+func tierRows(w io.Writer, pod, dir string, rs []nodestate.TierRule) {
+	for i, r := range rs {
+		row(w, pod, dir, fmt.Sprintf("%d: %s", i, trace.TierRuleString(r)), "", "", "")
 	}
 }
 

@@ -249,15 +249,24 @@ type Backed struct {
 type PodPolicies struct {
 	Ingress []NumberedRule `json:"ingress,omitempty"`
 	Egress  []NumberedRule `json:"egress,omitempty"`
+	// The ClusterNetworkPolicy tiers, in evaluation order: Admin before
+	// Ingress and Egress, Baseline after them.
+	AdminIngress    []NumberedRule `json:"adminIngress,omitempty"`
+	AdminEgress     []NumberedRule `json:"adminEgress,omitempty"`
+	BaselineIngress []NumberedRule `json:"baselineIngress,omitempty"`
+	BaselineEgress  []NumberedRule `json:"baselineEgress,omitempty"`
 	// Known is false when the node's policy agent does not list the pod.
 	Known bool `json:"known"`
 }
 
-// NumberedRule is a rule with its index in its list and its text.
+// NumberedRule is a rule with its index in its list and its text; Policy
+// and RuleName say where a ClusterNetworkPolicy rule comes from.
 type NumberedRule struct {
-	Index int            `json:"index"`
-	Text  string         `json:"text"`
-	Rule  nodestate.Rule `json:"rule"`
+	Index    int            `json:"index"`
+	Text     string         `json:"text"`
+	Rule     nodestate.Rule `json:"rule"`
+	Policy   string         `json:"policy,omitempty"`
+	RuleName string         `json:"ruleName,omitempty"`
 }
 
 // PodReportOf builds a pod's report from the Pod and its node's state.
@@ -306,6 +315,10 @@ func PodReportOf(p *corev1.Pod, st *nodestate.State) PodReport {
 				r.Policies.Known = true
 				r.Policies.Ingress = numbered(pr.Ingress)
 				r.Policies.Egress = numbered(pr.Egress)
+				r.Policies.AdminIngress = numberedTier(pr.AdminIngress)
+				r.Policies.AdminEgress = numberedTier(pr.AdminEgress)
+				r.Policies.BaselineIngress = numberedTier(pr.BaselineIngress)
+				r.Policies.BaselineEgress = numberedTier(pr.BaselineEgress)
 			}
 		}
 	}
@@ -320,6 +333,14 @@ func PodReportOf(p *corev1.Pod, st *nodestate.State) PodReport {
 		}
 	}
 	return r
+}
+
+func numberedTier(rules []nodestate.TierRule) []NumberedRule {
+	var out []NumberedRule
+	for i, r := range rules {
+		out = append(out, NumberedRule{Index: i, Text: trace.TierRuleString(r), Rule: r.Rule, Policy: r.Policy, RuleName: r.RuleName})
+	}
+	return out
 }
 
 func numbered(rules []nodestate.Rule) []NumberedRule {

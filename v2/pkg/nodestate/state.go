@@ -240,6 +240,25 @@ type PodRules struct {
 	// Egress filters traffic out of the pod; its rules name the
 	// destination.
 	Egress []Rule `json:"egress,omitempty"`
+	// AdminIngress, AdminEgress, BaselineIngress and BaselineEgress are
+	// the pod's ClusterNetworkPolicy rules per tier and direction, in
+	// evaluation order: Admin before Ingress and Egress, Baseline after
+	// them for a pod they do not isolate.
+	AdminIngress    []TierRule `json:"adminIngress,omitempty"`
+	AdminEgress     []TierRule `json:"adminEgress,omitempty"`
+	BaselineIngress []TierRule `json:"baselineIngress,omitempty"`
+	BaselineEgress  []TierRule `json:"baselineEgress,omitempty"`
+}
+
+// TierRule is one ClusterNetworkPolicy rule: its match, with Action
+// "accept", "deny" or "pass", and where it comes from.
+type TierRule struct {
+	Rule `json:",inline"`
+	// Policy is the ClusterNetworkPolicy; empty for the rules vcoild adds
+	// for what no policy can block.
+	Policy string `json:"policy,omitempty"`
+	// RuleName is the rule's name in the policy, or its index.
+	RuleName string `json:"ruleName,omitempty"`
 }
 
 // Rule is one 6-tuple rule.

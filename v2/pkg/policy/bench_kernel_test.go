@@ -36,6 +36,7 @@ type kernelBenchRow struct {
 	Renderer         string  `json:"renderer"`
 	Pods             int     `json:"pods"`
 	Policies         int     `json:"policies"`
+	ClusterPolicies  int     `json:"cluster_network_policies"`
 	FullSeconds      float64 `json:"full_seconds"`
 	ChangeP50Ms      float64 `json:"label_change_p50_ms"`
 	ChangeP99Ms      float64 `json:"label_change_p99_ms"`
@@ -64,13 +65,25 @@ func TestBenchPolicyKernel(t *testing.T) {
 		t.Skip("VCOIL_BENCH_POLICY is not set: run make bench-policy")
 	}
 	netnstest.RequireRoot(t)
+	for _, tiers := range []bool{false, true} {
+		benchKernel(t, out, tiers)
+	}
+}
+
+// benchKernel is one row of TestBenchPolicyKernel: the benchmark cluster,
+// with its 100 ClusterNetworkPolicies when tiers is set.
+func benchKernel(t *testing.T, out string, tiers bool) {
 	n := netnstest.New(t, "polbench")
 	r, err := polnft.New(polnft.Config{Netns: n.Path(), PodIfPrefix: "vcoil", Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	row := benchFullRender(t, "nftables", r)
+	name, c := "nftables", benchCluster()
+	if tiers {
+		name, c = "nftables+cnp", benchClusterWithTiers()
+	}
+	row := benchFullRender(t, name, c, r)
 	row.RendererRSSNote = "heap_inuse_mb: the Go heap the stack holds after the full render (cache, processor, configurator, renderer); process_rss_mb: the whole test process, the cluster objects included"
 
 	var doc struct {
@@ -94,8 +107,8 @@ func TestBenchPolicyKernel(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("| renderer | pods | policies | full render to the kernel (target < 1 s) | label change p50 / p99 (target < 10 ms) | chains | sets and maps | elements | Go heap of the stack | test process RSS |")
-	t.Logf("| %s | %d | %d | %.3f s | %.2f / %.2f ms | %d | %d | %d | %.0f MB | %.0f MB |", row.Renderer, row.Pods, row.Policies,
+	t.Logf("| renderer | pods | policies | cluster policies | full render to the kernel (target < 1 s) | label change p50 / p99 (target < 10 ms) | chains | sets and maps | elements | Go heap of the stack | test process RSS |")
+	t.Logf("| %s | %d | %d | %d | %.3f s | %.2f / %.2f ms | %d | %d | %d | %.0f MB | %.0f MB |", row.Renderer, row.Pods, row.Policies, row.ClusterPolicies,
 		row.FullSeconds, row.ChangeP50Ms, row.ChangeP99Ms, row.Chains, row.Sets, row.Elements, row.HeapInuseMB, row.ProcessRSSMB)
 	writeBenchRow(t, out, row)
 }
@@ -104,9 +117,8 @@ func TestBenchPolicyKernel(t *testing.T) {
 // times the full render (the cache's Replace, until r returned); then the
 // label changes. The Go heap is what the stack holds after the full render
 // (the cluster's objects are made before the first measure).
-func benchFullRender(t *testing.T, name string, r renderer.Renderer) kernelBenchRow {
+func benchFullRender(t *testing.T, name string, c *policyoracle.Cluster, r renderer.Renderer) kernelBenchRow {
 	t.Helper()
-	c := benchCluster()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -118,11 +130,15 @@ func benchFullRender(t *testing.T, name string, r renderer.Renderer) kernelBench
 	pc := pcache.New()
 	pc.Watch(processor.New(c.Node, pc, conf, logr.Discard()))
 	start := time.Now()
-	if err := pc.Replace(context.Background(), c.Pods, c.Namespaces, c.Policies); err != nil {
+	all := pcache.Contents{Pods: c.Pods, Namespaces: c.Namespaces, Policies: c.Policies, ClusterPolicies: c.ClusterPolicies}
+	if err := pc.ReplaceAll(context.Background(), all); err != nil {
 		t.Fatal(err)
 	}
-	row := kernelBenchRow{Renderer: name, Pods: len(c.Pods), Policies: len(c.Policies),
+	row := kernelBenchRow{Renderer: name, Pods: len(c.Pods), Policies: len(c.Policies), ClusterPolicies: len(c.ClusterPolicies),
 		FullSeconds: time.Since(start).Seconds(), TargetFullSecond: 1, TargetChangeMs: 10}
+	if strings.HasPrefix(name, "vpp") {
+		row.TargetChangeMs = 20
+	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	row.HeapInuseMB = float64(after.HeapInuse-min(after.HeapInuse, before.HeapInuse)) / (1 << 20)
@@ -185,6 +201,13 @@ func TestBenchPolicyVPP(t *testing.T) {
 	}
 	netnstest.RequireRoot(t)
 	bin := vpptest.Binary(t)
+	for _, tiers := range []bool{false, true} {
+		benchVPP(t, out, bin, tiers)
+	}
+}
+
+// benchVPP is one row of TestBenchPolicyVPP, on a VPP of its own.
+func benchVPP(t *testing.T, out, bin string, tiers bool) {
 	node := netnstest.New(t, "polbenchvpp")
 	v := vpptest.Start(t, bin, node.Path())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -202,7 +225,11 @@ func TestBenchPolicyVPP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := benchFullRender(t, "vpp-acl", r)
+	name, c := "vpp-acl", benchCluster()
+	if tiers {
+		name, c = "vpp-acl+cnp", benchClusterWithTiers()
+	}
+	row := benchFullRender(t, name, c, r)
 	row.RendererRSSNote = "the pods are not wired into VPP: their ACL lists wait in the dataplane; heap_inuse_mb: the Go heap the stack holds after the full render"
 	ch, _, err := d.Channel(ctx, 1)
 	if err != nil {
@@ -215,8 +242,8 @@ func TestBenchPolicyVPP(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("| renderer | pods | policies | full render into VPP (target < 1 s) | label change p50 / p99 (target < 10 ms) | ACLs | ACL rules | Go heap | test process RSS |")
-	t.Logf("| %s | %d | %d | %.3f s | %.2f / %.2f ms | %d | %d | %.0f MB | %.0f MB |", row.Renderer, row.Pods, row.Policies,
+	t.Logf("| renderer | pods | policies | cluster policies | full render into VPP (target < 1 s) | label change p50 / p99 (target < 20 ms) | ACLs | ACL rules | Go heap | test process RSS |")
+	t.Logf("| %s | %d | %d | %d | %.3f s | %.2f / %.2f ms | %d | %d | %.0f MB | %.0f MB |", row.Renderer, row.Pods, row.Policies, row.ClusterPolicies,
 		row.FullSeconds, row.ChangeP50Ms, row.ChangeP99Ms, row.ACLs, row.ACLRules, row.HeapInuseMB, row.ProcessRSSMB)
 	writeBenchRow(t, out, row)
 }

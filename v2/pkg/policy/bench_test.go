@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
@@ -217,4 +218,74 @@ func reportTables(b *testing.B, r *cacheOnly) {
 	b.ReportMetric(float64(len(r.cache.LocalTables())), "tables")
 	b.ReportMetric(float64(n), "table-rules")
 	b.ReportMetric(float64(len(r.cache.GlobalTable().Rules)), "global-rules")
+}
+
+// benchClusterWithTiers is benchCluster with 100 ClusterNetworkPolicies: 50
+// Admin and 50 Baseline, of every action, with namespace and pod subjects
+// and peers and CIDRs, as an administrator writes them (deny the metadata
+// service, always allow monitoring, hand tenants' traffic to their own
+// NetworkPolicies, default-deny between teams).
+func benchClusterWithTiers() *policyoracle.Cluster {
+	c := benchCluster()
+	tcp := func(port int32) []cnp.ClusterNetworkPolicyProtocol {
+		return []cnp.ClusterNetworkPolicyProtocol{{TCP: &cnp.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnp.Port{Number: port}}}}
+	}
+	team := func(i int) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", i%5)}}
+	}
+	env := func(e string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"env": e}}
+	}
+	app := func(i int) metav1.LabelSelector {
+		return metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app%d", i%10)}}
+	}
+	for i := range 50 {
+		pol := &cnp.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("admin%02d", i)}}
+		pol.Spec.Tier, pol.Spec.Priority = cnp.AdminTier, int32(i)
+		if i%2 == 0 {
+			pol.Spec.Subject.Namespaces = team(i)
+		} else {
+			pol.Spec.Subject.Pods = &cnp.NamespacedPod{NamespaceSelector: *env([]string{"prod", "dev"}[i%4/2]), PodSelector: app(i)}
+		}
+		switch i % 5 {
+		case 0: // the metadata service and the carrier-grade NAT range, denied
+			pol.Spec.Egress = []cnp.ClusterNetworkPolicyEgressRule{{Name: "metadata", Action: cnp.ClusterNetworkPolicyRuleActionDeny,
+				To: []cnp.ClusterNetworkPolicyEgressPeer{{Networks: []cnp.CIDR{"169.254.169.254/32", "100.64.0.0/10"}}}}}
+		case 1: // monitoring scrapes, always
+			pol.Spec.Ingress = []cnp.ClusterNetworkPolicyIngressRule{{Name: "scrape", Action: cnp.ClusterNetworkPolicyRuleActionAccept,
+				From: []cnp.ClusterNetworkPolicyIngressPeer{{Pods: &cnp.NamespacedPod{NamespaceSelector: *team(i + 1), PodSelector: app(0)}}}, Protocols: tcp(9090)}}
+		case 2: // the dev frontends' traffic is the tenants' to decide
+			pol.Spec.Ingress = []cnp.ClusterNetworkPolicyIngressRule{{Name: "tenants", Action: cnp.ClusterNetworkPolicyRuleActionPass,
+				From: []cnp.ClusterNetworkPolicyIngressPeer{{Pods: &cnp.NamespacedPod{NamespaceSelector: *env("dev"),
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"tier": "frontend"}}}}}}}
+		case 3: // no database traffic from another team
+			pol.Spec.Egress = []cnp.ClusterNetworkPolicyEgressRule{{Name: "db", Action: cnp.ClusterNetworkPolicyRuleActionDeny,
+				To: []cnp.ClusterNetworkPolicyEgressPeer{{Namespaces: team(i + 2)}}, Protocols: tcp(5432)}}
+		case 4: // DNS only from the cluster's resolvers' range
+			pol.Spec.Ingress = []cnp.ClusterNetworkPolicyIngressRule{{Name: "dns", Action: cnp.ClusterNetworkPolicyRuleActionDeny,
+				From:      []cnp.ClusterNetworkPolicyIngressPeer{{Namespaces: env("dev")}},
+				Protocols: []cnp.ClusterNetworkPolicyProtocol{{UDP: &cnp.ClusterNetworkPolicyProtocolUDP{DestinationPort: &cnp.Port{Range: &cnp.PortRange{Start: 53, End: 54}}}}}}}
+		}
+		c.ClusterPolicies = append(c.ClusterPolicies, pol)
+	}
+	for i := range 50 {
+		pol := &cnp.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("baseline%02d", i)}}
+		pol.Spec.Tier, pol.Spec.Priority = cnp.BaselineTier, int32(i)
+		pol.Spec.Subject.Namespaces = team(i)
+		switch i % 3 {
+		case 0: // default deny from other teams
+			pol.Spec.Ingress = []cnp.ClusterNetworkPolicyIngressRule{{Name: "same-team", Action: cnp.ClusterNetworkPolicyRuleActionAccept,
+				From: []cnp.ClusterNetworkPolicyIngressPeer{{Namespaces: team(i)}}},
+				{Name: "others", Action: cnp.ClusterNetworkPolicyRuleActionDeny, From: []cnp.ClusterNetworkPolicyIngressPeer{{Namespaces: &metav1.LabelSelector{}}}}}
+		case 1: // egress to the cluster's networks only
+			pol.Spec.Egress = []cnp.ClusterNetworkPolicyEgressRule{{Name: "cluster", Action: cnp.ClusterNetworkPolicyRuleActionAccept,
+				To: []cnp.ClusterNetworkPolicyEgressPeer{{Networks: []cnp.CIDR{"10.0.0.0/8", "192.168.0.0/16"}}}},
+				{Name: "internet", Action: cnp.ClusterNetworkPolicyRuleActionDeny, To: []cnp.ClusterNetworkPolicyEgressPeer{{Networks: []cnp.CIDR{"0.0.0.0/0"}}}}}
+		case 2: // metrics from one app of every team
+			pol.Spec.Ingress = []cnp.ClusterNetworkPolicyIngressRule{{Name: "metrics", Action: cnp.ClusterNetworkPolicyRuleActionAccept,
+				From: []cnp.ClusterNetworkPolicyIngressPeer{{Pods: &cnp.NamespacedPod{PodSelector: app(i)}}}, Protocols: tcp(9090)}}
+		}
+		c.ClusterPolicies = append(c.ClusterPolicies, pol)
+	}
+	return c
 }

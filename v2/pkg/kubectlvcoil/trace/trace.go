@@ -187,6 +187,13 @@ type Step struct {
 	// pod's list; nil when no rule did.
 	RuleIndex *int   `json:"ruleIndex,omitempty"`
 	Rule      string `json:"rule,omitempty"`
+	// Tier is the tier whose rule decided: "admin", "networkpolicy" or
+	// "baseline"; Policy the ClusterNetworkPolicy of an Admin or Baseline
+	// rule. Passed lists the Admin Pass rules the connection took on its
+	// way ("policy/rule").
+	Tier   string   `json:"tier,omitempty"`
+	Policy string   `json:"policy,omitempty"`
+	Passed []string `json:"passed,omitempty"`
 	// Why says, in words, why the step ended so.
 	Why string `json:"why"`
 }
@@ -526,11 +533,11 @@ func egressStep(f Flow, src Party, dst netip.Addr, port uint16, states map[strin
 		s.Result, s.Why = why.result, why.text
 		return s
 	}
-	if len(rules.Egress) > 0 && slices.Contains(states[src.Node].Policies.AlwaysAllowed, dst) {
+	if len(rules.Egress)+len(rules.AdminEgress)+len(rules.BaselineEgress) > 0 && slices.Contains(states[src.Node].Policies.AlwaysAllowed, dst) {
 		s.Result, s.Why = StepPass, fmt.Sprintf("%s is always allowed from pods of node %s (its own address or NAT loopback)", dst, src.Node)
 		return s
 	}
-	return decide(s, rules.Egress, packet{src: src.Addr, dst: dst, proto: f.Protocol, srcPort: f.SrcPort, dstPort: port}, "egress")
+	return decideTiers(s, rules.AdminEgress, rules.Egress, rules.BaselineEgress, packet{src: src.Addr, dst: dst, proto: f.Protocol, srcPort: f.SrcPort, dstPort: port}, "egress")
 }
 
 // ingressStep is the destination pod's Ingress list on its node, for the
@@ -546,11 +553,11 @@ func ingressStep(f Flow, source netip.Addr, dst Party, port uint16, states map[s
 		s.Result, s.Why = why.result, why.text
 		return s
 	}
-	if len(rules.Ingress) > 0 && slices.Contains(states[dst.Node].Policies.AlwaysAllowed, source) {
+	if len(rules.Ingress)+len(rules.AdminIngress)+len(rules.BaselineIngress) > 0 && slices.Contains(states[dst.Node].Policies.AlwaysAllowed, source) {
 		s.Result, s.Why = StepPass, fmt.Sprintf("%s is always allowed on node %s (a node address or the NAT loopback)", source, dst.Node)
 		return s
 	}
-	return decide(s, rules.Ingress, packet{src: source, dst: dst.Addr, proto: f.Protocol, srcPort: f.SrcPort, dstPort: port}, "ingress")
+	return decideTiers(s, rules.AdminIngress, rules.Ingress, rules.BaselineIngress, packet{src: source, dst: dst.Addr, proto: f.Protocol, srcPort: f.SrcPort, dstPort: port}, "ingress")
 }
 
 type reason struct{ result, text string }
@@ -577,6 +584,77 @@ type packet struct {
 	src, dst         netip.Addr
 	proto            string
 	srcPort, dstPort uint16
+}
+
+// decideTiers follows a direction's tiers: the Admin rules (the first
+// that matches decides; Pass goes on), then the NetworkPolicy list of an
+// isolated pod (final), then the Baseline rules (Deny denies; Accept, Pass
+// and no match allow).
+func decideTiers(s Step, admin []nodestate.TierRule, np []nodestate.Rule, baseline []nodestate.TierRule, pk packet, dir string) Step {
+	first := func(rules []nodestate.TierRule) (int, bool) {
+		for i, r := range rules {
+			if Matches(r.Rule, pk.src, pk.dst, pk.proto, pk.srcPort, pk.dstPort) {
+				return i, true
+			}
+		}
+		return 0, false
+	}
+	tierStep := func(tier string, i int, r nodestate.TierRule, result, verb string) Step {
+		s.RuleIndex, s.Rule, s.Tier, s.Policy, s.Result = &i, TierRuleString(r), tier, r.Policy, result
+		s.Why = fmt.Sprintf("%s %s rule %d of pod %s on node %s (%s) %s it", tier, dir, i, s.Pod, s.Node, origin(r), verb)
+		return s
+	}
+	if i, ok := first(admin); ok {
+		r := admin[i]
+		switch r.Action {
+		case "accept":
+			return tierStep("admin", i, r, StepPass, "accepts")
+		case "deny":
+			return tierStep("admin", i, r, StepDeny, "denies")
+		}
+		s.Passed = append(s.Passed, origin(r))
+	}
+	passed := ""
+	if len(s.Passed) > 0 {
+		passed = " after the Admin Pass of " + strings.Join(s.Passed, ", ")
+	}
+	if len(np) > 0 {
+		s = decide(s, np, pk, dir)
+		s.Tier = "networkpolicy"
+		s.Why += passed
+		return s
+	}
+	if i, ok := first(baseline); ok {
+		r := baseline[i]
+		if r.Action == "deny" {
+			s = tierStep("baseline", i, r, StepDeny, "denies")
+		} else {
+			s = tierStep("baseline", i, r, StepPass, map[string]string{"accept": "accepts", "pass": "passes (nothing is left to ask: allowed)"}[r.Action])
+		}
+		s.Why += passed
+		return s
+	}
+	s.Result = StepPass
+	if len(admin)+len(baseline) == 0 {
+		s.Why = fmt.Sprintf("pod %s is not isolated for %s on node %s", s.Pod, dir, s.Node)
+	} else {
+		s.Why = fmt.Sprintf("no ClusterNetworkPolicy rule decides and no NetworkPolicy isolates pod %s for %s on node %s: allowed%s", s.Pod, dir, s.Node, passed)
+	}
+	return s
+}
+
+// origin names where a tier rule comes from.
+func origin(r nodestate.TierRule) string {
+	if r.Policy == "" {
+		return "always allowed"
+	}
+	return "ClusterNetworkPolicy " + r.Policy + " rule " + r.RuleName
+}
+
+// TierRuleString writes a ClusterNetworkPolicy rule as one line, with its
+// origin: "deny tcp src any dst 10.0.0.0/8 (ClusterNetworkPolicy p rule 0)".
+func TierRuleString(r nodestate.TierRule) string {
+	return RuleString(r.Rule) + " (" + origin(r) + ")"
 }
 
 func decide(s Step, rules []nodestate.Rule, pk packet, dir string) Step {

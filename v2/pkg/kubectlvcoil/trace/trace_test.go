@@ -417,3 +417,94 @@ func TestRuleMatchesAndPrints(t *testing.T) {
 		t.Error("a rule naming source ports 1000-2000 did not match source port 1500")
 	}
 }
+
+// TestTraceFollowsTheTiers: Admin rules decide first (Accept beats a
+// NetworkPolicy's deny, Deny beats its permit), a Pass goes on to the
+// NetworkPolicy list of an isolated pod or to the Baseline rules of one
+// that is not, and the step names the tier, the policy and the rule.
+func TestTraceFollowsTheTiers(t *testing.T) {
+	tierRule := func(action, policy, name, src string) nodestate.TierRule {
+		r := nodestate.TierRule{Rule: nodestate.Rule{Action: action, Protocol: "any"}, Policy: policy, RuleName: name}
+		if src != "" {
+			r.Src = p(src)
+		}
+		return r
+	}
+	server := func(states map[string]*nodestate.State) *nodestate.PodRules {
+		return &states["node2"].Policies.Pods[0]
+	}
+	tests := []struct {
+		name         string
+		set          func(*nodestate.PodRules)
+		src          string
+		verdict      string
+		tier, policy string
+		why          string
+	}{
+		{
+			name: "an Admin Accept beats the NetworkPolicy's deny",
+			set: func(pr *nodestate.PodRules) {
+				pr.AdminIngress = []nodestate.TierRule{tierRule("accept", "monitoring", "scrape", "10.0.0.8/32")}
+			},
+			src: "other", verdict: Allowed, tier: "admin", policy: "monitoring",
+			why: "admin ingress rule 0 of pod shop/server on node node2 (ClusterNetworkPolicy monitoring rule scrape) accepts it",
+		},
+		{
+			name: "an Admin Deny beats the NetworkPolicy's permit",
+			set: func(pr *nodestate.PodRules) {
+				pr.AdminIngress = []nodestate.TierRule{tierRule("deny", "quarantine", "0", "")}
+			},
+			src: "client", verdict: Denied, tier: "admin", policy: "quarantine",
+		},
+		{
+			name: "an Admin Pass goes to the NetworkPolicies, which deny",
+			set: func(pr *nodestate.PodRules) {
+				pr.AdminIngress = []nodestate.TierRule{tierRule("pass", "delegate", "tenants", "10.0.0.0/24")}
+			},
+			src: "other", verdict: Denied, tier: "networkpolicy",
+			why: "ingress rule 1 of pod shop/server on node node2 denies it after the Admin Pass of ClusterNetworkPolicy delegate rule tenants",
+		},
+		{
+			name: "an Admin Pass to a pod no NetworkPolicy isolates goes to the Baseline, which denies",
+			set: func(pr *nodestate.PodRules) {
+				pr.Ingress = nil
+				pr.AdminIngress = []nodestate.TierRule{tierRule("pass", "delegate", "tenants", "10.0.0.0/24")}
+				pr.BaselineIngress = []nodestate.TierRule{tierRule("deny", "default-deny", "all", "")}
+			},
+			src: "client", verdict: Denied, tier: "baseline", policy: "default-deny",
+		},
+		{
+			name: "no rule of any tier: allowed",
+			set: func(pr *nodestate.PodRules) {
+				pr.Ingress = nil
+				pr.BaselineIngress = []nodestate.TierRule{tierRule("deny", "default-deny", "far", "192.168.0.0/16")}
+			},
+			src: "client", verdict: Allowed,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			states, loc := fixture()
+			tc.set(server(states))
+			res, err := Trace(Flow{Src: pod("shop", tc.src), Dst: pod("shop", "server"), Port: 8080, Protocol: "TCP"}, states, loc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tc.verdict {
+				t.Fatalf("verdict %s (%s), want %s", res.Verdict, res.Reason, tc.verdict)
+			}
+			var step Step
+			for _, s := range res.Paths[0].Steps {
+				if s.Check == CheckIngress {
+					step = s
+				}
+			}
+			if step.Tier != tc.tier || step.Policy != tc.policy {
+				t.Errorf("the ingress step's tier and policy: %q %q, want %q %q (%s)", step.Tier, step.Policy, tc.tier, tc.policy, step.Why)
+			}
+			if tc.why != "" && step.Why != tc.why {
+				t.Errorf("why: %q\nwant %q", step.Why, tc.why)
+			}
+		})
+	}
+}

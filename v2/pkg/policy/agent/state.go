@@ -106,7 +106,31 @@ func PodRulesState(pr renderer.PodRules) nodestate.PodRules {
 		IPs:     slices.Clone(pr.IPs),
 		Ingress: rulesState(pr.Ingress),
 		Egress:  rulesState(pr.Egress),
+
+		AdminIngress:    tierState(pr.Admin[renderer.Ingress]),
+		AdminEgress:     tierState(pr.Admin[renderer.Egress]),
+		BaselineIngress: tierState(pr.Baseline[renderer.Ingress]),
+		BaselineEgress:  tierState(pr.Baseline[renderer.Egress]),
 	}
+}
+
+func tierState(rules []renderer.TierRule) []nodestate.TierRule {
+	if len(rules) == 0 {
+		return nil
+	}
+	out := make([]nodestate.TierRule, 0, len(rules))
+	for _, r := range rules {
+		m := r.Match
+		out = append(out, nodestate.TierRule{
+			Rule: nodestate.Rule{
+				Action: r.Action.String(), Protocol: m.Protocol.String(),
+				Src: m.SrcNetwork, Dst: m.DstNetwork,
+				SrcPorts: portsState(m.SrcPort), DstPorts: portsState(m.DstPort),
+			},
+			Policy: r.Policy, RuleName: r.Name,
+		})
+	}
+	return out
 }
 
 func rulesState(rules []renderer.Rule) []nodestate.Rule {

@@ -47,6 +47,8 @@ type Configurator struct {
 	// last holds the rules last sent for each pod: a pod whose rules did
 	// not change is sent the very same slices.
 	last map[renderer.PodID]renderer.PodRules
+	// tiers shares the tier rules of pods with the same ClusterPolicies.
+	tiers tierMemo
 }
 
 type namedRenderer struct {
@@ -91,6 +93,8 @@ func (c *Configurator) SetConfig(cfg Config) error {
 		egress = append(egress, a.Unmap())
 	}
 	c.ingressPeers, c.egressPeers = ingress, egress
+	// The Admin tiers begin with the always accepted peers.
+	c.tiers = tierMemo{}
 	return nil
 }
 
@@ -110,8 +114,9 @@ func (c *Configurator) Rules(p *Pod) renderer.PodRules {
 	}
 	pr.Ingress = GenerateRules(renderer.Ingress, p.Policies, c.ingressPeers)
 	pr.Egress = GenerateRules(renderer.Egress, p.Policies, c.egressPeers)
-	pr.Admin[renderer.Ingress], pr.Baseline[renderer.Ingress] = tiers(renderer.Ingress, p, c.ingressPeers, nil, nil)
-	pr.Admin[renderer.Egress], pr.Baseline[renderer.Egress] = tiers(renderer.Egress, p, c.egressPeers, nil, nil)
+	var m tierMemo
+	pr.Admin[renderer.Ingress], pr.Baseline[renderer.Ingress] = m.tiers(renderer.Ingress, p, c.ingressPeers)
+	pr.Admin[renderer.Egress], pr.Baseline[renderer.Egress] = m.tiers(renderer.Egress, p, c.egressPeers)
 	return pr
 }
 
@@ -127,7 +132,7 @@ func (c *Configurator) rules(p *Pod) renderer.PodRules {
 	pr.Ingress = generateRules(renderer.Ingress, p.Policies, c.ingressPeers, prev.Ingress)
 	pr.Egress = generateRules(renderer.Egress, p.Policies, c.egressPeers, prev.Egress)
 	for d, peers := range [2][]netip.Addr{c.ingressPeers, c.egressPeers} {
-		pr.Admin[d], pr.Baseline[d] = tiers(renderer.Direction(d), p, peers, prev.Admin[d], prev.Baseline[d])
+		pr.Admin[d], pr.Baseline[d] = c.tiers.tiers(renderer.Direction(d), p, peers)
 	}
 	c.last[p.ID] = pr
 	return pr

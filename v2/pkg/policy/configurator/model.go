@@ -44,8 +44,10 @@ type ClusterPolicy struct {
 	Ingress, Egress []TierRule
 
 	// generated holds the renderer rules made of the policy, per
-	// renderer.Direction.
+	// renderer.Direction; seq numbers the policy for the configurator's
+	// memo of tiers (0: not numbered yet).
 	generated [2][]renderer.TierRule
+	seq       uint64
 }
 
 // TierRule is one rule of a ClusterPolicy: traffic Match matches gets

@@ -1,6 +1,7 @@
 package configurator
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"slices"
 
@@ -62,20 +63,77 @@ func alwaysAccepted(d renderer.Direction, peers []netip.Addr) []renderer.TierRul
 	return out
 }
 
+// tierMemo shares the tier rules of equal sequences of ClusterPolicies
+// between pods: a ClusterNetworkPolicy's rules do not depend on the pod it
+// selects, so every pod of one set of policies gets the very same slices
+// (which the renderers recognize by identity) and memory holds them once.
+type tierMemo struct {
+	next    uint64
+	entries map[string][]renderer.TierRule
+}
+
+// key names a sequence of policies of tier tier and direction d.
+func (m *tierMemo) key(tier byte, d renderer.Direction, policies []*ClusterPolicy) string {
+	b := make([]byte, 0, 2+8*len(policies))
+	b = append(b, tier, byte(d))
+	for _, p := range policies {
+		if p.seq == 0 {
+			m.next++
+			p.seq = m.next
+		}
+		b = binary.LittleEndian.AppendUint64(b, p.seq)
+	}
+	return string(b)
+}
+
+// maxTierMemo bounds the memo: past it, it starts again empty (a policy
+// replaced leaves its sequences behind).
+const maxTierMemo = 4096
+
+// tier returns GenerateTier of the policies, with the rules of always
+// first for an Admin tier (admin set) of a pod with tier rules (any set).
+func (m *tierMemo) tier(admin bool, d renderer.Direction, policies []*ClusterPolicy, always []renderer.TierRule, any bool) []renderer.TierRule {
+	if !any {
+		return nil
+	}
+	t := byte('b')
+	if admin {
+		t = 'a'
+	}
+	k := m.key(t, d, policies)
+	if r, ok := m.entries[k]; ok {
+		return r
+	}
+	r := GenerateTier(d, policies)
+	if admin {
+		r = append(slices.Clip(always), r...)
+	}
+	if len(m.entries) >= maxTierMemo {
+		clear(m.entries)
+	}
+	if m.entries == nil {
+		m.entries = map[string][]renderer.TierRule{}
+	}
+	m.entries[k] = r
+	return r
+}
+
 // tiers returns the pod's Admin and Baseline rules of direction d, with
-// the peers no policy can block accepted first when there is any; the
-// previous slices themselves when they are equal.
-func tiers(d renderer.Direction, p *Pod, always []netip.Addr, prevAdmin, prevBaseline []renderer.TierRule) (admin, baseline []renderer.TierRule) {
-	baseline = GenerateTier(d, p.Baseline)
-	admin = GenerateTier(d, p.Admin)
-	if len(admin)+len(baseline) > 0 {
-		admin = append(alwaysAccepted(d, always), admin...)
+// the peers no policy can block accepted first when there is any rule.
+func (m *tierMemo) tiers(d renderer.Direction, p *Pod, always []netip.Addr) (admin, baseline []renderer.TierRule) {
+	has := func(ps []*ClusterPolicy) bool {
+		for _, cp := range ps {
+			if len(cp.tierRules(d)) > 0 {
+				return true
+			}
+		}
+		return false
 	}
-	if slices.Equal(admin, prevAdmin) {
-		admin = prevAdmin
+	hasBaseline := has(p.Baseline)
+	if !hasBaseline && !has(p.Admin) {
+		return nil, nil
 	}
-	if slices.Equal(baseline, prevBaseline) {
-		baseline = prevBaseline
-	}
+	baseline = m.tier(false, d, p.Baseline, nil, hasBaseline)
+	admin = m.tier(true, d, p.Admin, alwaysAccepted(d, always), true)
 	return admin, baseline
 }

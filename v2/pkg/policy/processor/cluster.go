@@ -368,31 +368,51 @@ func (p *Processor) resolveCluster(pc *parsedCluster) *configurator.ClusterPolic
 	return m
 }
 
-// clustersReferencing invalidates the models of the policies whose peers
-// select pod x (in namespace ns) and adds their local subjects.
-func (p *Processor) clustersReferencing(affected map[renderer.PodID]struct{}, x *podInfo, ns *corev1.Namespace) {
-	if !x.endpoint() {
-		return
+// clustersReferencing invalidates the models of the policies whose
+// resolved peers a pod's change (b before, a after; either nil) changes,
+// and adds their local subjects: those whose peers select the pod before
+// or after but not both, or both with other addresses. A policy that
+// selects the pod either way with the same addresses keeps its model, so a
+// label change that a broad peer (every namespace) does not see costs
+// nothing there.
+func (p *Processor) clustersReferencing(affected map[renderer.PodID]struct{}, b, a *podInfo) {
+	sel := func(x *podInfo, pc *parsedCluster) []bool {
+		if !x.endpoint() {
+			return nil
+		}
+		return pc.peersSelecting(x.labels, p.lookup.Namespace(x.id.Namespace))
 	}
 	for _, pc := range p.clusters {
-		if pc.peersSelect(x.labels, ns) {
-			pc.model = nil
-			p.addLocalSubjects(affected, pc)
+		before, after := sel(b, pc), sel(a, pc)
+		if before == nil && after == nil {
+			continue
 		}
+		if slices.Equal(before, after) && slices.Equal(b.ips, a.ips) {
+			continue
+		}
+		pc.model = nil
+		p.addLocalSubjects(affected, pc)
 	}
 }
 
-func (pc *parsedCluster) peersSelect(podLabels map[string]string, ns *corev1.Namespace) bool {
+// peersSelecting says, peer by peer of every rule in order, which select a
+// pod with these labels in namespace ns; nil when none does.
+func (pc *parsedCluster) peersSelecting(podLabels map[string]string, ns *corev1.Namespace) []bool {
+	var out []bool
+	any := false
 	for _, rules := range [2][]parsedTierRule{pc.ingress, pc.egress} {
 		for i := range rules {
 			for j := range rules[i].peers {
-				if rules[i].peers[j].selects(podLabels, ns) {
-					return true
-				}
+				s := rules[i].peers[j].selects(podLabels, ns)
+				out = append(out, s)
+				any = any || s
 			}
 		}
 	}
-	return false
+	if !any {
+		return nil
+	}
+	return out
 }
 
 // clustersOfNamespace invalidates the models of the policies whose

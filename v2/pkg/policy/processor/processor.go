@@ -164,8 +164,8 @@ func (p *Processor) PodChanged(ctx context.Context, before, after *corev1.Pod) e
 				p.addLocalPodsSelectedBy(affected, pp)
 			}
 		}
-		p.clustersReferencing(affected, x, ns)
 	}
+	p.clustersReferencing(affected, b, a)
 	return p.configure(ctx, affected, false)
 }
 

@@ -84,16 +84,74 @@ func (p *PodRules) HasTiers() bool {
 
 // Validate checks the pod's lists and tiers (ValidateRuleList,
 // ValidateTier).
-func (p *PodRules) Validate() error {
+func (p *PodRules) Validate() error { return p.ValidateShared(nil) }
+
+// ValidationMemo remembers the tier slices a transaction's pods share (the
+// configurator gives the pods of one set of ClusterNetworkPolicies the very
+// same slices), so that each is checked once.
+type ValidationMemo struct {
+	checked map[validated]bool
+	lists   map[validatedList]bool
+}
+
+type validated struct {
+	first *TierRule
+	n     int
+	d     Direction
+}
+
+type validatedList struct {
+	first *Rule
+	n     int
+	d     Direction
+}
+
+// Valid records that rule list l of direction d was checked before (a
+// renderer passes the lists it holds: the configurator sends a pod's
+// unchanged list again as the very same slice).
+func (m *ValidationMemo) Valid(d Direction, l []Rule) {
+	if len(l) == 0 {
+		return
+	}
+	if m.lists == nil {
+		m.lists = map[validatedList]bool{}
+	}
+	m.lists[validatedList{&l[0], len(l), d}] = true
+}
+
+// ValidateShared is Validate, checking each tier slice m has seen once
+// (m nil: every time).
+func (p *PodRules) ValidateShared(m *ValidationMemo) error {
+	tier := func(d Direction, name string, rules []TierRule) error {
+		if len(rules) == 0 {
+			return nil
+		}
+		k := validated{&rules[0], len(rules), d}
+		if m != nil && m.checked[k] {
+			return nil
+		}
+		if err := ValidateTier(d, name, rules); err != nil {
+			return err
+		}
+		if m != nil {
+			if m.checked == nil {
+				m.checked = map[validated]bool{}
+			}
+			m.checked[k] = true
+		}
+		return nil
+	}
 	for _, d := range []Direction{Ingress, Egress} {
 		t := p.Tiers(d)
-		if err := ValidateRuleList(d, t.NetworkPolicy); err != nil {
+		if l := t.NetworkPolicy; m == nil || len(l) == 0 || !m.lists[validatedList{&l[0], len(l), d}] {
+			if err := ValidateRuleList(d, l); err != nil {
+				return err
+			}
+		}
+		if err := tier(d, "admin", t.Admin); err != nil {
 			return err
 		}
-		if err := ValidateTier(d, "admin", t.Admin); err != nil {
-			return err
-		}
-		if err := ValidateTier(d, "baseline", t.Baseline); err != nil {
+		if err := tier(d, "baseline", t.Baseline); err != nil {
 			return err
 		}
 	}

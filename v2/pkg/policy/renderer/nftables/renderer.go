@@ -73,6 +73,8 @@ type podWant struct {
 	keys     [nSlots]string
 	// lists identify the rule lists and tiers the contents were made from.
 	lists [nSlots]listID
+	// np are its NetworkPolicy lists, by direction.
+	np [2][]renderer.Rule
 }
 
 // listID identifies a rule list or tier slice: the configurator sends the
@@ -168,12 +170,19 @@ func (r *Renderer) resetMirror() {
 func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 	start := time.Now()
 	defer func() { r.metrics.observe(start, txn.Resync, err) }()
+	var vm renderer.ValidationMemo
 	for i := range txn.Pods {
 		pr := &txn.Pods[i]
 		if pr.Removed {
 			continue
 		}
-		if err := pr.Validate(); err != nil {
+		if w := r.pods[pr.Pod]; w != nil {
+			// The lists the renderer holds were checked when it got them.
+			for d, l := range w.np {
+				vm.Valid(renderer.Direction(d), l)
+			}
+		}
+		if err := pr.ValidateShared(&vm); err != nil {
 			return fmt.Errorf("render the policies of pod %s: %w", pr.Pod, err)
 		}
 	}
@@ -270,13 +279,24 @@ func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 			}
 		}
 	}
+	// Pods of one set of ClusterNetworkPolicies get the very same tier
+	// slices from the configurator: their content is computed once.
+	type memoKey struct {
+		s  slot
+		id listID
+	}
+	type memoed struct {
+		cc  *chainContent
+		key string
+	}
+	memo := map[memoKey]memoed{}
 	for i := range txn.Pods {
 		pr := &txn.Pods[i]
 		forget(pr.Pod)
 		if pr.Removed || len(pr.IPs) == 0 {
 			continue
 		}
-		w := &podWant{sources: pr.SourcePrefixes}
+		w := &podWant{sources: pr.SourcePrefixes, np: [2][]renderer.Rule{pr.Ingress, pr.Egress}}
 		for _, a := range pr.IPs {
 			a = a.Unmap()
 			w.ips = append(w.ips, a)
@@ -321,9 +341,14 @@ func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 			// did not change: its content is the one computed before.
 			if prev := prevs[pr.Pod]; prev != nil && id.n > 0 && prev.lists[s] == id {
 				w.contents[s], w.keys[s] = prev.contents[s], prev.keys[s]
+			} else if m, ok := memo[memoKey{s, id}]; ok && id.n > 0 {
+				w.contents[s], w.keys[s] = m.cc, m.key
 			} else {
 				w.contents[s] = content()
 				w.keys[s] = w.contents[s].key(s)
+				if s.kind() != kindNetworkPolicy {
+					memo[memoKey{s, id}] = memoed{w.contents[s], w.keys[s]}
+				}
 			}
 			w.lists[s] = id
 		}

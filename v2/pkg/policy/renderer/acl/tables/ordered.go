@@ -100,12 +100,13 @@ func permitsAll(l []renderer.Rule) bool {
 // Apply records a transaction and returns what changed. A transaction that
 // is not valid is rejected as a whole and changes nothing.
 func (c *Ordered) Apply(txn renderer.Txn) (Changes, error) {
+	var vm renderer.ValidationMemo
 	for i := range txn.Pods {
 		pr := &txn.Pods[i]
 		if pr.Removed {
 			continue
 		}
-		if err := pr.Validate(); err != nil {
+		if err := pr.ValidateShared(&vm); err != nil {
 			return Changes{}, fmt.Errorf("pod %s: %w", pr.Pod, err)
 		}
 	}
