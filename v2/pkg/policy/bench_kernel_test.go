@@ -209,7 +209,14 @@ func TestBenchPolicyVPP(t *testing.T) {
 // benchVPP is one row of TestBenchPolicyVPP, on a VPP of its own.
 func benchVPP(t *testing.T, out, bin string, tiers bool) {
 	node := netnstest.New(t, "polbenchvpp")
-	v := vpptest.Start(t, bin, node.Path())
+	// The tables of 100 ClusterNetworkPolicies hold a million ACL rules
+	// (docs/policy.md): more than the default heap and stats segment (a
+	// counter per rule) hold.
+	opts := vpptest.Options{}
+	if tiers {
+		opts = vpptest.Options{MainHeapSize: "6G", StatsegSize: "1G"}
+	}
+	v := vpptest.StartWith(t, bin, node.Path(), opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	d, err := vpp.New(vpp.Config{APISocket: v.APISocket, NodeNetns: node.Path(), PodInterface: vpp.InterfaceType(vpptest.PodInterface()),

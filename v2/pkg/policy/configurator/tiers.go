@@ -44,6 +44,7 @@ func (p *ClusterPolicy) tierRules(d renderer.Direction) []renderer.TierRule {
 		if all {
 			matches = []renderer.Rule{renderer.PermitAll}
 		}
+		matches = aggregatePeers(d, matches)
 		renderer.SortRules(matches)
 		for _, m := range slices.Compact(matches) {
 			out = append(out, renderer.TierRule{Match: m, Action: r.Action, Policy: p.Name, Name: r.Name})
@@ -136,4 +137,51 @@ func (m *tierMemo) tiers(d renderer.Direction, p *Pod, always []netip.Addr) (adm
 	baseline = m.tier(false, d, p.Baseline, nil, hasBaseline)
 	admin = m.tier(true, d, p.Admin, alwaysAccepted(d, always), true)
 	return admin, baseline
+}
+
+// aggregatePeers merges the peers of rules that differ only in their peer
+// network into the fewest prefixes (renderer.AggregatePrefixes): a rule's order
+// among the rules of its own action does not matter, and a peer that
+// selects every pod of many namespaces costs a few dozen rules, not one
+// per pod (VPP's ACLs hold every rule; nftables sets hold them as
+// elements).
+func aggregatePeers(d renderer.Direction, rules []renderer.Rule) []renderer.Rule {
+	type shape struct {
+		proto            renderer.Protocol
+		srcPort, dstPort renderer.PortRange
+		action           renderer.Action
+	}
+	peer := func(r *renderer.Rule) *netip.Prefix {
+		if d == renderer.Ingress {
+			return &r.SrcNetwork
+		}
+		return &r.DstNetwork
+	}
+	groups := map[shape][]netip.Prefix{}
+	var order []shape
+	var out []renderer.Rule
+	for i := range rules {
+		r := &rules[i]
+		p := *peer(r)
+		if !p.IsValid() {
+			out = append(out, *r)
+			continue
+		}
+		k := shape{r.Protocol, r.SrcPort, r.DstPort, r.Action}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], p)
+	}
+	if len(out) == len(rules) {
+		return rules
+	}
+	for _, k := range order {
+		for _, p := range renderer.AggregatePrefixes(groups[k]) {
+			r := renderer.Rule{Protocol: k.proto, SrcPort: k.srcPort, DstPort: k.dstPort, Action: k.action}
+			*peer(&r) = p
+			out = append(out, r)
+		}
+	}
+	return out
 }

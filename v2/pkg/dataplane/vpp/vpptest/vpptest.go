@@ -93,6 +93,9 @@ type Options struct {
 	// MainHeapSize is memory { main-heap-size }, e.g. "2G"; empty means
 	// DefaultMainHeapSize.
 	MainHeapSize string
+	// StatsegSize is statseg { size }, e.g. "512M"; empty means 32M. The
+	// ACL plugin keeps a counter per ACL rule there.
+	StatsegSize string
 }
 
 // DefaultMainHeapSize is the main heap of the tests' VPP (docs/vpp.md's
@@ -120,6 +123,9 @@ func Prepare(t testing.TB, bin string, startupCLI ...string) *VPP {
 // PrepareWith is Prepare with opts.
 func PrepareWith(t testing.TB, bin string, opts Options, startupCLI ...string) *VPP {
 	t.Helper()
+	if opts.StatsegSize == "" {
+		opts.StatsegSize = "32M"
+	}
 	if opts.MainHeapSize == "" {
 		opts.MainHeapSize = DefaultMainHeapSize
 	}
@@ -145,9 +151,9 @@ socksvr { socket-name %[1]s/api.sock }
 cpu { main-core 0 }
 buffers { buffers-per-numa 16384 page-size 4k }
 memory { main-heap-size %[4]s main-heap-page-size 4k }
-statseg { size 32M page-size 4k socket-name %[1]s/stats.sock }
+statseg { size %[5]s page-size 4k socket-name %[1]s/stats.sock }
 plugins { plugin dpdk_plugin.so { disable } }
-`, dir, filepath.Base(dir), startup, opts.MainHeapSize)
+`, dir, filepath.Base(dir), startup, opts.MainHeapSize, opts.StatsegSize)
 	if err := os.WriteFile(v.conf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

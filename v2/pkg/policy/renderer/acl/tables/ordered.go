@@ -97,6 +97,21 @@ func permitsAll(l []renderer.Rule) bool {
 	return true
 }
 
+// permitsAllFrom is permitsAll for rules that all have one source: a rule
+// of every protocol, port and destination matches all of it.
+func permitsAllFrom(l []renderer.Rule) bool {
+	for i := range l {
+		r := &l[i]
+		if r.Action != renderer.ActionPermit {
+			return false
+		}
+		if r.Protocol == renderer.ProtocolAny && r.SrcPort.IsAny() && r.DstPort.IsAny() && !r.DstNetwork.IsValid() {
+			return true
+		}
+	}
+	return true
+}
+
 // Apply records a transaction and returns what changed. A transaction that
 // is not valid is rejected as a whole and changes nothing.
 func (c *Ordered) Apply(txn renderer.Txn) (Changes, error) {
@@ -206,20 +221,73 @@ func (c *Ordered) restricting() []netip.Addr {
 	return out
 }
 
-// localTable is p's table: the insertions of every restricted local
-// address, then p's own rules; nil when nothing restricts p's traffic.
-func (c *Ordered) localTable(p *opod, restricting []netip.Addr) []renderer.Rule {
-	var rules []renderer.Rule
-	for _, x := range restricting {
-		q := c.byIP[x]
-		if q == p {
-			continue
+// sourceGroup is the restricted local addresses of one family whose pods
+// have equal egress lists: their insertions in a table differ only in the
+// source, so they are made once, for the fewest prefixes that hold
+// exactly those addresses.
+type sourceGroup struct {
+	out   []renderer.Rule
+	addrs []netip.Addr // sorted
+	// prefixes cover exactly addrs.
+	prefixes []netip.Prefix
+}
+
+// sourceGroups groups the restricted addresses, in a fixed order.
+func (c *Ordered) sourceGroups() []*sourceGroup {
+	byKey := map[string]*sourceGroup{}
+	var out []*sourceGroup
+	for _, a := range c.restricting() {
+		p := c.byIP[a]
+		k := ruleKey(p.out)
+		if a.Is4() {
+			k = "4" + k
+		} else {
+			k = "6" + k
 		}
-		y, ok := addrOfFamily(p.in.IPs, x.Is4())
+		g := byKey[k]
+		if g == nil {
+			g = &sourceGroup{out: p.out}
+			byKey[k] = g
+			out = append(out, g)
+		}
+		g.addrs = append(g.addrs, a)
+	}
+	for _, g := range out {
+		g.prefixes = hostsToPrefixes(g.addrs, netip.Addr{})
+	}
+	return out
+}
+
+// hostsToPrefixes is the fewest prefixes that hold exactly addrs but
+// except (when valid).
+func hostsToPrefixes(addrs []netip.Addr, except netip.Addr) []netip.Prefix {
+	ps := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		if a != except {
+			ps = append(ps, renderer.HostNetwork(a))
+		}
+	}
+	return renderer.AggregatePrefixes(ps)
+}
+
+// localTable is p's table: the insertions of every restricted local
+// source group, then p's own rules; nil when nothing restricts p's
+// traffic.
+func (c *Ordered) localTable(p *opod, groups []*sourceGroup) []renderer.Rule {
+	var rules []renderer.Rule
+	for _, g := range groups {
+		y, ok := addrOfFamily(p.in.IPs, g.addrs[0].Is4())
 		if !ok {
 			continue
 		}
-		rules = append(rules, product(q.out, p.own, x, y)...)
+		prefixes := g.prefixes
+		if _, own := slices.BinarySearchFunc(g.addrs, y, netip.Addr.Compare); own {
+			// A pod's traffic to itself is not its egress's to decide.
+			prefixes = hostsToPrefixes(g.addrs, y)
+		}
+		for _, src := range prefixes {
+			rules = append(rules, product(g.out, p.own, src, y)...)
+		}
 	}
 	if len(rules) == 0 {
 		return slices.Clip(p.own)
@@ -230,13 +298,12 @@ func (c *Ordered) localTable(p *opod, restricting []netip.Addr) []renderer.Rule 
 	return append(rules, p.own...)
 }
 
-// product is the rules deciding traffic from x to y (a pod's address, the
-// owner of table own) when x's egress list is out: out restricted to
-// traffic to y, each permit replaced by own's rules intersected with it.
-// It returns nil when out permits all of that traffic, so that own decides
-// alone.
-func product(out, own []renderer.Rule, x, y netip.Addr) []renderer.Rule {
-	src := renderer.HostNetwork(x)
+// product is the rules deciding traffic from the sources of src to y (a
+// pod's address, the owner of table own) when their egress list is out:
+// out restricted to traffic to y, each permit replaced by own's rules
+// intersected with it. It returns nil when out permits all of that
+// traffic, so that own decides alone.
+func product(out, own []renderer.Rule, src netip.Prefix, y netip.Addr) []renderer.Rule {
 	var e []renderer.Rule
 	for _, r := range out {
 		if r.DstNetwork.IsValid() && !r.DstNetwork.Contains(y) {
@@ -245,20 +312,19 @@ func product(out, own []renderer.Rule, x, y netip.Addr) []renderer.Rule {
 		r.DstNetwork, r.SrcNetwork = netip.Prefix{}, src
 		e = append(e, r)
 	}
-	if permitsAll(e) {
+	if permitsAllFrom(e) {
 		return nil
 	}
+	from := renderer.PermitAll
+	from.SrcNetwork = src
 	var in []renderer.Rule
 	for _, r := range own {
-		if r.SrcNetwork.IsValid() && !r.SrcNetwork.Contains(x) {
-			continue
+		if m, ok := renderer.Intersect(from, r); ok {
+			in = append(in, m)
 		}
-		r.SrcNetwork = src
-		in = append(in, r)
 	}
 	if own == nil {
-		in = []renderer.Rule{renderer.PermitAll}
-		in[0].SrcNetwork = src
+		in = []renderer.Rule{from}
 	}
 	var rules []renderer.Rule
 	for _, r := range e {
@@ -271,8 +337,8 @@ func product(out, own []renderer.Rule, x, y netip.Addr) []renderer.Rule {
 				}
 			}
 		}
-		if r.SrcPort.IsAny() && r.DstPort.IsAny() && r.Protocol == renderer.ProtocolAny && !r.DstNetwork.IsValid() {
-			break // it matched all of x's traffic to y: the rest is unreachable
+		if r.SrcPort.IsAny() && r.DstPort.IsAny() && r.Protocol == renderer.ProtocolAny {
+			break // it matched all of the sources' traffic to y: the rest is unreachable
 		}
 	}
 	return rules
@@ -302,7 +368,7 @@ func (c *Ordered) buildGlobal() []renderer.Rule {
 // changes: equal tables are shared, a pod is assigned a table only when
 // its table changes, and a table no pod uses any more is removed.
 func (c *Ordered) assign(retable []*opod, gone map[renderer.PodID]*otable, ch *Changes) {
-	restricting := c.restricting()
+	groups := c.sourceGroups()
 	for id, t := range gone {
 		if t != nil {
 			delete(t.pods, id)
@@ -310,7 +376,7 @@ func (c *Ordered) assign(retable []*opod, gone map[renderer.PodID]*otable, ch *C
 		}
 	}
 	for _, p := range retable {
-		rules := c.localTable(p, restricting)
+		rules := c.localTable(p, groups)
 		var t *otable
 		if rules != nil {
 			key := ruleKey(rules)
