@@ -316,6 +316,20 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 	} else {
 		row(w, "Policies:", st.Policies.Renderer+", "+syncLine(now, st.Policies.Sync))
 		row(w, "Always allowed:", addrs(st.Policies.AlwaysAllowed))
+		for i, d := range st.Policies.Denied {
+			l := ""
+			if i == 0 {
+				l = "Denied:"
+			}
+			what := "ClusterNetworkPolicy " + orDash(d.Policy)
+			if d.Policy == "" && d.Tier != "networkpolicy" {
+				what = "vcoild's own rules"
+			}
+			if d.Tier == "networkpolicy" {
+				what = "NetworkPolicy group " + d.Group
+			}
+			row(w, l, fmt.Sprintf("%d packets by %s (%s %s)", d.Packets, what, d.Tier, d.Direction))
+		}
 		if len(st.Policies.Pods) == 0 {
 			row(w, "Pods:", "none")
 		} else {

@@ -226,6 +226,22 @@ type Policies struct {
 	// the node's own addresses and its NAT loopback (the kubelet's probes,
 	// hairpin traffic through a Service).
 	AlwaysAllowed []netip.Addr `json:"alwaysAllowed,omitempty"`
+	// Denied are the packets the renderer's rules denied, per
+	// ClusterNetworkPolicy and per NetworkPolicy group, when the renderer
+	// counts them so (nftables).
+	Denied []Denied `json:"denied,omitempty"`
+}
+
+// Denied counts the packets denied by the rules of one ClusterNetworkPolicy
+// in one tier and direction (Tier "admin" or "baseline"; Policy "" for the
+// rules vcoild adds), or by a NetworkPolicy group (Tier "networkpolicy",
+// Group its chain: no NetworkPolicy of its pods permitted them).
+type Denied struct {
+	Tier      string `json:"tier"`
+	Policy    string `json:"policy,omitempty"`
+	Group     string `json:"group,omitempty"`
+	Direction string `json:"direction"`
+	Packets   uint64 `json:"packets"`
 }
 
 // PodRules are one pod's rule lists. Each list is empty (the pod is not

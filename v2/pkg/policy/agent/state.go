@@ -67,14 +67,29 @@ func (d *rendered) Render(ctx context.Context, txn renderer.Txn) error {
 	return nil
 }
 
+// deniedCounter is a renderer that counts its denied packets per policy
+// (the nftables renderer).
+type deniedCounter interface {
+	Denied(ctx context.Context) ([]renderer.Denied, error)
+}
+
 // policies is the node state's policies section, but for AlwaysAllowed.
-func (d *rendered) policies() *nodestate.Policies {
+func (d *rendered) policies(ctx context.Context) *nodestate.Policies {
 	d.mu.Lock()
 	pods, sync := maps.Clone(d.pods), d.sync
 	d.mu.Unlock()
 	out := &nodestate.Policies{Renderer: d.name, Sync: sync}
 	for _, id := range slices.SortedFunc(maps.Keys(pods), renderer.PodID.Compare) {
 		out.Pods = append(out.Pods, PodRulesState(pods[id]))
+	}
+	if dc, ok := d.r.(deniedCounter); ok {
+		// The counters are a view: a failed read leaves them out.
+		if denied, err := dc.Denied(ctx); err == nil {
+			for _, x := range denied {
+				out.Denied = append(out.Denied, nodestate.Denied{Tier: x.Tier, Policy: x.Policy, Group: x.Group,
+					Direction: x.Direction.String(), Packets: x.Packets})
+			}
+		}
 	}
 	return out
 }
@@ -84,8 +99,8 @@ func (d *rendered) policies() *nodestate.Policies {
 // sources every pod accepts whatever its policies (the node's addresses
 // and NAT loopback, which the rules permit too).
 func (a *Agent) StateSource() nodestate.Source {
-	return nodestate.SourceFunc(func(_ context.Context, s *nodestate.State) error {
-		out := a.rendered.policies()
+	return nodestate.SourceFunc(func(ctx context.Context, s *nodestate.State) error {
+		out := a.rendered.policies(ctx)
 		// The node's addresses are the feed's to guard; a render in
 		// progress holds the lock for its duration.
 		_ = a.feed.Locked(func(*pcache.Cache) error {

@@ -246,3 +246,13 @@ func ValidateTier(d Direction, name string, rules []TierRule) error {
 	}
 	return nil
 }
+
+// Denied is a count of packets a renderer's rules denied: for Tier "admin"
+// or "baseline", those of one ClusterNetworkPolicy (Policy; "" for the
+// rules vcoild adds) in one direction; for Tier "networkpolicy", those no
+// NetworkPolicy of the pods of a group (Group) permitted.
+type Denied struct {
+	Tier, Policy, Group string
+	Direction           Direction
+	Packets             uint64
+}

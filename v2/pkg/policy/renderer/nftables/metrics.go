@@ -1,7 +1,9 @@
 package nftables
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +30,9 @@ var (
 	descRules = prometheus.NewDesc("vcoil_policy_rules",
 		"Rules the policy configurator generated for this node's pods (both directions, all pods), as the nftables renderer last received them.",
 		nil, nil)
+	descClusterDenied = prometheus.NewDesc("vcoil_policy_cluster_network_policy_denied_packets_total",
+		"Packets the nftables policy table denied by the rules of a ClusterNetworkPolicy, by policy, tier and direction (policy \"\": the rules vcoild adds), summed over the groups holding them.",
+		[]string{"policy", "tier", "direction"}, nil)
 	descDenied = prometheus.NewDesc("vcoil_policy_denied_packets_total",
 		"Packets the nftables policy table denied, by group and direction (the group's pods: kubectl vcoil / docs/policy.md); group unknown-source: out of local pods' interfaces with a source no local pod may use.",
 		[]string{"group", "direction"}, nil)
@@ -59,7 +64,7 @@ func (m *metrics) observe(start time.Time, resync bool, err error) {
 // Describe and Collect make the table's state a collector: it is read at
 // each scrape, the counters from the kernel.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGroups, descPods, descRules, descDenied} {
+	for _, d := range []*prometheus.Desc{descGroups, descPods, descRules, descDenied, descClusterDenied} {
 		ch <- d
 	}
 }
@@ -73,10 +78,6 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, d := range []renderer.Direction{renderer.Ingress, renderer.Egress} {
 		addrs[d] = len(r.elems[slotOf(kindNetworkPolicy, d)])
-	}
-	dirs := map[string]string{}
-	for name, g := range r.groups {
-		dirs[name] = g.dir.String()
 	}
 	rules := 0
 	for _, w := range r.pods {
@@ -93,14 +94,60 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	// A failed read leaves only the denied packets out of this scrape:
 	// the gauges above are the renderer's own state.
-	counters, err := r.k.t.Counters(ctx)
+	denied, err := r.Denied(ctx)
 	if err != nil {
 		return
 	}
-	dirs[counterUnknownSource] = renderer.Egress.String()
-	for _, c := range counters {
-		if dir, ok := dirs[c.Name]; ok {
-			ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(c.Packets), c.Name, dir)
+	for _, d := range denied {
+		if d.Tier == kindNetworkPolicy.String() {
+			ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(d.Packets), d.Group, d.Direction.String())
+		} else {
+			ch <- prometheus.MustNewConstMetric(descClusterDenied, prometheus.CounterValue, float64(d.Packets), d.Policy, d.Tier, d.Direction.String())
 		}
 	}
+}
+
+// Denied reads the table's drop counters: per NetworkPolicy group (and the
+// counter of forged sources, as group unknown-source), and per
+// ClusterNetworkPolicy, tier and direction, summed over the tier groups
+// holding its rules.
+func (r *Renderer) Denied(ctx context.Context) ([]renderer.Denied, error) {
+	type origin struct {
+		tier, policy string
+		dir          renderer.Direction
+	}
+	r.mu.Lock()
+	groups := map[string]renderer.Direction{counterUnknownSource: renderer.Egress}
+	runs := map[string]origin{}
+	for name, g := range r.groups {
+		if g.kind == kindNetworkPolicy {
+			groups[name] = g.dir
+			continue
+		}
+		for c, policy := range dropCounters(g.kind, g.name, g.cc) {
+			runs[c] = origin{g.kind.String(), policy, g.dir}
+		}
+	}
+	r.mu.Unlock()
+	counters, err := r.k.t.Counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []renderer.Denied
+	sums := map[origin]uint64{}
+	for _, c := range counters {
+		if dir, ok := groups[c.Name]; ok {
+			out = append(out, renderer.Denied{Tier: kindNetworkPolicy.String(), Group: c.Name, Direction: dir, Packets: c.Packets})
+		}
+		if o, ok := runs[c.Name]; ok {
+			sums[o] += c.Packets
+		}
+	}
+	for o, n := range sums {
+		out = append(out, renderer.Denied{Tier: o.tier, Policy: o.policy, Direction: o.dir, Packets: n})
+	}
+	slices.SortFunc(out, func(a, b renderer.Denied) int {
+		return cmp.Or(cmp.Compare(a.Tier, b.Tier), cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Group, b.Group), cmp.Compare(a.Direction, b.Direction))
+	})
+	return out, nil
 }

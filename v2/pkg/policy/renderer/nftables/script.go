@@ -117,6 +117,9 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 				tx.Add(set)
 			}
 			tx.Add(&knftables.Counter{Name: g.name, Comment: knftables.PtrTo("packets the group's " + g.kind.String() + " " + g.dir.String() + " rules denied")})
+			for _, c := range sortedCounters(dropCounters(g.kind, g.name, g.cc)) {
+				tx.Add(&knftables.Counter{Name: c, Comment: knftables.PtrTo("packets a run of the group's " + g.kind.String() + " " + g.dir.String() + " rules denied")})
+			}
 			tx.Add(&knftables.Chain{Name: g.name, Comment: knftables.PtrTo(g.kind.String() + " " + g.dir.String())})
 			for _, rule := range chainRules(g.kind, g.name, g.dir, g.layouts, r.cfg.LogDrops) {
 				tx.Add(&knftables.Rule{Chain: g.name, Rule: rule, Comment: knftables.PtrTo(ruleID(rule))})
@@ -229,6 +232,9 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 					tx.Delete(&knftables.Set{Name: s.name})
 				}
 				tx.Delete(&knftables.Counter{Name: g.name})
+				for _, c := range sortedCounters(dropCounters(g.kind, g.name, g.cc)) {
+					tx.Delete(&knftables.Counter{Name: c})
+				}
 			}
 		})
 		if err != nil {
@@ -308,5 +314,14 @@ func minus(a, b []string) []string {
 			out = append(out, e)
 		}
 	}
+	return out
+}
+
+func sortedCounters(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for c := range m {
+		out = append(out, c)
+	}
+	slices.Sort(out)
 	return out
 }

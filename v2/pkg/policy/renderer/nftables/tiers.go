@@ -76,10 +76,15 @@ const (
 // which adoption reads them back.
 const verdictLetters = "rad"
 
-// run is consecutive rules of one verdict of a tier.
+// run is consecutive rules of one verdict and one ClusterNetworkPolicy of
+// a tier.
 type run struct {
 	v verdict
 	c *content
+	// policy is the policy the rules come from ("" for the rules vcoild
+	// adds); a drop run counts its drops in a counter of its own, so that
+	// they are counted per policy.
+	policy string
 }
 
 // chainContent is what a group chain holds: for a NetworkPolicy group one
@@ -97,22 +102,22 @@ type chainContent struct {
 func tierContent(k kind, d renderer.Direction, rules []renderer.TierRule) *chainContent {
 	var runs []run
 	var matches []renderer.Rule
-	flush := func(v verdict) {
+	flush := func(v verdict, policy string) {
 		if len(matches) > 0 {
-			runs = append(runs, run{v: v, c: unionOf(d, matches)})
+			runs = append(runs, run{v: v, c: unionOf(d, matches), policy: policy})
 			matches = nil
 		}
 	}
-	cur := verdict(0)
+	cur, policy := verdict(0), ""
 	for i, r := range rules {
 		v := tierVerdict(k, r.Action)
-		if i > 0 && v != cur {
-			flush(cur)
+		if i > 0 && (v != cur || r.Policy != policy) {
+			flush(cur, policy)
 		}
-		cur = v
+		cur, policy = v, r.Policy
 		matches = append(matches, r.Match)
 	}
-	flush(cur)
+	flush(cur, policy)
 	// The chain's end returns, and after a Baseline group the base chain
 	// accepts: a trailing run doing the same is left out.
 	for len(runs) > 0 {
@@ -167,6 +172,7 @@ func (cc *chainContent) key(s slot) string {
 	for _, r := range cc.runs {
 		b.WriteByte(verdictLetters[r.v])
 		b.WriteString(r.c.key())
+		b.WriteString(strconv.Quote(r.policy))
 	}
 	h := sha256.Sum256([]byte(b.String()))
 	return s.kind().String() + "/" + s.dir().String() + "/" + hex.EncodeToString(h[:16])
@@ -245,7 +251,23 @@ func chainRules(k kind, name string, d renderer.Direction, ls []runLayout, logDr
 				// on to the drops whether or not they log it.
 				out = append(out, matchRules(names, d, l.l, dropLog(name, k.String()+" "+d.String()))...)
 			}
-			out = append(out, matchRules(names, d, l.l, fmt.Sprintf("counter name %q drop", name))...)
+			out = append(out, matchRules(names, d, l.l, fmt.Sprintf("counter name %q drop", string(names)))...)
+		}
+	}
+	return out
+}
+
+// dropCounters are the counters of a tier group's drop runs, by name, with
+// the policy of each (from cc; nil for a NetworkPolicy group, which counts
+// in its group's counter).
+func dropCounters(k kind, name string, cc *chainContent) map[string]string {
+	if k == kindNetworkPolicy {
+		return nil
+	}
+	out := map[string]string{}
+	for i, r := range cc.runs {
+		if r.v == verdictDrop {
+			out[string(runNames(k, name, i, r.v))] = r.policy
 		}
 	}
 	return out

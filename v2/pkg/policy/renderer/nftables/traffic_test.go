@@ -48,6 +48,7 @@ type trafficLab struct {
 	cache  *pcache.Cache
 	svc    svcnft.Renderer
 	reg    *prometheus.Registry // the policy renderer's metrics
+	r      *Renderer
 }
 
 var labPods = []struct {
@@ -102,6 +103,7 @@ func newTrafficLab(t *testing.T) *trafficLab {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
+	l.r = r
 	conf, err := configurator.New(configurator.Config{NATLoopback: []netip.Addr{netip.MustParseAddr(natLoopback)}, NodeAddresses: []netip.Addr{netip.MustParseAddr("198.18.0.1")}})
 	if err != nil {
 		t.Fatal(err)
