@@ -92,9 +92,9 @@ func (m *tierMemo) key(tier byte, d renderer.Direction, policies []*ClusterPolic
 const maxTierMemo = 4096
 
 // tier returns GenerateTier of the policies, with the rules of always
-// first for an Admin tier (admin set) of a pod with tier rules (any set).
-func (m *tierMemo) tier(admin bool, d renderer.Direction, policies []*ClusterPolicy, always []renderer.TierRule, any bool) []renderer.TierRule {
-	if !any {
+// first for an Admin tier (admin set) of a pod with tier rules (has set).
+func (m *tierMemo) tier(admin bool, d renderer.Direction, policies []*ClusterPolicy, always []renderer.TierRule, has bool) []renderer.TierRule {
+	if !has {
 		return nil
 	}
 	t := byte('b')

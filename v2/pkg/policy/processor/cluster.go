@@ -399,17 +399,17 @@ func (p *Processor) clustersReferencing(affected map[renderer.PodID]struct{}, b,
 // pod with these labels in namespace ns; nil when none does.
 func (pc *parsedCluster) peersSelecting(podLabels map[string]string, ns *corev1.Namespace) []bool {
 	var out []bool
-	any := false
+	selected := false
 	for _, rules := range [2][]parsedTierRule{pc.ingress, pc.egress} {
 		for i := range rules {
 			for j := range rules[i].peers {
 				s := rules[i].peers[j].selects(podLabels, ns)
 				out = append(out, s)
-				any = any || s
+				selected = selected || s
 			}
 		}
 	}
-	if !any {
+	if !selected {
 		return nil
 	}
 	return out
@@ -423,7 +423,7 @@ func (p *Processor) clustersOfNamespace(affected map[renderer.PodID]struct{}, na
 	matches := func(s *podSelection) bool {
 		return s.namespaces != nil && s.namespaces.Matches(labels.Set(nsLabels))
 	}
-	any := false
+	touched := false
 	for _, pc := range p.clusters {
 		referenced := false
 		for _, rules := range [2][]parsedTierRule{pc.ingress, pc.egress} {
@@ -437,9 +437,9 @@ func (p *Processor) clustersOfNamespace(affected map[renderer.PodID]struct{}, na
 			pc.model = nil
 			p.addLocalSubjects(affected, pc)
 		}
-		any = any || referenced || matches(&pc.subject)
+		touched = touched || referenced || matches(&pc.subject)
 	}
-	if any {
+	if touched {
 		// Its pods may have become or stopped being subjects.
 		for _, pod := range p.lookup.PodsInNamespace(name, labels.Everything()) {
 			if pod.Spec.NodeName == p.node {

@@ -67,7 +67,7 @@ func TestClusterNetworkPoliciesFilterRealTraffic(t *testing.T) {
 		if after := deniedBy(t, r, "baseline-deny"); after <= before {
 			t.Fatalf("packets denied by ClusterNetworkPolicy baseline-deny: %d, then %d after three refused connections", before, after)
 		}
-		if n := clusterDeniedMetric(t, l, "baseline-deny"); n == 0 {
+		if n := l.metricSum(t, "vcoil_policy_cluster_network_policy_denied_packets_total", "policy", "baseline-deny"); n == 0 {
 			t.Fatal("vcoil_policy_cluster_network_policy_denied_packets_total{policy=baseline-deny} is 0")
 		}
 	})
@@ -83,28 +83,6 @@ func deniedBy(t *testing.T, r *Renderer, policy string) uint64 {
 	for _, d := range ds {
 		if d.Policy == policy && d.Direction == renderer.Ingress {
 			n += d.Packets
-		}
-	}
-	return n
-}
-
-func clusterDeniedMetric(t *testing.T, l *trafficLab, policy string) float64 {
-	t.Helper()
-	families, err := l.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range families {
-		if mf.GetName() != "vcoil_policy_cluster_network_policy_denied_packets_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "policy" && lp.GetValue() == policy {
-					n += m.GetCounter().GetValue()
-				}
-			}
 		}
 	}
 	return n

@@ -276,18 +276,24 @@ func (l *trafficLab) deletePolicy(t *testing.T, namespace, name string) {
 // as a scrape reads the kernel's counters.
 func (l *trafficLab) deniedPackets(t *testing.T, dir string) float64 {
 	t.Helper()
+	return l.metricSum(t, "vcoil_policy_denied_packets_total", "direction", dir)
+}
+
+// metricSum sums the series of metric whose label has value.
+func (l *trafficLab) metricSum(t *testing.T, metric, label, value string) float64 {
+	t.Helper()
 	families, err := l.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n float64
 	for _, mf := range families {
-		if mf.GetName() != "vcoil_policy_denied_packets_total" {
+		if mf.GetName() != metric {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "direction" && lp.GetValue() == dir {
+				if lp.GetName() == label && lp.GetValue() == value {
 					n += m.GetCounter().GetValue()
 				}
 			}
