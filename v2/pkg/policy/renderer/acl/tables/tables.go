@@ -230,6 +230,11 @@ func (c *Cache) updatesOf(txn renderer.Txn) []update {
 			}
 		case old == nil || !old.sameInput(pr):
 			updates = append(updates, update{id: pr.Pod, old: old, new: c.newPodState(pr)})
+		default:
+			// The tables do not change, but Pods returns the newest
+			// input: the ACL renderer hands it to the ordered cache when
+			// tiers appear (a pod's stale tiers would come back).
+			old.in = *pr
 		}
 	}
 	if txn.Resync {

@@ -301,3 +301,24 @@ func TestApplyRejectsAnInvalidTransactionWithoutChangingAnything(t *testing.T) {
 		})
 	}
 }
+
+// TestPodsReturnsTheNewestInputEvenWhenTheTablesDoNotChange: a pod whose
+// NetworkPolicy lists stay and whose ClusterNetworkPolicy tiers go is
+// listed by Pods without them. The ACL renderer seeds the ordered cache
+// with Pods when tiers appear again; stale tiers there once gave a pod
+// that no policy selected any more the table of a deleted policy.
+func TestPodsReturnsTheNewestInputEvenWhenTheTablesDoNotChange(t *testing.T) {
+	c := tables.New(renderer.Ingress)
+	a := pod("a", "10.0.0.1")
+	a.Admin[renderer.Ingress] = []renderer.TierRule{{Action: renderer.TierDeny, Policy: "gone",
+		Match: renderer.Rule{SrcPort: renderer.AnyPort, DstPort: renderer.AnyPort}}}
+	if _, err := c.Apply(renderer.Txn{Resync: true, Pods: []renderer.PodRules{a}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(renderer.Txn{Pods: []renderer.PodRules{pod("a", "10.0.0.1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Pods(); len(got) != 1 || got[0].HasTiers() {
+		t.Fatalf("Pods after the tiers went: %+v", got)
+	}
+}
