@@ -191,7 +191,7 @@ bench-cni: deps envtest-assets ## ADD/DEL latency of vcoil beside ptp+host-local
 	@cat $(BENCH_OUT)/bench-cni.json
 
 .PHONY: bench-policy
-bench-policy: ## NetworkPolicies from nothing to rules in the kernel (nftables), and one label change, for 1,000 local pods and 500 policies (as root; with VCOIL_VPP_BIN=<vpp binary> also ACLs in VPP); JSON in $(BENCH_OUT)/bench-policy.json
+bench-policy: ## NetworkPolicies from nothing to rules in the kernel (nftables), and one label change, for 1,000 local pods and 500 policies, without and with 100 ClusterNetworkPolicies (as root; with VCOIL_VPP_BIN=<vpp binary> also ACLs in VPP); JSON in $(BENCH_OUT)/bench-policy.json
 	@mkdir -p $(BENCH_OUT)
 	VCOIL_BENCH_POLICY=$(abspath $(BENCH_OUT))/bench-policy.json \
 		$(if $(VCOIL_VPP_BIN),VCOIL_VPP_BIN=$(abspath $(VCOIL_VPP_BIN))) \
