@@ -59,17 +59,7 @@ func propertySettings(t *testing.T, defaultClusters int) (uint64, int) {
 // -policy.seed=<the printed seed> -policy.clusters=1 (or the VCOIL_POLICY_SEED
 // and VCOIL_POLICY_CLUSTERS variables).
 func TestRandomClustersAgreeWithKubernetesSemantics(t *testing.T) {
-	first, n := propertySettings(t, 2000)
-	t.Logf("checking %d random clusters from seed %d", n, first)
-	start := time.Now()
-	for i := range n {
-		seed := first + uint64(i)
-		if msg := checkRandomCluster(t, seed, seed%10 == 9); msg != "" {
-			t.Fatalf("cluster with seed %d (replay: go test ./v2/pkg/policy -run %s -policy.seed=%d -policy.clusters=1):\n%s",
-				seed, t.Name(), seed, msg)
-		}
-	}
-	t.Logf("%d clusters in %v", n, time.Since(start))
+	checkRandomClusters(t, 2000, false)
 }
 
 // TestRandomClustersWithTiersAgreeWithKubernetesSemantics is the cache
@@ -80,12 +70,19 @@ func TestRandomClustersAgreeWithKubernetesSemantics(t *testing.T) {
 // tiers from the API objects, and incremental changes must equal a resync.
 // Replay as for TestRandomClustersAgreeWithKubernetesSemantics.
 func TestRandomClustersWithTiersAgreeWithKubernetesSemantics(t *testing.T) {
-	first, n := propertySettings(t, 1000)
-	t.Logf("checking %d random clusters with ClusterNetworkPolicies from seed %d", n, first)
+	checkRandomClusters(t, 1000, true)
+}
+
+// checkRandomClusters checks the clusters of the run's seeds (defaultN of
+// them unless the settings say), one in ten large, with
+// ClusterNetworkPolicies when tiers is set.
+func checkRandomClusters(t *testing.T, defaultN int, tiers bool) {
+	first, n := propertySettings(t, defaultN)
+	t.Logf("checking %d random clusters (ClusterNetworkPolicies: %v) from seed %d", n, tiers, first)
 	start := time.Now()
 	for i := range n {
 		seed := first + uint64(i)
-		if msg := checkRandomClusterOf(t, seed, seed%10 == 9, true); msg != "" {
+		if msg := checkRandomCluster(t, seed, seed%10 == 9, tiers); msg != "" {
 			t.Fatalf("cluster with seed %d (replay: go test ./v2/pkg/policy -run %s -policy.seed=%d -policy.clusters=1):\n%s",
 				seed, t.Name(), seed, msg)
 		}
@@ -93,15 +90,9 @@ func TestRandomClustersWithTiersAgreeWithKubernetesSemantics(t *testing.T) {
 	t.Logf("%d clusters in %v", n, time.Since(start))
 }
 
-// checkRandomCluster checks the cluster of one seed; one in ten seeds makes
-// a large cluster.
-func checkRandomCluster(t *testing.T, seed uint64, large bool) string {
-	return checkRandomClusterOf(t, seed, large, false)
-}
-
-// checkRandomClusterOf is checkRandomCluster, with ClusterNetworkPolicies
-// in the clusters when tiers is set.
-func checkRandomClusterOf(t *testing.T, seed uint64, large, tiers bool) string {
+// checkRandomCluster checks the cluster of one seed (a large one when
+// large is set), with ClusterNetworkPolicies when tiers is set.
+func checkRandomCluster(t *testing.T, seed uint64, large, tiers bool) string {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	g := policyoracle.NewGenerator(rng)
 	g.Large = large
