@@ -159,3 +159,33 @@ func sctpPorter(ctr map[string]any) bool {
 	}
 	return sctp
 }
+
+// TestOnlySCTPOnlyPorterContainersAreReplaced: the driver's rewrite touches
+// porter containers whose only SERVE_ variables are SCTP ports, and no
+// other container (a TCP server, a porter serving TCP too, a client).
+func TestOnlySCTPOnlyPorterContainersAreReplaced(t *testing.T) {
+	env := func(names ...string) []any {
+		var out []any
+		for _, n := range names {
+			out = append(out, map[string]any{"name": n, "value": "foo"})
+		}
+		return out
+	}
+	porter := []any{"/bin/bash", "-c", "/agnhost porter"}
+	tests := []struct {
+		name string
+		ctr  map[string]any
+		want bool
+	}{
+		{"SCTP only", map[string]any{"command": porter, "env": env("SERVE_SCTP_PORT_9003")}, true},
+		{"SCTP and TCP", map[string]any{"command": porter, "env": env("SERVE_SCTP_PORT_9003", "SERVE_PORT_80")}, false},
+		{"TCP only", map[string]any{"command": porter, "env": env("SERVE_PORT_80")}, false},
+		{"a TCP server", map[string]any{"command": []any{"/bin/bash", "-c", "/agnhost serve-hostname --tcp --port 80"}}, false},
+		{"a client", map[string]any{}, false},
+	}
+	for _, tc := range tests {
+		if got := sctpPorter(tc.ctr); got != tc.want {
+			t.Errorf("%s: sctpPorter = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -100,11 +100,24 @@ func fixtureState() *nodestate.State {
 		Policies: &nodestate.Policies{Renderer: "nftables",
 			Sync:          nodestate.Sync{Last: now.Add(-7 * time.Second), Duration: 0.004, Attempted: now.Add(-1 * time.Second), Error: "nft: busy", Errors: 1},
 			AlwaysAllowed: []netip.Addr{addr("198.18.0.1"), addr("10.64.0.30")},
+			Denied: []nodestate.Denied{
+				{Tier: "admin", Policy: "no-metadata", Direction: "egress", Packets: 12},
+				{Tier: "networkpolicy", Group: "g0", Direction: "ingress", Packets: 3},
+			},
 			Pods: []nodestate.PodRules{
-				{Namespace: "shop", Name: "client", IPs: []netip.Addr{addr("10.64.0.66")}},
+				{Namespace: "shop", Name: "client", IPs: []netip.Addr{addr("10.64.0.66")},
+					AdminEgress: []nodestate.TierRule{
+						{Rule: nodestate.Rule{Action: "accept", Protocol: "any", Dst: prefix("198.18.0.1/32")}},
+						{Rule: nodestate.Rule{Action: "deny", Protocol: "any", Dst: prefix("169.254.169.254/32")}, Policy: "no-metadata", RuleName: "metadata"},
+					},
+					BaselineEgress: []nodestate.TierRule{
+						{Rule: nodestate.Rule{Action: "pass", Protocol: "tcp", Dst: prefix("10.64.0.0/16"), DstPorts: &nodestate.PortRange{First: 443, Last: 443}}, Policy: "tenants", RuleName: "0"},
+					}},
 				{Namespace: "shop", Name: "web-1", IPs: []netip.Addr{addr("10.64.0.5"), addr("fd00:10:64::5")}, Ingress: []nodestate.Rule{
 					{Action: "permit", Protocol: "tcp", Src: prefix("10.64.0.66/32"), DstPorts: &nodestate.PortRange{First: 8080, Last: 8080}},
 					{Action: "deny", Protocol: "any"},
+				}, AdminIngress: []nodestate.TierRule{
+					{Rule: nodestate.Rule{Action: "pass", Protocol: "any", Src: prefix("10.64.0.0/26")}, Policy: "tenants", RuleName: "same-team"},
 				}},
 			}},
 		Egress: &nodestate.Egress{Pods: []nodestate.EgressPod{
