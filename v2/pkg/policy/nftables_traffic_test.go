@@ -355,12 +355,20 @@ func checkClusterWithPackets(t *testing.T, seed uint64) (answered, dropped int) 
 // only the pods' addresses, so a forged source must not escape them: the
 // forged datagrams are dropped (and counted), the pod's own are delivered.
 // The node's reverse-path filter is off, as on a node that routes
-// asymmetrically, so that only the table stands in the way.
+// asymmetrically, so that only the table stands in the way. It holds with
+// a ClusterNetworkPolicy whose Admin tier accepts all of the pod's traffic
+// too: the forged source is dropped before any tier, and the tiers' maps
+// are keyed by the pods' addresses as well.
 func TestAPodForgingItsSourceDeliversNothing(t *testing.T) {
 	netnstest.RequireRoot(t)
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("skipped: the nft tool is not installed")
 	}
+	t.Run("NetworkPolicy", func(t *testing.T) { forgedSourceCase(t, false) })
+	t.Run("Admin tier accepting everything", func(t *testing.T) { forgedSourceCase(t, true) })
+}
+
+func forgedSourceCase(t *testing.T, adminAcceptsAll bool) {
 	const (
 		podAddr    = "10.1.0.5"
 		forged     = "198.51.100.77"
@@ -394,10 +402,15 @@ func TestAPodForgingItsSourceDeliversNothing(t *testing.T) {
 	}
 	t.Cleanup(r.Close)
 	permit := renderer.Rule{Action: renderer.ActionPermit, DstNetwork: netip.MustParsePrefix("203.0.113.0/24"), SrcPort: renderer.AnyPort, DstPort: renderer.AnyPort}
-	if err := r.Render(t.Context(), renderer.Txn{Resync: true, Pods: []renderer.PodRules{{
+	pr := renderer.PodRules{
 		Pod: renderer.PodID{Namespace: "ns", Name: "p"}, IPs: []netip.Addr{netip.MustParseAddr(podAddr)},
 		Egress: []renderer.Rule{permit, renderer.DenyAll},
-	}}}); err != nil {
+	}
+	if adminAcceptsAll {
+		pr.Admin[renderer.Egress] = []renderer.TierRule{{Action: renderer.TierAccept, Policy: "allow-all",
+			Match: renderer.Rule{SrcPort: renderer.AnyPort, DstPort: renderer.AnyPort}}}
+	}
+	if err := r.Render(t.Context(), renderer.Txn{Resync: true, Pods: []renderer.PodRules{pr}}); err != nil {
 		t.Fatal(err)
 	}
 
