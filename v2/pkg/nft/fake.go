@@ -30,6 +30,9 @@ type Fake struct {
 	layouts  Layouts
 	knft     *knftables.Fake
 	failNext error
+	// exprSets are the sets declared with a counter per element, which
+	// knftables' sets cannot hold.
+	exprSets map[string]bool
 	// Writes counts the successful writes: Run, RunScript, ApplyElements
 	// and Delete.
 	Writes int
@@ -129,7 +132,28 @@ func (f *Fake) RunScript(ctx context.Context, script string) error {
 	if err := f.fail(); err != nil {
 		return err
 	}
-	return f.apply(func(next *knftables.Fake) error { return f.script(ctx, next, script) }, true)
+	if err := f.apply(func(next *knftables.Fake) error { return f.script(ctx, next, script) }, true); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(script, "\n") {
+		words := strings.Fields(line)
+		if len(words) >= 2 && words[1] == "table" && (words[0] == "delete" || words[0] == "destroy") {
+			f.exprSets = nil
+		}
+		if len(words) < 5 || words[1] != "set" {
+			continue
+		}
+		switch {
+		case (words[0] == "add" || words[0] == "create") && strings.Contains(line, " counter ;"):
+			if f.exprSets == nil {
+				f.exprSets = map[string]bool{}
+			}
+			f.exprSets[words[4]] = true
+		case words[0] == "delete" || words[0] == "destroy":
+			delete(f.exprSets, words[4])
+		}
+	}
+	return nil
 }
 
 func (f *Fake) CheckScript(ctx context.Context, script string) error {
@@ -345,6 +369,11 @@ func (f *Fake) statement(ctx context.Context, knft *knftables.Fake, line string)
 			tx.Insert(r)
 		}
 	case verb == "add" || (verb == "create" && !f.has(knft, kind, name)):
+		if kind == "set" {
+			// A counter per element, which knftables' sets do not
+			// have: the fake keeps no counts.
+			line = strings.Replace(line, " counter ;", "", 1)
+		}
 		return knft.ParseDump("add" + strings.TrimPrefix(line, verb))
 	case verb == "create":
 		return fmt.Errorf("Could not process rule: File exists")
@@ -519,7 +548,8 @@ func (f *Fake) Read(ctx context.Context) (*Contents, error) {
 	}
 	c.Exists = true
 	for name, s := range t.Sets {
-		c.Sets[name] = &SetInfo{Name: name, Type: s.Type, Interval: slices.Contains(s.Flags, knftables.IntervalFlag), Comment: deref(s.Comment)}
+		c.Sets[name] = &SetInfo{Name: name, Type: s.Type, Interval: slices.Contains(s.Flags, knftables.IntervalFlag), Comment: deref(s.Comment),
+			Dynamic: slices.Contains(s.Flags, knftables.DynamicFlag), ElementExprs: f.exprSets[name]}
 	}
 	for name, m := range t.Maps {
 		key, value, _ := strings.Cut(m.Type, " : ")
@@ -593,6 +623,20 @@ func (f *Fake) Counters(ctx context.Context) ([]Counter, error) {
 	return out, nil
 }
 
+// ElementCounters lists the set's elements, each with no packets: the
+// fake counts nothing.
+func (f *Fake) ElementCounters(ctx context.Context, set string) ([]ElementCounter, error) {
+	elems, err := f.Elements(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ElementCounter, 0, len(elems))
+	for _, e := range elems {
+		out = append(out, ElementCounter{Key: e.Key})
+	}
+	return out, nil
+}
+
 func (f *Fake) Format(ctx context.Context, kind string) (int, bool, error) {
 	return format(ctx, f, kind)
 }
@@ -605,7 +649,13 @@ func (f *Fake) Delete(ctx context.Context) error {
 	tx := f.NewTransaction()
 	tx.Add(&knftables.Table{})
 	tx.Delete(&knftables.Table{})
-	return f.Run(ctx, tx)
+	if err := f.Run(ctx, tx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.exprSets = nil
+	f.mu.Unlock()
+	return nil
 }
 
 func (f *Fake) Text(ctx context.Context) (string, error) {

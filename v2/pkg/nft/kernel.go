@@ -263,6 +263,40 @@ func (k *kernel) Elements(ctx context.Context, set string) ([]*knftables.Element
 	return l.elements(k.id, set, raw)
 }
 
+func (k *kernel) ElementCounters(ctx context.Context, set string) ([]ElementCounter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l, err := k.layout(set)
+	if err != nil {
+		return nil, err
+	}
+	if l.interval() {
+		return nil, fmt.Errorf("nftables table %s: set %s: an interval set has no element counters here", k.id, set)
+	}
+	conn, err := k.netlink()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := conn.GetSetElements(k.gnftSet(set))
+	if err != nil {
+		return nil, fmt.Errorf("nftables table %s: list set %s: %w", k.id, set, err)
+	}
+	out := make([]ElementCounter, 0, len(raw))
+	for i := range raw {
+		e, err := l.decodeOne(&raw[i])
+		if err != nil {
+			return nil, fmt.Errorf("nftables table %s: set %s: element %d: %w", k.id, set, i, err)
+		}
+		c := ElementCounter{Key: e.Key}
+		if raw[i].Counter != nil {
+			c.Packets, c.Bytes = raw[i].Counter.Packets, raw[i].Counter.Bytes
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // elements decodes the kernel's elements of set in table id, as
 // knftables elements of the set or map.
 func (l Layout) elements(id TableID, set string, raw []gnft.SetElement) ([]*knftables.Element, error) {

@@ -57,6 +57,11 @@ type Table interface {
 	Elements(ctx context.Context, set string) ([]*knftables.Element, error)
 	// Counters lists the table's named counters with their values.
 	Counters(ctx context.Context) ([]Counter, error)
+	// ElementCounters lists the elements of a set declared with a
+	// counter per element ("counter" in its definition, which knftables
+	// cannot write: such sets come from scripts) with their counts,
+	// decoded by its layout; a set that is not an interval set.
+	ElementCounters(ctx context.Context, set string) ([]ElementCounter, error)
 	// Format is the version of the table of kind (FormatComment's word):
 	// exists is false for a missing table (version 0), a table without a
 	// format set is version 1, and a format set whose comment is not
@@ -94,6 +99,11 @@ type SetInfo struct {
 	Map       bool
 	Anonymous bool
 	Interval  bool
+	// Dynamic is set for a set rules may add to ("flags dynamic");
+	// ElementExprs for one that gives each element expressions of its
+	// own (a "counter" in its definition).
+	Dynamic      bool
+	ElementExprs bool
 	// Type is the key's type as nft writes it ("ipv4_addr",
 	// "ipv4_addr . inet_proto . inet_service"); ValueType the value's
 	// ("verdict", "ipv4_addr . inet_service"), "" for a set. A type nft
@@ -115,6 +125,13 @@ type ChainInfo struct {
 // Counter is a named counter and its values.
 type Counter struct {
 	Name           string
+	Packets, Bytes uint64
+}
+
+// ElementCounter is one element of a set with counters: its key in
+// knftables' text form and its count.
+type ElementCounter struct {
+	Key            []string
 	Packets, Bytes uint64
 }
 

@@ -216,6 +216,13 @@ func (k *kernel) Read(ctx context.Context) (*Contents, error) {
 	return c, nil
 }
 
+// The kernel's attributes of a set's element expressions (enum
+// nft_set_attributes), which x/sys/unix does not name.
+const (
+	nftaSetExpr        = 17
+	nftaSetExpressions = 18
+)
+
 func decodeSet(ad *netlink.AttributeDecoder) *SetInfo {
 	s := &SetInfo{}
 	for ad.Next() {
@@ -227,6 +234,9 @@ func decodeSet(ad *netlink.AttributeDecoder) *SetInfo {
 			s.Anonymous = flags&unix.NFT_SET_ANONYMOUS != 0
 			s.Interval = flags&unix.NFT_SET_INTERVAL != 0
 			s.Map = flags&unix.NFT_SET_MAP != 0
+			s.Dynamic = flags&unix.NFT_SET_EVAL != 0
+		case nftaSetExpr, nftaSetExpressions:
+			s.ElementExprs = true
 		case unix.NFTA_SET_KEY_TYPE:
 			s.Type = typeName(ad.Uint32())
 		case unix.NFTA_SET_DATA_TYPE:

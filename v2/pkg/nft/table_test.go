@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -313,5 +314,63 @@ func TestKernelCountersCarryTheirValues(t *testing.T) {
 	cs, err := tbl.Counters(t.Context())
 	if err != nil || len(cs) != 1 || cs[0] != (Counter{Name: "denied", Packets: 5, Bytes: 300}) {
 		t.Errorf("counters %+v %v, want denied 5 packets 300 bytes", cs, err)
+	}
+}
+
+// counterSetScript makes a set with a counter per element, as a rule
+// adding to it would, and one element with counts.
+const counterSetScript = "add table inet c\n" +
+	"add set inet c h4 { type ipv4_addr ; flags dynamic ; size 1024 ; counter ; comment \"denied\" ; }\n" +
+	"add element inet c h4 { 198.51.100.7 counter packets 3 bytes 180 }\n"
+
+func checkCounterSet(t *testing.T, tbl Table, packets uint64) {
+	t.Helper()
+	c, err := tbl.Read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SetInfo{Name: "h4", Type: "ipv4_addr", Comment: "denied", Dynamic: true, ElementExprs: true}
+	if got := c.Sets["h4"]; got == nil || *got != want {
+		t.Errorf("set h4: %+v, want %+v", got, want)
+	}
+	cs, err := tbl.ElementCounters(t.Context(), "h4")
+	want1 := []ElementCounter{{Key: []string{"198.51.100.7"}, Packets: packets, Bytes: packets * 60}}
+	if err != nil || !reflect.DeepEqual(cs, want1) {
+		t.Errorf("element counters %+v %v, want %+v", cs, err, want1)
+	}
+	if _, err := tbl.ElementCounters(t.Context(), "n4"); err == nil {
+		t.Error("element counters of an interval set: no error")
+	}
+}
+
+func TestKernelElementCountersCarryTheirValues(t *testing.T) {
+	netnstest.RequireRoot(t)
+	n := netnstest.New(t, "nftelem")
+	tbl, err := Open(n.NetNS(), knftables.InetFamily, "c", testLayouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	if err := tbl.RunScript(t.Context(), counterSetScript); err != nil {
+		t.Fatal(err)
+	}
+	checkCounterSet(t, tbl, 3)
+}
+
+// The Fake keeps which sets have counters, but counts nothing.
+func TestFakeElementCountersAreZero(t *testing.T) {
+	tbl := NewFake(knftables.InetFamily, "c", testLayouts)
+	if err := tbl.RunScript(t.Context(), strings.Replace(counterSetScript, " counter packets 3 bytes 180", "", 1)); err != nil {
+		t.Fatal(err)
+	}
+	checkCounterSet(t, tbl, 0)
+	if err := tbl.Delete(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.RunScript(t.Context(), "add table inet c\nadd set inet c h4 { type ipv4_addr ; }\n"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := tbl.Read(t.Context()); err != nil || c.Sets["h4"].ElementExprs {
+		t.Errorf("a set made again without counters: %+v %v", c.Sets["h4"], err)
 	}
 }
