@@ -323,6 +323,23 @@ func TestWhatTheEvaluatorDoesNotModelIsAnError(t *testing.T) {
 			t.Errorf("Evaluate: %v, %v; want the policy's drop", got, err)
 		}
 	})
+	t.Run("a set the rules add to is read, and looking it up is an error", func(t *testing.T) {
+		set := " set d4 {\n type ipv4_addr; flags dynamic; size 16; counter\n elements = { 10.0.0.9 counter packets 1 bytes 60 }\n }\n"
+		ns.Exec("nft", "add table inet t; delete table inet t")
+		js := load(t, ns, "table inet t {\n"+set+" chain c {\n type filter hook forward priority filter\n meta nfproto ipv4 update @d4 { ip daddr }\n ip daddr 10.0.0.2 drop\n }\n}\n")
+		tbl, err := Parse(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := tbl.Evaluate(Forward, fwd(tcp("10.0.0.1", "10.0.0.2", 80), "a", "b")); err != nil || got.Verdict != Drop {
+			t.Errorf("Evaluate: %v, %v; want the drop after the update", got, err)
+		}
+		ns.Exec("nft", "add table inet t; delete table inet t")
+		js = load(t, ns, "table inet t {\n"+set+" chain c {\n type filter hook forward priority filter\n ip saddr @d4 drop\n update @d4 { ip daddr }\n }\n}\n")
+		if _, err := Parse(js); err == nil || !strings.Contains(err.Error(), "chain c") || !strings.Contains(err.Error(), "@d4") {
+			t.Errorf("Parse of a lookup of a set rules add to: %v, want an error naming chain c and @d4", err)
+		}
+	})
 	t.Run("a chain of another type than filter at the hook evaluated", func(t *testing.T) {
 		ns.Exec("nft", "add table inet t; delete table inet t")
 		js := load(t, ns, "table inet t {\n chain n {\n type nat hook prerouting priority dstnat\n }\n}\n")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Table is one nftables table, read from `nft -j list table` and compiled
@@ -16,6 +17,9 @@ type Table struct {
 	Name   string
 	chains map[string]*chain
 	sets   map[string]*set
+	// updated are the sets rules add to ("set" statements): their
+	// elements come from the traffic, so no rule may match them here.
+	updated map[string]bool
 }
 
 type chain struct {
@@ -90,7 +94,7 @@ func Parse(data []byte) (*Table, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("read nft JSON: %w", err)
 	}
-	t := &Table{chains: map[string]*chain{}, sets: map[string]*set{}}
+	t := &Table{chains: map[string]*chain{}, sets: map[string]*set{}, updated: map[string]bool{}}
 	var rules []map[string]any
 	for _, obj := range doc.Nftables {
 		if len(obj) != 1 {
@@ -148,6 +152,20 @@ func Parse(data []byte) (*Table, error) {
 			return nil, fmt.Errorf("rule %d: chain %q is not in table %s", r.handle, r.chain, t.Name)
 		}
 		c.rules = append(c.rules, r)
+	}
+	// A set the traffic fills (a "set" statement's) changes no verdict as
+	// long as no rule looks it up: the model holds no traffic's history.
+	for _, c := range t.chains {
+		for _, r := range c.rules {
+			for _, s := range r.stmts {
+				if s.match != nil && t.updated[strings.TrimPrefix(s.match.named, "@")] {
+					return nil, fmt.Errorf("rule %d of chain %s: it looks up set %s, which rules add to: lookups of what the traffic added are not modelled", r.handle, c.name, s.match.named)
+				}
+				if s.vmap != nil && t.updated[strings.TrimPrefix(s.vmap.named, "@")] {
+					return nil, fmt.Errorf("rule %d of chain %s: map %s is one rules add to: not modelled", r.handle, c.name, s.vmap.named)
+				}
+			}
+		}
 	}
 	// Jump and goto targets must exist.
 	for _, c := range t.chains {
@@ -362,6 +380,20 @@ func (t *Table) parseStmt(raw any) (s stmt, isLimit bool, err error) {
 	for key, arg := range m {
 		switch key {
 		case "counter", "log":
+			return s, false, nil
+		case "set":
+			// Adds the packet's key to a set, changing no verdict (Parse
+			// refuses lookups of such a set).
+			sm, _ := arg.(map[string]any)
+			name, _ := sm["set"].(string)
+			op, _ := sm["op"].(string)
+			if op != "add" && op != "update" {
+				return s, false, fmt.Errorf("set statement %q is not modelled", op)
+			}
+			if len(name) < 2 || name[0] != '@' || t.sets[name[1:]] == nil {
+				return s, false, fmt.Errorf("set statement on %q: no such set in table %s", name, t.Name)
+			}
+			t.updated[name[1:]] = true
 			return s, false, nil
 		case "limit":
 			return s, true, nil

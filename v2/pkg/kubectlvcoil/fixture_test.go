@@ -103,6 +103,7 @@ func fixtureState() *nodestate.State {
 			Denied: []nodestate.Denied{
 				{Tier: "admin", Policy: "no-metadata", Direction: "egress", Packets: 12},
 				{Tier: "networkpolicy", Group: "g0", Direction: "ingress", Packets: 3},
+				{Tier: "networkpolicy", Policy: "default/web-ingress", Direction: "ingress", Packets: 3},
 			},
 			Pods: []nodestate.PodRules{
 				{Namespace: "shop", Name: "client", IPs: []netip.Addr{addr("10.64.0.66")},

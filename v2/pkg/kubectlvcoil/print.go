@@ -326,7 +326,10 @@ func NodeTable(w io.Writer, st *nodestate.State, now time.Time) {
 				what = "vcoild's own rules"
 			}
 			if d.Tier == "networkpolicy" {
-				what = "NetworkPolicy group " + d.Group
+				what = "NetworkPolicy " + d.Policy
+				if d.Group != "" {
+					what = "NetworkPolicy group " + d.Group
+				}
 			}
 			row(w, l, fmt.Sprintf("%d packets by %s (%s %s)", d.Packets, what, d.Tier, d.Direction))
 		}

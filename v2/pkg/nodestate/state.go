@@ -227,15 +227,17 @@ type Policies struct {
 	// hairpin traffic through a Service).
 	AlwaysAllowed []netip.Addr `json:"alwaysAllowed,omitempty"`
 	// Denied are the packets the renderer's rules denied, per
-	// ClusterNetworkPolicy and per NetworkPolicy group, when the renderer
-	// counts them so (nftables).
+	// ClusterNetworkPolicy, per NetworkPolicy and per NetworkPolicy group,
+	// when the renderer counts them so (nftables).
 	Denied []Denied `json:"denied,omitempty"`
 }
 
 // Denied counts the packets denied by the rules of one ClusterNetworkPolicy
 // in one tier and direction (Tier "admin" or "baseline"; Policy "" for the
-// rules vcoild adds), or by a NetworkPolicy group (Tier "networkpolicy",
-// Group its chain: no NetworkPolicy of its pods permitted them).
+// rules vcoild adds), or, with Tier "networkpolicy", those no NetworkPolicy
+// permitted: by a group (Group its chain), or to and from the pods one
+// NetworkPolicy isolates (Policy "namespace/name"; a packet of a pod that
+// two policies isolate counts for both).
 type Denied struct {
 	Tier      string `json:"tier"`
 	Policy    string `json:"policy,omitempty"`

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -114,10 +115,30 @@ func (c *Configurator) Rules(p *Pod) renderer.PodRules {
 	}
 	pr.Ingress = GenerateRules(renderer.Ingress, p.Policies, c.ingressPeers)
 	pr.Egress = GenerateRules(renderer.Egress, p.Policies, c.egressPeers)
+	for d := range pr.NetworkPolicies {
+		pr.NetworkPolicies[d] = isolating(renderer.Direction(d), p.Policies, nil)
+	}
 	var m tierMemo
 	pr.Admin[renderer.Ingress], pr.Baseline[renderer.Ingress] = m.tiers(renderer.Ingress, p, c.ingressPeers)
 	pr.Admin[renderer.Egress], pr.Baseline[renderer.Egress] = m.tiers(renderer.Egress, p, c.egressPeers)
 	return pr
+}
+
+// isolating names the policies that isolate a pod in direction d, sorted;
+// previous when it is the same list.
+func isolating(d renderer.Direction, policies []*Policy, previous []string) []string {
+	var out []string
+	for _, p := range policies {
+		if p.isolates(d) {
+			out = append(out, p.ID.String())
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if slices.Equal(out, previous) {
+		return previous
+	}
+	return out
 }
 
 // rules is Rules reusing the slices last sent for the pod when the rules
@@ -131,6 +152,9 @@ func (c *Configurator) rules(p *Pod) renderer.PodRules {
 	pr := renderer.PodRules{Pod: p.ID, IPs: p.IPs, SourcePrefixes: p.SourcePrefixes}
 	pr.Ingress = generateRules(renderer.Ingress, p.Policies, c.ingressPeers, prev.Ingress)
 	pr.Egress = generateRules(renderer.Egress, p.Policies, c.egressPeers, prev.Egress)
+	for d := range pr.NetworkPolicies {
+		pr.NetworkPolicies[d] = isolating(renderer.Direction(d), p.Policies, prev.NetworkPolicies[d])
+	}
 	for d, peers := range [2][]netip.Addr{c.ingressPeers, c.egressPeers} {
 		pr.Admin[d], pr.Baseline[d] = c.tiers.tiers(renderer.Direction(d), p, peers)
 	}

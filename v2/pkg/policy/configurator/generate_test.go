@@ -200,9 +200,10 @@ func TestConfigureSendsOneTransactionWithEveryPodToEveryRenderer(t *testing.T) {
 	a, b := &recordingRenderer{}, &recordingRenderer{}
 	c.Register("a", a)
 	c.Register("b", b)
-	isolated := &Policy{IsolatesIngress: true, IsolatesEgress: true}
+	isolated := &Policy{ID: PolicyID{"ns", "z-both"}, IsolatesIngress: true, IsolatesEgress: true}
+	inOnly := &Policy{ID: PolicyID{"ns", "a-in"}, IsolatesIngress: true}
 	txn := Txn{Pods: []Pod{
-		{ID: renderer.PodID{Namespace: "ns", Name: "web"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Policies: []*Policy{isolated}},
+		{ID: renderer.PodID{Namespace: "ns", Name: "web"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Policies: []*Policy{isolated, inOnly}},
 		{ID: renderer.PodID{Namespace: "ns", Name: "open"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}},
 		{ID: renderer.PodID{Namespace: "ns", Name: "gone"}, Removed: true},
 	}}
@@ -219,7 +220,10 @@ func TestConfigureSendsOneTransactionWithEveryPodToEveryRenderer(t *testing.T) {
 		if !slices.Equal(web.Ingress, wantIngress) || !slices.Equal(web.Egress, wantEgress) {
 			t.Fatalf("an isolated pod got ingress %v, egress %v; want %v, %v", web.Ingress, web.Egress, wantIngress, wantEgress)
 		}
-		if open.Egress != nil || open.Ingress != nil {
+		if want := [2][]string{{"ns/a-in", "ns/z-both"}, {"ns/z-both"}}; !slices.Equal(web.NetworkPolicies[0], want[0]) || !slices.Equal(web.NetworkPolicies[1], want[1]) {
+			t.Fatalf("an isolated pod's NetworkPolicies %v, want %v by direction, sorted", web.NetworkPolicies, want)
+		}
+		if open.Egress != nil || open.Ingress != nil || open.NetworkPolicies[0] != nil || open.NetworkPolicies[1] != nil {
 			t.Fatalf("a pod without policies got rules: %+v", open)
 		}
 		if !gone.Removed {

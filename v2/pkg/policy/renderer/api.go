@@ -65,6 +65,12 @@ type PodRules struct {
 	// Empty tiers leave the pod to its NetworkPolicy lists alone.
 	Admin    [2][]TierRule
 	Baseline [2][]TierRule
+	// NetworkPolicies name the NetworkPolicies ("namespace/name", sorted)
+	// that isolate the pod, by Direction: those that made Ingress and
+	// Egress what they are. Renderers only name them (the packets no rule
+	// of a direction's list permitted count for each); they match by the
+	// lists.
+	NetworkPolicies [2][]string
 }
 
 // Tiers returns the pod's tiers of direction d.
@@ -249,8 +255,11 @@ func ValidateTier(d Direction, name string, rules []TierRule) error {
 
 // Denied is a count of packets a renderer's rules denied: for Tier "admin"
 // or "baseline", those of one ClusterNetworkPolicy (Policy; "" for the
-// rules vcoild adds) in one direction; for Tier "networkpolicy", those no
-// NetworkPolicy of the pods of a group (Group) permitted.
+// rules vcoild adds) in one direction; for Tier "networkpolicy", either
+// those no NetworkPolicy of the pods of a group (Group) permitted, or
+// those of the pods one NetworkPolicy (Policy, "namespace/name") isolates
+// that no NetworkPolicy of theirs permitted: a packet denied to a pod
+// isolated by two policies counts for both, since neither admitted it.
 type Denied struct {
 	Tier, Policy, Group string
 	Direction           Direction

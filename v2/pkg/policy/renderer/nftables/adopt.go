@@ -60,6 +60,13 @@ func baseMatches(kt *kernelTable, podIfPrefix string) bool {
 			}
 		}
 	}
+	for _, names := range deniedSets {
+		for f, name := range names {
+			if !deniedSetMatches(kt.sets[name], f) {
+				return false
+			}
+		}
+	}
 	// The self sets hold the addresses of the egress maps.
 	for f, name := range selfSets {
 		s := kt.sets[name]
@@ -97,6 +104,12 @@ func baseMatches(kt *kernelTable, podIfPrefix string) bool {
 	return true
 }
 
+// deniedSetMatches says whether s is denied set of family f as the
+// renderer declares it.
+func deniedSetMatches(s *kernelSet, f int) bool {
+	return s != nil && s.typ == addrType(f) && !s.interval && s.dynamic && s.exprs && s.comment == deniedSetComment
+}
+
 // adopt fills the mirror from the kernel's table. It returns purge when
 // the table is one this vcoild cannot adopt (another layout of an older
 // version, or objects it does not recognize): the plan then replaces the
@@ -121,6 +134,15 @@ func (r *Renderer) adoptTable(kt *kernelTable) (string, error) {
 	}
 	// The self sets follow the egress maps; baseMatches checks them.
 	sets := map[string]bool{selfSets[v4]: true, selfSets[v6]: true}
+	for _, names := range deniedSets {
+		for f, name := range names {
+			sets[name] = true
+			if s := kt.sets[name]; s != nil && !deniedSetMatches(s, f) {
+				// The base's "add set" would fail over it.
+				return fmt.Sprintf("set %s is not a set of denied packets of this vcoild's", name), nil
+			}
+		}
+	}
 	for f, name := range srcSets {
 		sets[name] = true
 		if s := kt.sets[name]; s != nil && s.interval {

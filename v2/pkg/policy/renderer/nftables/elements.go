@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/nft"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
 // elementLayout is the layout of the elements of the renderer's set or map
@@ -21,6 +22,8 @@ func elementLayout(name string) (nft.Layout, bool) {
 		return nft.Layout{Key: []nft.Field{addr, addr}}, true
 	case srcSets[v4], srcSets[v6]:
 		return nft.Layout{Key: []nft.Field{interval}}, true
+	case deniedSets[renderer.Ingress][v4], deniedSets[renderer.Ingress][v6], deniedSets[renderer.Egress][v4], deniedSets[renderer.Egress][v6]:
+		return nft.Layout{Key: []nft.Field{addr}}, true
 	}
 	for _, names := range slotMaps {
 		for _, n := range names {

@@ -73,6 +73,8 @@ type kernelSet struct {
 	typ      string
 	interval bool
 	comment  string
+	// dynamic and exprs: rules add to it, each element has a counter.
+	dynamic, exprs bool
 	// elems are the elements' keys as nft writes them, a field each; an
 	// interval is an address, a prefix or a range "a-b".
 	elems [][]string
@@ -114,7 +116,7 @@ func (k *kernel) list(ctx context.Context) (*kernelTable, error) {
 			}
 		}
 		if !s.Map {
-			ks := &kernelSet{typ: s.Type, interval: s.Interval, comment: s.Comment}
+			ks := &kernelSet{typ: s.Type, interval: s.Interval, comment: s.Comment, dynamic: s.Dynamic, exprs: s.ElementExprs}
 			for _, e := range elems {
 				ks.elems = append(ks.elems, e.Key)
 			}

@@ -76,6 +76,45 @@ var srcSets = [2]string{"src4", "src6"}
 // source not in srcSets.
 const counterUnknownSource = "unknown-source"
 
+// deniedSets count, per local pod address, the packets its NetworkPolicy
+// group denied, by direction and family: the drop of a group updates the
+// pod's address (the destination of ingress, the source of egress) to
+// them, and each element counts its packets. The renderer names the
+// policies isolating each address, so the counts become per NetworkPolicy
+// (Renderer.Denied) although pods of other policies share a group. They
+// hold only keys of the dispatch maps, so no pod can grow them beyond the
+// local pods' addresses; the size is a bound all the same.
+var deniedSets = [2][2]string{{"denied-in4", "denied-in6"}, {"denied-eg4", "denied-eg6"}}
+
+// deniedSetSize bounds each denied set. A full set makes the group's
+// updating rule fail, which passes the packet on to the drop all the same.
+const deniedSetSize = 65536
+
+// deniedSetComment tells the denied sets apart from a set of that name
+// without per-element counters, which adoption replaces.
+const deniedSetComment = "packets the NetworkPolicy groups denied, per local pod address"
+
+// deniedSetScript declares the denied sets, with a counter per element:
+// knftables cannot write one.
+func deniedSetScript(table string) string {
+	var b strings.Builder
+	for _, names := range deniedSets {
+		for f, name := range names {
+			fmt.Fprintf(&b, "add set inet %s %s { type %s ; flags dynamic ; size %d ; counter ; comment %q ; }\n",
+				table, name, addrType(f), deniedSetSize, deniedSetComment)
+		}
+	}
+	return b.String()
+}
+
+// podField is the address of the local pod in a packet of direction d.
+func podField(d renderer.Direction) string {
+	if d == renderer.Egress {
+		return "saddr"
+	}
+	return "daddr"
+}
+
 // selfSets are the sets of egress-isolated addresses that reach
 // themselves, by family.
 var selfSets = [2]string{"self4", "self6"}
@@ -208,11 +247,17 @@ func groupSets(g setNames, l groupLayout) []setDef {
 }
 
 // groupRules are the rules of NetworkPolicy group chain g of direction d
-// and layout l: permits that return, then the drop (logged when logDrops).
+// and layout l: permits that return, then the drop (logged when
+// logDrops), counted for the group and for the pod's address (deniedSets).
+// The updating rules are apart from the drop, so that one that fails (a
+// full set) cannot keep the packet from it.
 func groupRules(g setNames, d renderer.Direction, l groupLayout, logDrops bool) []string {
 	out := matchRules(g, d, l, "return")
 	if logDrops {
 		out = append(out, dropLog(string(g), d.String()))
+	}
+	for f := range 2 {
+		out = append(out, fmt.Sprintf("meta nfproto %s update @%s { %s %s }", []string{"ipv4", "ipv6"}[f], deniedSets[d][f], ipOf(f), podField(d)))
 	}
 	return append(out, fmt.Sprintf("counter name %q drop", string(g)))
 }

@@ -3,7 +3,9 @@ package nftables
 import (
 	"cmp"
 	"context"
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +35,9 @@ var (
 	descClusterDenied = prometheus.NewDesc("vcoil_policy_cluster_network_policy_denied_packets_total",
 		"Packets the nftables policy table denied by the rules of a ClusterNetworkPolicy, by policy, tier and direction (policy \"\": the rules vcoild adds), summed over the groups holding them.",
 		[]string{"policy", "tier", "direction"}, nil)
+	descNetworkPolicyDenied = prometheus.NewDesc("vcoil_policy_network_policy_denied_packets_total",
+		"Packets the nftables policy table denied to or from local pods a NetworkPolicy isolates, that no NetworkPolicy of theirs permitted, by policy and direction: a packet of a pod isolated by two policies counts for both. It counts the pods the policy isolates now: a pod leaving takes its count with it.",
+		[]string{"namespace", "policy", "direction"}, nil)
 	descDenied = prometheus.NewDesc("vcoil_policy_denied_packets_total",
 		"Packets the nftables policy table denied, by group and direction (the group's pods: kubectl vcoil / docs/policy.md); group unknown-source: out of local pods' interfaces with a source no local pod may use.",
 		[]string{"group", "direction"}, nil)
@@ -64,7 +69,7 @@ func (m *metrics) observe(start time.Time, resync bool, err error) {
 // Describe and Collect make the table's state a collector: it is read at
 // each scrape, the counters from the kernel.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGroups, descPods, descRules, descDenied, descClusterDenied} {
+	for _, d := range []*prometheus.Desc{descGroups, descPods, descRules, descDenied, descNetworkPolicyDenied, descClusterDenied} {
 		ch <- d
 	}
 }
@@ -99,24 +104,43 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, d := range denied {
-		if d.Tier == kindNetworkPolicy.String() {
+		switch {
+		case d.Tier == kindNetworkPolicy.String() && d.Group != "":
 			ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(d.Packets), d.Group, d.Direction.String())
-		} else {
+		case d.Tier == kindNetworkPolicy.String():
+			ns, name, _ := strings.Cut(d.Policy, "/")
+			ch <- prometheus.MustNewConstMetric(descNetworkPolicyDenied, prometheus.CounterValue, float64(d.Packets), ns, name, d.Direction.String())
+		default:
 			ch <- prometheus.MustNewConstMetric(descClusterDenied, prometheus.CounterValue, float64(d.Packets), d.Policy, d.Tier, d.Direction.String())
 		}
 	}
 }
 
 // Denied reads the table's drop counters: per NetworkPolicy group (and the
-// counter of forged sources, as group unknown-source), and per
-// ClusterNetworkPolicy, tier and direction, summed over the tier groups
-// holding its rules.
+// counter of forged sources, as group unknown-source); per NetworkPolicy
+// and direction, the denied counts of the local pod addresses it isolates
+// (deniedSets); and per ClusterNetworkPolicy, tier and direction, summed
+// over the tier groups holding its rules.
 func (r *Renderer) Denied(ctx context.Context) ([]renderer.Denied, error) {
 	type origin struct {
 		tier, policy string
 		dir          renderer.Direction
 	}
 	r.mu.Lock()
+	// The policies each address's denied count is for.
+	var isolating [2]map[netip.Addr][]string
+	for d := range isolating {
+		isolating[d] = map[netip.Addr][]string{}
+	}
+	for a, id := range r.owners {
+		if w := r.pods[id]; w != nil {
+			for d := range isolating {
+				if len(w.isolating[d]) > 0 {
+					isolating[d][a] = w.isolating[d]
+				}
+			}
+		}
+	}
 	groups := map[string]renderer.Direction{counterUnknownSource: renderer.Egress}
 	runs := map[string]origin{}
 	for name, g := range r.groups {
@@ -141,6 +165,23 @@ func (r *Renderer) Denied(ctx context.Context) ([]renderer.Denied, error) {
 		}
 		if o, ok := runs[c.Name]; ok {
 			sums[o] += c.Packets
+		}
+	}
+	for d, names := range deniedSets {
+		for _, name := range names {
+			elems, err := r.k.t.ElementCounters(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range elems {
+				a, err := netip.ParseAddr(e.Key[0])
+				if err != nil {
+					continue
+				}
+				for _, policy := range isolating[d][a] {
+					sums[origin{kindNetworkPolicy.String(), policy, renderer.Direction(d)}] += e.Packets
+				}
+			}
 		}
 	}
 	for o, n := range sums {

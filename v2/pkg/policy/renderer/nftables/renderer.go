@@ -73,8 +73,10 @@ type podWant struct {
 	keys     [nSlots]string
 	// lists identify the rule lists and tiers the contents were made from.
 	lists [nSlots]listID
-	// np are its NetworkPolicy lists, by direction.
-	np [2][]renderer.Rule
+	// np are its NetworkPolicy lists, by direction, and isolating the
+	// NetworkPolicies they come from, which its denied counts are for.
+	np        [2][]renderer.Rule
+	isolating [2][]string
 }
 
 // listID identifies a rule list or tier slice: the configurator sends the
@@ -296,7 +298,7 @@ func (r *Renderer) want(txn renderer.Txn) map[netip.Addr]bool {
 		if pr.Removed || len(pr.IPs) == 0 {
 			continue
 		}
-		w := &podWant{sources: pr.SourcePrefixes, np: [2][]renderer.Rule{pr.Ingress, pr.Egress}}
+		w := &podWant{sources: pr.SourcePrefixes, np: [2][]renderer.Rule{pr.Ingress, pr.Egress}, isolating: pr.NetworkPolicies}
 		for _, a := range pr.IPs {
 			a = a.Unmap()
 			w.ips = append(w.ips, a)

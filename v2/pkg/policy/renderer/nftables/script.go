@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -105,6 +106,22 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 				}
 			}
 		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if p.base {
+		// Before the groups, whose drops add to them. Their counts start
+		// again with the base: an adopted table's may hold addresses of
+		// pods gone since.
+		b.WriteString(deniedSetScript(r.cfg.Table))
+		for _, names := range deniedSets {
+			for _, name := range names {
+				fmt.Fprintf(&b, "flush set inet %s %s\n", r.cfg.Table, name)
+			}
+		}
+	}
+	err = objects(func(tx *knftables.Transaction) {
 		for _, g := range p.created {
 			for _, s := range g.sets() {
 				set := &knftables.Set{Name: s.name, Type: s.typ}
@@ -191,6 +208,23 @@ func (p *plan) script(r *Renderer) (*steps, error) {
 	for d := range dels {
 		for f := range dels[d] {
 			elements("delete", slotMaps[d][f], dels[d][f])
+		}
+	}
+	// An address that leaves its NetworkPolicy group takes its denied
+	// count with it, so that a pod given the address later starts from
+	// none. Adding first makes the delete valid whether or not a drop
+	// added the element.
+	var deniedGone [2][2][]string
+	for _, a := range p.assign {
+		if a.slot.kind() == kindNetworkPolicy && a.old != nil && a.new == nil {
+			d, f := a.slot.dir(), familyOf(a.addr)
+			deniedGone[d][f] = append(deniedGone[d][f], a.addr.String())
+		}
+	}
+	for d := range deniedGone {
+		for f, gone := range deniedGone[d] {
+			elements("add", deniedSets[d][f], gone)
+			elements("delete", deniedSets[d][f], gone)
 		}
 	}
 	for f := range srcSets {

@@ -87,3 +87,75 @@ func deniedBy(t *testing.T, r *Renderer, policy string) uint64 {
 	}
 	return n
 }
+
+// TestNetworkPolicyDropsAreCountedPerPolicy: the packets no NetworkPolicy
+// permitted are counted for the policies isolating the pod they were
+// going to or coming from, not for every policy of its group: a and b
+// are isolated by two default-deny policies of equal rules (one group),
+// and what b refuses counts for b's policy only. A pod that stops being
+// isolated takes its count with it.
+func TestNetworkPolicyDropsAreCountedPerPolicy(t *testing.T) {
+	l := newTrafficLab(t)
+	r := l.r
+	ingress := networkingv1.PolicyTypeIngress
+	egress := networkingv1.PolicyTypeEgress
+	l.setPolicy(t, policy("ns1", "b-deny", map[string]string{"app": "b"}, nil, nil, ingress))
+	l.setPolicy(t, policy("ns1", "a-deny", map[string]string{"app": "a"}, nil, nil, ingress))
+	l.setPolicy(t, policy("ns2", "c-out", map[string]string{"app": "c"}, nil, nil, egress))
+	if n := groupsOf(r, renderer.Ingress); n != 1 {
+		t.Fatalf("the two default-deny policies give %d ingress groups, want one shared", n)
+	}
+	for range 3 {
+		l.expect(t, false, "c", "b", 8080) // c's egress refuses it first
+		l.expect(t, false, "r", "b", 8080)
+	}
+	in, out := npDenied(t, r, renderer.Ingress), npDenied(t, r, renderer.Egress)
+	if in["ns1/b-deny"] == 0 || in["ns1/a-deny"] != 0 {
+		t.Fatalf("ingress drops per NetworkPolicy %v: want some for ns1/b-deny, none for ns1/a-deny", in)
+	}
+	if out["ns2/c-out"] == 0 || len(out) != 1 {
+		t.Fatalf("egress drops per NetworkPolicy %v: want some for ns2/c-out only", out)
+	}
+	if n := l.metricSum(t, "vcoil_policy_network_policy_denied_packets_total", "policy", "b-deny"); n != float64(in["ns1/b-deny"]) {
+		t.Fatalf("vcoil_policy_network_policy_denied_packets_total{policy=b-deny} = %v, want %d", n, in["ns1/b-deny"])
+	}
+	// b's policy goes, and comes back: b's count starts again.
+	l.deletePolicy(t, "ns1", "b-deny")
+	l.expect(t, true, "r", "b", 8080)
+	l.setPolicy(t, policy("ns1", "b-deny", map[string]string{"app": "b"}, nil, nil, ingress))
+	if in := npDenied(t, r, renderer.Ingress); in["ns1/b-deny"] != 0 {
+		t.Fatalf("ns1/b-deny isolating b again counts %d packets from before", in["ns1/b-deny"])
+	}
+	l.expect(t, false, "r", "b", 8080)
+	if in := npDenied(t, r, renderer.Ingress); in["ns1/b-deny"] == 0 {
+		t.Fatal("ns1/b-deny counts no packet after a refused connection")
+	}
+}
+
+func groupsOf(r *Renderer, d renderer.Direction) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, g := range r.groups {
+		if g.kind == kindNetworkPolicy && g.dir == d && g.refs > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// npDenied is the renderer's denied counts per NetworkPolicy.
+func npDenied(t *testing.T, r *Renderer, d renderer.Direction) map[string]uint64 {
+	t.Helper()
+	ds, err := r.Denied(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, x := range ds {
+		if x.Tier == kindNetworkPolicy.String() && x.Group == "" && x.Direction == d {
+			out[x.Policy] += x.Packets
+		}
+	}
+	return out
+}
