@@ -270,13 +270,31 @@ func rulesString(rules []renderer.Rule) string {
 	return b.String()
 }
 
+// tableString is a table's rules, each with its origin when the cache
+// tracks them.
+func tableString(t renderer.Table) string {
+	var b strings.Builder
+	for i, r := range t.Rules {
+		fmt.Fprintf(&b, "  %v", r)
+		if t.Origins != nil {
+			if o := t.Origins[i]; o != nil {
+				fmt.Fprintf(&b, " [%s %s %v]", o.Tier, o.Direction, o.Policies)
+			} else {
+				b.WriteString(" [-]")
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
 // stateOf summarizes a renderer cache independently of table IDs: each
-// pod's local table rules and the global table.
-func stateOf(rc ruleCache) map[string][]renderer.Rule {
-	out := map[string][]renderer.Rule{"global": rc.GlobalTable().Rules}
+// pod's local table and the global table, with the rules' origins.
+func stateOf(rc ruleCache) map[string]string {
+	out := map[string]string{"global": tableString(rc.GlobalTable())}
 	for _, pr := range rc.Pods() {
 		t, _ := rc.LocalTable(pr.Pod)
-		out[pr.Pod.String()+fmt.Sprint(pr.IPs)] = t.Rules
+		out[pr.Pod.String()+fmt.Sprint(pr.IPs)] = tableString(t)
 	}
 	return out
 }
@@ -288,8 +306,8 @@ func sameState(a, b ruleCache) string {
 		if !ok {
 			return fmt.Sprintf("%s is known incrementally but not after a resync", k)
 		}
-		if !slices.Equal(ra, rb) {
-			return fmt.Sprintf("table of %s differs:\nincremental:\n%sresync:\n%s", k, rulesString(ra), rulesString(rb))
+		if ra != rb {
+			return fmt.Sprintf("table of %s differs:\nincremental:\n%sresync:\n%s", k, ra, rb)
 		}
 	}
 	for k := range sb {
@@ -336,7 +354,10 @@ func checkTables(t *testing.T, cr *cacheRenderer) {
 	}
 	seen := make(map[string]renderer.TableID)
 	for _, tbl := range rc.LocalTables() {
-		key := rulesString(tbl.Rules)
+		if tbl.Origins != nil && len(tbl.Origins) != len(tbl.Rules) {
+			t.Fatalf("table %s has %d rules and %d origins", tbl.ID, len(tbl.Rules), len(tbl.Origins))
+		}
+		key := tableString(tbl)
 		if other, dup := seen[key]; dup {
 			t.Fatalf("tables %s and %s are equal but not shared", other, tbl.ID)
 		}

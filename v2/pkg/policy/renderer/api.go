@@ -197,6 +197,10 @@ const GlobalTableID TableID = "global"
 type Table struct {
 	ID    TableID
 	Rules []Rule
+	// Origins, when the cache tracks them (tables.Ordered), say where
+	// each rule comes from, for counting what the rules deny; nil
+	// otherwise. Equal origins are one pointer.
+	Origins []*Origin
 }
 
 // ValidateRuleList checks that rules is a rule list as PodRules describes it

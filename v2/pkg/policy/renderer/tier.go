@@ -65,9 +65,77 @@ type Tiers struct {
 // that list ends with a rule matching everything, so the Pass rule's
 // traffic never reaches the Admin rules after it.
 func (t Tiers) Compile() []Rule {
+	rules, _ := t.compile(nil)
+	return rules
+}
+
+// CompileWithOrigins is Compile, with the origin of each rule: the tier
+// rule or NetworkPolicy list whose action it has (an Admin Pass's rules
+// have those of the tiers below). np are the origins of t's NetworkPolicy
+// list, (*Origin)(nil) for none; the Baseline's final permit and an Admin
+// or Baseline rule of vcoild's own (no Policy) have none either. Equal
+// origins are one pointer, so that a caller can compare them cheaply.
+func (t Tiers) CompileWithOrigins(d Direction, np *Origin) ([]Rule, []*Origin) {
+	return t.compile(&origins{d: d, np: np, byPolicy: map[tierPolicy]*Origin{}})
+}
+
+// Origin is where a rule of a compiled list or table comes from, for
+// counting the packets it denies: one ClusterNetworkPolicy of a tier, or
+// the NetworkPolicies that isolate the pod a NetworkPolicy list is for.
+type Origin struct {
+	// Tier is "admin", "baseline" or "networkpolicy".
+	Tier      string
+	Direction Direction
+	// Policies are the ClusterNetworkPolicy (one name) or the
+	// NetworkPolicies ("namespace/name").
+	Policies []string
+}
+
+type tierPolicy struct {
+	tier   string
+	policy string
+}
+
+// origins makes the origins of one compilation.
+type origins struct {
+	d        Direction
+	np       *Origin
+	byPolicy map[tierPolicy]*Origin
+}
+
+func (o *origins) of(tier string, r TierRule) *Origin {
+	if r.Policy == "" {
+		return nil
+	}
+	k := tierPolicy{tier, r.Policy}
+	if x := o.byPolicy[k]; x != nil {
+		return x
+	}
+	x := &Origin{Tier: tier, Direction: o.d, Policies: []string{r.Policy}}
+	o.byPolicy[k] = x
+	return x
+}
+
+func (t Tiers) compile(o *origins) ([]Rule, []*Origin) {
+	var out []Rule
+	var from []*Origin
+	add := func(r Rule, x *Origin) {
+		out = append(out, r)
+		if o != nil {
+			from = append(from, x)
+		}
+	}
 	lower := t.NetworkPolicy
+	var lowerFrom []*Origin
+	if o != nil {
+		lowerFrom = make([]*Origin, len(lower))
+		for i := range lowerFrom {
+			lowerFrom[i] = o.np
+		}
+	}
 	if len(lower) == 0 {
 		lower = make([]Rule, 0, len(t.Baseline)+1)
+		lowerFrom = lowerFrom[:0]
 		for _, r := range t.Baseline {
 			m := r.Match
 			m.Action = ActionPermit
@@ -75,28 +143,51 @@ func (t Tiers) Compile() []Rule {
 				m.Action = ActionDeny
 			}
 			lower = append(lower, m)
+			if o != nil {
+				lowerFrom = append(lowerFrom, o.of("baseline", r))
+			}
 		}
 		lower = append(lower, PermitAll)
+		if o != nil {
+			lowerFrom = append(lowerFrom, nil)
+		}
 	}
-	var out []Rule
 	for _, r := range t.Admin {
 		m := r.Match
 		switch r.Action {
 		case TierAccept:
 			m.Action = ActionPermit
-			out = append(out, m)
+			add(m, o.ofIf("admin", r))
 		case TierDeny:
 			m.Action = ActionDeny
-			out = append(out, m)
+			add(m, o.ofIf("admin", r))
 		case TierPass:
-			for _, l := range lower {
-				if i, ok := Intersect(m, l); ok {
-					out = append(out, i)
+			for i, l := range lower {
+				if x, ok := Intersect(m, l); ok {
+					add(x, at(lowerFrom, i))
 				}
 			}
 		}
 	}
-	return append(out, lower...)
+	for i, l := range lower {
+		add(l, at(lowerFrom, i))
+	}
+	return out, from
+}
+
+// ofIf is of for a compilation that makes origins.
+func (o *origins) ofIf(tier string, r TierRule) *Origin {
+	if o == nil {
+		return nil
+	}
+	return o.of(tier, r)
+}
+
+func at(l []*Origin, i int) *Origin {
+	if l == nil {
+		return nil
+	}
+	return l[i]
 }
 
 // Intersect returns the rule matching what both a and b match, with b's

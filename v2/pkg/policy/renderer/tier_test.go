@@ -3,6 +3,7 @@ package renderer
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -26,16 +27,17 @@ func tierMatches(r Rule, p tierPacket) bool {
 
 // decideTiers is the tiers' meaning, read directly: Admin rules in order,
 // then the NetworkPolicy list if it isolates, else the Baseline rules
-// (Pass and no match permit).
-func decideTiers(t Tiers, p tierPacket) bool {
+// (Pass and no match permit). tier and policy name what decided ("" for
+// no rule, or a rule without a policy).
+func decideTiers(t Tiers, p tierPacket) (permit bool, tier, policy string) {
 admin:
 	for _, r := range t.Admin {
 		if tierMatches(r.Match, p) {
 			switch r.Action {
 			case TierAccept:
-				return true
+				return true, "admin", r.Policy
 			case TierDeny:
-				return false
+				return false, "admin", r.Policy
 			case TierPass:
 				break admin
 			}
@@ -44,17 +46,17 @@ admin:
 	if len(t.NetworkPolicy) > 0 {
 		for _, r := range t.NetworkPolicy {
 			if tierMatches(r, p) {
-				return r.Action == ActionPermit
+				return r.Action == ActionPermit, "networkpolicy", "np"
 			}
 		}
-		return false
+		return false, "networkpolicy", "np"
 	}
 	for _, r := range t.Baseline {
 		if tierMatches(r.Match, p) {
-			return r.Action != TierDeny
+			return r.Action != TierDeny, "baseline", r.Policy
 		}
 	}
-	return true
+	return true, "", ""
 }
 
 // TestCompiledTiersDecideAsTheTiers: for random tiers (Pass rules
@@ -91,7 +93,7 @@ func TestCompiledTiersDecideAsTheTiers(t *testing.T) {
 	tierRules := func(n int) []TierRule {
 		out := make([]TierRule, n)
 		for i := range out {
-			out[i] = TierRule{Match: rule(), Action: TierAction(rng.IntN(3))}
+			out[i] = TierRule{Match: rule(), Action: TierAction(rng.IntN(3)), Policy: []string{"", "p1", "p2", "p3"}[rng.IntN(4)]}
 		}
 		return out
 	}
@@ -111,7 +113,11 @@ func TestCompiledTiersDecideAsTheTiers(t *testing.T) {
 				passes++
 			}
 		}
-		compiled := tiers.Compile()
+		np := &Origin{Tier: "networkpolicy", Direction: Ingress, Policies: []string{"np"}}
+		compiled, origins := tiers.CompileWithOrigins(Ingress, np)
+		if plain := tiers.Compile(); !slices.Equal(plain, compiled) || len(origins) != len(compiled) {
+			t.Fatalf("%+v: Compile gives %v, CompileWithOrigins %v with %d origins", tiers, plain, compiled, len(origins))
+		}
 		if len(compiled) == 0 || !compiled[len(compiled)-1].MatchesAll() {
 			t.Fatalf("%+v compiled to %v: the last rule must match everything", tiers, compiled)
 		}
@@ -130,16 +136,28 @@ func TestCompiledTiersDecideAsTheTiers(t *testing.T) {
 			if rng.IntN(6) == 0 {
 				p.proto, p.sport, p.dport = 99, 0, 0
 			}
-			want := decideTiers(tiers, p)
-			got := false
-			for _, r := range compiled {
+			want, wantTier, wantPolicy := decideTiers(tiers, p)
+			got, gotTier, gotPolicy := false, "", ""
+			for i, r := range compiled {
 				if tierMatches(r, p) {
 					got = r.Action == ActionPermit
+					if o := origins[i]; o != nil {
+						gotTier, gotPolicy = o.Tier, o.Policies[0]
+						if o.Direction != Ingress || len(o.Policies) != 1 {
+							t.Fatalf("origin %+v: want one policy, ingress", o)
+						}
+					}
 					break
 				}
 			}
 			if got != want {
 				t.Fatalf("tiers %+v, packet %+v: the compiled list %v permits=%v, the tiers say %v", tiers, p, compiled, got, want)
+			}
+			if wantPolicy == "" {
+				wantTier = ""
+			}
+			if gotTier != wantTier || gotPolicy != wantPolicy {
+				t.Fatalf("tiers %+v, packet %+v: the compiled list's rule comes from %s %q, the tiers' decision from %s %q", tiers, p, gotTier, gotPolicy, wantTier, wantPolicy)
 			}
 		}
 	}

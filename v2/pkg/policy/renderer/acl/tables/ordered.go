@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -32,27 +33,97 @@ import (
 //
 // Only the Ingress attachment is implemented (the VPP ACL renderer's).
 type Ordered struct {
-	pods   map[renderer.PodID]*opod
-	byIP   map[netip.Addr]*opod
-	tables map[renderer.TableID]*otable
-	byKey  map[string]*otable
-	nextID uint64
-	global []renderer.Rule
+	pods       map[renderer.PodID]*opod
+	byIP       map[netip.Addr]*opod
+	tables     map[renderer.TableID]*otable
+	byKey      map[string]*otable
+	nextID     uint64
+	global     []renderer.Rule
+	globalFrom []*renderer.Origin
+	origins    originIntern
 }
 
 type opod struct {
 	in renderer.PodRules
 	// own and out are the pod's compiled ingress and egress lists; nil
-	// when they restrict nothing.
-	own, out []renderer.Rule
-	table    *otable
+	// when they restrict nothing. ownFrom and outFrom are their rules'
+	// origins.
+	own, out         []renderer.Rule
+	ownFrom, outFrom []*renderer.Origin
+	table            *otable
 }
 
 type otable struct {
-	id    renderer.TableID
-	key   string
-	rules []renderer.Rule
-	pods  map[renderer.PodID]struct{}
+	id      renderer.TableID
+	key     string
+	rules   []renderer.Rule
+	origins []*renderer.Origin
+	pods    map[renderer.PodID]struct{}
+}
+
+// originIntern makes equal origins one pointer, numbered for table keys:
+// two tables of equal rules but other origins are two tables, so that what
+// each denies is counted for its own policies.
+type originIntern struct {
+	byKey map[string]*renderer.Origin
+	ids   map[*renderer.Origin]uint32
+	next  uint32
+}
+
+func originKey(o *renderer.Origin) string {
+	return o.Tier + "\x00" + o.Direction.String() + "\x00" + strings.Join(o.Policies, "\x00")
+}
+
+func (in *originIntern) intern(o *renderer.Origin) *renderer.Origin {
+	if o == nil {
+		return nil
+	}
+	if _, ok := in.ids[o]; ok {
+		return o
+	}
+	k := originKey(o)
+	if x := in.byKey[k]; x != nil {
+		return x
+	}
+	if in.byKey == nil {
+		in.byKey, in.ids = map[string]*renderer.Origin{}, map[*renderer.Origin]uint32{}
+	}
+	in.next++
+	in.byKey[k], in.ids[o] = o, in.next
+	return o
+}
+
+// keep forgets the origins but those of pods, keeping their numbers:
+// the tables, made of the pods' lists, keep their keys.
+func (in *originIntern) keep(pods map[renderer.PodID]*opod) {
+	used := map[*renderer.Origin]bool{}
+	for _, p := range pods {
+		for _, l := range [2][]*renderer.Origin{p.ownFrom, p.outFrom} {
+			for _, o := range l {
+				used[o] = true
+			}
+		}
+	}
+	for o := range in.ids {
+		if !used[o] {
+			delete(in.ids, o)
+			delete(in.byKey, originKey(o))
+		}
+	}
+}
+
+// npOrigin is the origin of a pod's NetworkPolicy list of direction d.
+func (in *originIntern) npOrigin(pr *renderer.PodRules, d renderer.Direction) *renderer.Origin {
+	return in.intern(&renderer.Origin{Tier: "networkpolicy", Direction: d, Policies: pr.NetworkPolicies[d]})
+}
+
+// key appends the origins' numbers to b.
+func (in *originIntern) key(b []byte, from []*renderer.Origin) []byte {
+	for _, o := range from {
+		id := in.ids[o] // 0 for none
+		b = append(b, byte(id>>24), byte(id>>16), byte(id>>8), byte(id))
+	}
+	return b
 }
 
 // NewOrdered returns an empty ordered cache.
@@ -66,20 +137,36 @@ func NewOrdered() *Ordered {
 // Direction is always renderer.Ingress.
 func (c *Ordered) Direction() renderer.Direction { return renderer.Ingress }
 
-// compiled is the first-match list of direction d of a pod: its tiers
-// compiled, nil when that decides nothing but "permit".
-func compiled(pr *renderer.PodRules, d renderer.Direction) []renderer.Rule {
+// compiled is the first-match list of direction d of a pod, with its
+// rules' origins: its tiers compiled, nil when that decides nothing but
+// "permit".
+func (c *Ordered) compiled(pr *renderer.PodRules, d renderer.Direction) ([]renderer.Rule, []*renderer.Origin) {
 	t := pr.Tiers(d)
 	var l []renderer.Rule
+	var from []*renderer.Origin
 	if len(t.Admin)+len(t.Baseline) == 0 {
 		l = t.NetworkPolicy
+		if !permitsAll(l) {
+			np := c.origins.npOrigin(pr, d)
+			from = make([]*renderer.Origin, len(l))
+			for i := range from {
+				from[i] = np
+			}
+		}
 	} else {
-		l = t.Compile()
+		var np *renderer.Origin
+		if len(t.NetworkPolicy) > 0 {
+			np = c.origins.npOrigin(pr, d)
+		}
+		l, from = t.CompileWithOrigins(d, np)
+		for i, o := range from {
+			from[i] = c.origins.intern(o)
+		}
 	}
 	if permitsAll(l) {
-		return nil
+		return nil, nil
 	}
-	return l
+	return l, from
 }
 
 // permitsAll reports whether first-match list l permits every packet: no
@@ -164,7 +251,9 @@ func (c *Ordered) Apply(txn renderer.Txn) (Changes, error) {
 			remove(pr.Pod)
 			continue
 		}
-		p := &opod{in: pr, own: compiled(&pr, renderer.Ingress), out: compiled(&pr, renderer.Egress)}
+		p := &opod{in: pr}
+		p.own, p.ownFrom = c.compiled(&pr, renderer.Ingress)
+		p.out, p.outFrom = c.compiled(&pr, renderer.Egress)
 		old := c.pods[pr.Pod]
 		switch {
 		case old == nil:
@@ -174,11 +263,12 @@ func (c *Ordered) Apply(txn renderer.Txn) (Changes, error) {
 				p.table = t
 				delete(gone, pr.Pod)
 			}
-		case slices.Equal(old.in.IPs, pr.IPs) && slices.Equal(old.own, p.own) && slices.Equal(old.out, p.out):
+		case slices.Equal(old.in.IPs, pr.IPs) && slices.Equal(old.own, p.own) && slices.Equal(old.out, p.out) &&
+			slices.Equal(old.ownFrom, p.ownFrom) && slices.Equal(old.outFrom, p.outFrom):
 			old.in = pr
 			continue
 		default:
-			if !slices.Equal(old.in.IPs, pr.IPs) || !slices.Equal(old.out, p.out) {
+			if !slices.Equal(old.in.IPs, pr.IPs) || !slices.Equal(old.out, p.out) || !slices.Equal(old.outFrom, p.outFrom) {
 				egressChanged = egressChanged || old.out != nil || p.out != nil
 			}
 			p.table = old.table
@@ -199,11 +289,18 @@ func (c *Ordered) Apply(txn renderer.Txn) (Changes, error) {
 	}
 	slices.SortFunc(retable, func(a, b *opod) int { return a.in.Pod.Compare(b.in.Pod) })
 	c.assign(retable, gone, &ch)
+	if txn.Resync {
+		c.origins.keep(c.pods)
+	}
 	if egressChanged || txn.Resync {
-		if g := c.buildGlobal(); !slices.Equal(g, c.global) {
+		g, from := c.buildGlobal()
+		if !slices.Equal(g, c.global) {
 			c.global = g
-			ch.Global = &renderer.Table{ID: renderer.GlobalTableID, Rules: g}
+			ch.Global = &renderer.Table{ID: renderer.GlobalTableID, Rules: g, Origins: from}
 		}
+		// New origins of the same rules are no change to VPP's ACL: the
+		// counts are read through GlobalTable.
+		c.globalFrom = from
 	}
 	return ch, nil
 }
@@ -226,8 +323,9 @@ func (c *Ordered) restricting() []netip.Addr {
 // source, so they are made once, for the fewest prefixes that hold
 // exactly those addresses.
 type sourceGroup struct {
-	out   []renderer.Rule
-	addrs []netip.Addr // sorted
+	out     []renderer.Rule
+	outFrom []*renderer.Origin
+	addrs   []netip.Addr // sorted
 	// prefixes cover exactly addrs.
 	prefixes []netip.Prefix
 }
@@ -238,7 +336,7 @@ func (c *Ordered) sourceGroups() []*sourceGroup {
 	var out []*sourceGroup
 	for _, a := range c.restricting() {
 		p := c.byIP[a]
-		k := ruleKey(p.out)
+		k := string(c.origins.key([]byte(ruleKey(p.out)), p.outFrom))
 		if a.Is4() {
 			k = "4" + k
 		} else {
@@ -246,7 +344,7 @@ func (c *Ordered) sourceGroups() []*sourceGroup {
 		}
 		g := byKey[k]
 		if g == nil {
-			g = &sourceGroup{out: p.out}
+			g = &sourceGroup{out: p.out, outFrom: p.outFrom}
 			byKey[k] = g
 			out = append(out, g)
 		}
@@ -272,9 +370,8 @@ func hostsToPrefixes(addrs []netip.Addr, except netip.Addr) []netip.Prefix {
 
 // localTable is p's table: the insertions of every restricted local
 // source group, then p's own rules; nil when nothing restricts p's
-// traffic.
-func (c *Ordered) localTable(p *opod, groups []*sourceGroup) []renderer.Rule {
-	var rules []renderer.Rule
+// traffic. from are the rules' origins.
+func (c *Ordered) localTable(p *opod, groups []*sourceGroup) (rules []renderer.Rule, from []*renderer.Origin) {
 	for _, g := range groups {
 		y, ok := addrOfFamily(p.in.IPs, g.addrs[0].Is4())
 		if !ok {
@@ -286,54 +383,59 @@ func (c *Ordered) localTable(p *opod, groups []*sourceGroup) []renderer.Rule {
 			prefixes = hostsToPrefixes(g.addrs, y)
 		}
 		for _, src := range prefixes {
-			rules = append(rules, product(g.out, p.own, src, y)...)
+			r, f := product(g.out, g.outFrom, p.own, p.ownFrom, src, y)
+			rules, from = append(rules, r...), append(from, f...)
 		}
 	}
 	if len(rules) == 0 {
-		return slices.Clip(p.own)
+		return slices.Clip(p.own), slices.Clip(p.ownFrom)
 	}
 	if p.own == nil {
-		return append(rules, renderer.PermitAll)
+		return append(rules, renderer.PermitAll), append(from, nil)
 	}
-	return append(rules, p.own...)
+	return append(rules, p.own...), append(from, p.ownFrom...)
 }
 
 // product is the rules deciding traffic from the sources of src to y (a
 // pod's address, the owner of table own) when their egress list is out:
 // out restricted to traffic to y, each permit replaced by own's rules
 // intersected with it. It returns nil when out permits all of that
-// traffic, so that own decides alone.
-func product(out, own []renderer.Rule, src netip.Prefix, y netip.Addr) []renderer.Rule {
+// traffic, so that own decides alone. A rule's origin is that of the rule
+// whose action it has (outFrom's, ownFrom's).
+func product(out []renderer.Rule, outFrom []*renderer.Origin, own []renderer.Rule, ownFrom []*renderer.Origin, src netip.Prefix, y netip.Addr) ([]renderer.Rule, []*renderer.Origin) {
 	var e []renderer.Rule
-	for _, r := range out {
+	var eFrom []*renderer.Origin
+	for i, r := range out {
 		if r.DstNetwork.IsValid() && !r.DstNetwork.Contains(y) {
 			continue
 		}
 		r.DstNetwork, r.SrcNetwork = netip.Prefix{}, src
-		e = append(e, r)
+		e, eFrom = append(e, r), append(eFrom, outFrom[i])
 	}
 	if permitsAllFrom(e) {
-		return nil
+		return nil, nil
 	}
-	from := renderer.PermitAll
-	from.SrcNetwork = src
+	all := renderer.PermitAll
+	all.SrcNetwork = src
 	var in []renderer.Rule
-	for _, r := range own {
-		if m, ok := renderer.Intersect(from, r); ok {
-			in = append(in, m)
+	var inFrom []*renderer.Origin
+	for i, r := range own {
+		if m, ok := renderer.Intersect(all, r); ok {
+			in, inFrom = append(in, m), append(inFrom, ownFrom[i])
 		}
 	}
 	if own == nil {
-		in = []renderer.Rule{from}
+		in, inFrom = []renderer.Rule{all}, []*renderer.Origin{nil}
 	}
 	var rules []renderer.Rule
-	for _, r := range e {
+	var from []*renderer.Origin
+	for ei, r := range e {
 		if r.Action != renderer.ActionPermit {
-			rules = append(rules, r)
+			rules, from = append(rules, r), append(from, eFrom[ei])
 		} else {
-			for _, i := range in {
+			for ii, i := range in {
 				if m, ok := renderer.Intersect(r, i); ok {
-					rules = append(rules, m)
+					rules, from = append(rules, m), append(from, inFrom[ii])
 				}
 			}
 		}
@@ -341,27 +443,29 @@ func product(out, own []renderer.Rule, src netip.Prefix, y netip.Addr) []rendere
 			break // it matched all of the sources' traffic to y: the rest is unreachable
 		}
 	}
-	return rules
+	return rules, from
 }
 
 // buildGlobal is the global table: for every restricted local address, its
 // pod's egress list with the address as source, then PermitAll.
-func (c *Ordered) buildGlobal() []renderer.Rule {
+func (c *Ordered) buildGlobal() ([]renderer.Rule, []*renderer.Origin) {
 	var rules []renderer.Rule
+	var from []*renderer.Origin
 	for _, x := range c.restricting() {
 		src := renderer.HostNetwork(x)
-		for _, r := range c.byIP[x].out {
+		p := c.byIP[x]
+		for i, r := range p.out {
 			if r.DstNetwork.IsValid() && r.DstNetwork.Addr().Is4() != x.Is4() {
 				continue
 			}
 			r.SrcNetwork = src
-			rules = append(rules, r)
+			rules, from = append(rules, r), append(from, p.outFrom[i])
 		}
 	}
 	if rules == nil {
-		return nil
+		return nil, nil
 	}
-	return append(rules, renderer.PermitAll)
+	return append(rules, renderer.PermitAll), append(from, nil)
 }
 
 // assign computes the tables of the pods in retable and records the
@@ -376,15 +480,15 @@ func (c *Ordered) assign(retable []*opod, gone map[renderer.PodID]*otable, ch *C
 		}
 	}
 	for _, p := range retable {
-		rules := c.localTable(p, groups)
+		rules, from := c.localTable(p, groups)
 		var t *otable
 		if rules != nil {
-			key := ruleKey(rules)
+			key := string(c.origins.key([]byte(ruleKey(rules)), from))
 			if t = c.byKey[key]; t == nil {
 				c.nextID++
-				t = &otable{id: renderer.TableID("ordered-" + strconv.FormatUint(c.nextID, 10)), key: key, rules: rules, pods: map[renderer.PodID]struct{}{}}
+				t = &otable{id: renderer.TableID("ordered-" + strconv.FormatUint(c.nextID, 10)), key: key, rules: rules, origins: from, pods: map[renderer.PodID]struct{}{}}
 				c.tables[t.id], c.byKey[key] = t, t
-				ch.Added = append(ch.Added, renderer.Table{ID: t.id, Rules: t.rules})
+				ch.Added = append(ch.Added, renderer.Table{ID: t.id, Rules: t.rules, Origins: t.origins})
 			}
 		}
 		if p.table == t {
@@ -440,14 +544,14 @@ func (c *Ordered) LocalTable(pod renderer.PodID) (renderer.Table, bool) {
 	if p == nil || p.table == nil {
 		return renderer.Table{}, false
 	}
-	return renderer.Table{ID: p.table.id, Rules: p.table.rules}, true
+	return renderer.Table{ID: p.table.id, Rules: p.table.rules, Origins: p.table.origins}, true
 }
 
 // LocalTables returns every local table, ordered by ID.
 func (c *Ordered) LocalTables() []renderer.Table {
 	out := make([]renderer.Table, 0, len(c.tables))
 	for _, t := range c.tables {
-		out = append(out, renderer.Table{ID: t.id, Rules: t.rules})
+		out = append(out, renderer.Table{ID: t.id, Rules: t.rules, Origins: t.origins})
 	}
 	slices.SortFunc(out, func(a, b renderer.Table) int { return compareTableIDs(a.ID, b.ID) })
 	return out
@@ -465,7 +569,7 @@ func (c *Ordered) Assignments() []Assignment {
 
 // GlobalTable returns the global table; no rules means there is none.
 func (c *Ordered) GlobalTable() renderer.Table {
-	return renderer.Table{ID: renderer.GlobalTableID, Rules: c.global}
+	return renderer.Table{ID: renderer.GlobalTableID, Rules: c.global, Origins: c.globalFrom}
 }
 
 // Pods returns the known pods' rules, ordered by pod.
