@@ -228,7 +228,7 @@ type Policies struct {
 	AlwaysAllowed []netip.Addr `json:"alwaysAllowed,omitempty"`
 	// Denied are the packets the renderer's rules denied, per
 	// ClusterNetworkPolicy, per NetworkPolicy and per NetworkPolicy group,
-	// when the renderer counts them so (nftables).
+	// when the renderer counts them so (nftables; VPP with its stats socket).
 	Denied []Denied `json:"denied,omitempty"`
 }
 

@@ -68,7 +68,7 @@ func (d *rendered) Render(ctx context.Context, txn renderer.Txn) error {
 }
 
 // deniedCounter is a renderer that counts its denied packets per policy
-// (the nftables renderer).
+// (the nftables renderer, and the VPP ACL renderer with its counters).
 type deniedCounter interface {
 	Denied(ctx context.Context) ([]renderer.Denied, error)
 }

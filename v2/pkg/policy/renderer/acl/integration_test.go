@@ -325,3 +325,26 @@ func (e *itEnv) matched(table string) float64 {
 	}
 	return 0
 }
+
+// metricSum sums the values of metric whose label is value.
+func (e *itEnv) metricSum(metric, label, value string) float64 {
+	e.t.Helper()
+	families, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}

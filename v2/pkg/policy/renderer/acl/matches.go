@@ -1,6 +1,11 @@
 package acl
 
 import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +17,7 @@ import (
 	"go.fd.io/govpp/adapter/statsclient"
 	"go.fd.io/govpp/api"
 	"go.fd.io/govpp/binapi/acl"
+	"go.fd.io/govpp/binapi/acl_types"
 
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vppapi"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
@@ -38,63 +44,94 @@ var (
 		"Bytes of the packets counted by vcoil_vpp_policy_acl_matched_packets_total.", []string{"table"}, nil)
 )
 
-// matchCollector exports the hit counters of the renderer's ACLs, read
-// from VPP's stats segment at each scrape.
-type matchCollector struct {
-	r   *Renderer
-	log logr.Logger
-
+// statsReader reads the ACL counters of VPP's stats segment, for the
+// metrics and for Denied; the stats client follows VPP's restarts (it
+// watches the socket).
+type statsReader struct {
 	mu        sync.Mutex
 	stats     statsSource
 	connected bool
 }
 
-// newMatchCollector reads the stats segment at socket; the stats client
-// follows VPP's restarts (it watches the socket). A scrape waits at most a
+// newStatsReader reads the stats segment at socket. A read waits at most a
 // second for a missing socket.
-func newMatchCollector(r *Renderer, socket string, log logr.Logger) *matchCollector {
-	return &matchCollector{r: r, log: log, stats: statsclient.NewStatsClient(socket, statsclient.SetSocketRetryTimeout(time.Second))}
+func newStatsReader(socket string) *statsReader {
+	return &statsReader{stats: statsclient.NewStatsClient(socket, statsclient.SetSocketRetryTimeout(time.Second))}
 }
 
-func (c *matchCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- matchedPacketsDesc
-	ch <- matchedBytesDesc
-}
-
-// Collect sums each of the renderer's ACLs' counters over threads and
-// rules. A scrape while VPP is away exports nothing.
-func (c *matchCollector) Collect(ch chan<- prometheus.Metric) {
-	tables := c.r.aclTables()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.connected {
-		if err := c.stats.Connect(); err != nil {
-			c.log.V(1).Info("cannot read VPP's stats segment for the ACL hit counters", "error", err.Error())
-			return
+// matches returns the per-thread, per-rule counters of every ACL, by ACL
+// index.
+func (s *statsReader) matches() (map[uint32]adapter.CombinedCounterStat, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.connected {
+		if err := s.stats.Connect(); err != nil {
+			return nil, fmt.Errorf("connect to VPP's stats segment: %w", err)
 		}
-		c.connected = true
+		s.connected = true
 	}
-	entries, err := c.stats.DumpStats(matchesPattern)
+	entries, err := s.stats.DumpStats(matchesPattern)
 	if err != nil {
-		c.log.V(1).Info("cannot read the ACL hit counters in VPP's stats segment", "error", err.Error())
-		return
+		return nil, fmt.Errorf("read the ACL counters in VPP's stats segment: %w", err)
 	}
+	out := map[uint32]adapter.CombinedCounterStat{}
 	for _, e := range entries {
 		index, ok := aclIndexOf(string(e.Name))
 		if !ok {
 			continue
 		}
+		if counters, ok := e.Data.(adapter.CombinedCounterStat); ok {
+			out[index] = counters
+		}
+	}
+	return out, nil
+}
+
+var (
+	clusterDeniedDesc = prometheus.NewDesc("vcoil_policy_cluster_network_policy_denied_packets_total",
+		"Packets the rules of a ClusterNetworkPolicy denied, by policy, tier and direction, summed over the VPP ACLs holding them; "+
+			"VPP starts an ACL's counts again from 0 when the ACL is replaced.",
+		[]string{"policy", "tier", "direction"}, nil)
+	npDeniedDesc = prometheus.NewDesc("vcoil_policy_network_policy_denied_packets_total",
+		"Packets to (ingress) or from (egress) local pods a NetworkPolicy isolates that no NetworkPolicy of theirs permitted, by policy and direction, "+
+			"counted by the VPP ACLs of pods with ClusterNetworkPolicy tiers (a packet of a pod two policies isolate counts for both).",
+		[]string{"namespace", "policy", "direction"}, nil)
+)
+
+// matchCollector exports the hit counters of the renderer's ACLs, and the
+// packets denied per policy (Denied), read from VPP's stats segment at
+// each scrape.
+type matchCollector struct {
+	r     *Renderer
+	log   logr.Logger
+	stats *statsReader
+}
+
+func (c *matchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- matchedPacketsDesc
+	ch <- matchedBytesDesc
+	ch <- clusterDeniedDesc
+	ch <- npDeniedDesc
+}
+
+// Collect sums each of the renderer's ACLs' counters over threads and
+// rules, and the denied packets per policy. A scrape while VPP is away
+// exports nothing.
+func (c *matchCollector) Collect(ch chan<- prometheus.Metric) {
+	tables, origins := c.r.aclTables()
+	counters, err := c.stats.matches()
+	if err != nil {
+		c.log.V(1).Info("cannot read the ACL hit counters", "error", err.Error())
+		return
+	}
+	for index, perThread := range counters {
 		table, ok := tables[index]
 		if !ok {
 			continue
 		}
-		counters, ok := e.Data.(adapter.CombinedCounterStat)
-		if !ok {
-			continue
-		}
 		var packets, bytes uint64
-		for _, perThread := range counters {
-			for _, rule := range perThread {
+		for _, rules := range perThread {
+			for _, rule := range rules {
 				packets += rule.Packets()
 				bytes += rule.Bytes()
 			}
@@ -102,6 +139,75 @@ func (c *matchCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(matchedPacketsDesc, prometheus.CounterValue, float64(packets), table)
 		ch <- prometheus.MustNewConstMetric(matchedBytesDesc, prometheus.CounterValue, float64(bytes), table)
 	}
+	for _, d := range deniedOf(origins, counters) {
+		if d.Tier == "networkpolicy" {
+			ns, name, _ := strings.Cut(d.Policy, "/")
+			ch <- prometheus.MustNewConstMetric(npDeniedDesc, prometheus.CounterValue, float64(d.Packets), ns, name, d.Direction.String())
+		} else {
+			ch <- prometheus.MustNewConstMetric(clusterDeniedDesc, prometheus.CounterValue, float64(d.Packets), d.Policy, d.Tier, d.Direction.String())
+		}
+	}
+}
+
+// Denied reads the packets the deny rules of the renderer's ACLs denied,
+// per policy: those of ClusterNetworkPolicies per policy, tier and
+// direction, and, for pods with tiers (tables.Ordered), those no
+// NetworkPolicy permitted, per NetworkPolicy isolating the pod. It needs
+// the ACL counters (Config.StatsSocket and Registry).
+func (r *Renderer) Denied(ctx context.Context) ([]renderer.Denied, error) {
+	if r.stats == nil {
+		return nil, errors.New("VPP ACL policy renderer: the ACL counters are off (no stats socket or metrics registry)")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	_, origins := r.aclTables()
+	counters, err := r.stats.matches()
+	if err != nil {
+		return nil, fmt.Errorf("VPP ACL policy renderer: %w", err)
+	}
+	return deniedOf(origins, counters), nil
+}
+
+// ruleOrigins are the origins of an ACL's rules, one per ACL rule, with
+// whether the rule denies.
+type ruleOrigins struct {
+	from []*renderer.Origin
+	deny []bool
+}
+
+// deniedOf sums the counts of the deny rules by origin, per policy.
+func deniedOf(origins map[uint32]ruleOrigins, counters map[uint32]adapter.CombinedCounterStat) []renderer.Denied {
+	type key struct {
+		tier, policy string
+		dir          renderer.Direction
+	}
+	sums := map[key]uint64{}
+	for index, perThread := range counters {
+		o, ok := origins[index]
+		if !ok {
+			continue
+		}
+		for _, rules := range perThread {
+			for i, rule := range rules {
+				if i >= len(o.from) || !o.deny[i] || o.from[i] == nil || rule.Packets() == 0 {
+					continue
+				}
+				x := o.from[i]
+				for _, p := range x.Policies {
+					sums[key{x.Tier, p, x.Direction}] += rule.Packets()
+				}
+			}
+		}
+	}
+	out := make([]renderer.Denied, 0, len(sums))
+	for k, n := range sums {
+		out = append(out, renderer.Denied{Tier: k.tier, Policy: k.policy, Direction: k.dir, Packets: n})
+	}
+	slices.SortFunc(out, func(a, b renderer.Denied) int {
+		return cmp.Or(cmp.Compare(a.Tier, b.Tier), cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Direction, b.Direction))
+	})
+	return out
 }
 
 // aclIndexOf parses "/acl/<index>/matches".
@@ -119,25 +225,57 @@ func aclIndexOf(name string) (uint32, bool) {
 	return uint32(x), err == nil
 }
 
-// aclTables names the renderer's ACLs by index, while VPP's content is
-// known.
-func (r *Renderer) aclTables() map[uint32]string {
+// aclTables names the renderer's ACLs by index, and gives the origins of
+// the rules of those whose table has them, while VPP's content is known.
+func (r *Renderer) aclTables() (map[uint32]string, map[uint32]ruleOrigins) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[uint32]string{}
+	names, origins := map[uint32]string{}, map[uint32]ruleOrigins{}
 	if !r.synced {
-		return out
+		return names, origins
 	}
 	for id, a := range r.local {
-		out[a.index] = string(id)
+		names[a.index] = string(id)
 	}
 	if r.global != nil {
-		out[r.global.index] = string(renderer.GlobalTableID)
+		names[r.global.index] = string(renderer.GlobalTableID)
 	}
 	if r.reflect != nil {
-		out[r.reflect.index] = "reflect"
+		names[r.reflect.index] = "reflect"
 	}
-	return out
+	tables := r.cache.LocalTables()
+	if g := r.cache.GlobalTable(); len(g.Rules) > 0 {
+		tables = append(tables, g)
+	}
+	for _, t := range tables {
+		if t.Origins == nil {
+			continue
+		}
+		var a *aclState
+		if t.ID == renderer.GlobalTableID {
+			a = r.global
+		} else if l, ok := r.local[t.ID]; ok {
+			a = &l
+		}
+		if a == nil {
+			continue
+		}
+		var o ruleOrigins
+		for i := range t.Rules {
+			for range familiesOf(&t.Rules[i]) {
+				o.from = append(o.from, t.Origins[i])
+			}
+		}
+		if len(o.from) != len(a.rules) {
+			// Not the table VPP holds: count nothing rather than wrongly.
+			continue
+		}
+		for _, rule := range a.rules {
+			o.deny = append(o.deny, rule.IsPermit == acl_types.ACL_ACTION_API_DENY)
+		}
+		origins[a.index] = o
+	}
+	return names, origins
 }
 
 // enableCounters turns on the ACL plugin's counters (once per

@@ -63,6 +63,8 @@ type Renderer struct {
 	// goroutines (the configurator's, and the one watching VPP restarts).
 	mu    sync.Mutex
 	cache ruleCache
+	// stats reads the ACL counters (nil: they are off)
+	stats *statsReader
 	// tiers are the pods with ClusterNetworkPolicy tiers: while there is
 	// one, cache is a tables.Ordered (ordered is set), else a tables.Cache.
 	tiers   map[renderer.PodID]bool
@@ -124,7 +126,8 @@ func New(dp Dataplane, cfg Config, log logr.Logger) (*Renderer, error) {
 		reflective: vpp.ReflectiveRules(),
 	}
 	if cfg.Registry != nil && cfg.StatsSocket != "" {
-		if err := cfg.Registry.Register(newMatchCollector(r, cfg.StatsSocket, log)); err != nil {
+		r.stats = newStatsReader(cfg.StatsSocket)
+		if err := cfg.Registry.Register(&matchCollector{r: r, log: log, stats: r.stats}); err != nil {
 			return nil, fmt.Errorf("VPP ACL policy renderer: register the ACL hit counters: %w", err)
 		}
 	}

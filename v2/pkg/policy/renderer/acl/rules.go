@@ -42,16 +42,7 @@ func aclRules(rules []renderer.Rule) ([]acl_types.ACLRule, error) {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("rule %d: %w", i, err)
 		}
-		var families []bool // is IPv4
-		switch {
-		case r.SrcNetwork.IsValid():
-			families = []bool{r.SrcNetwork.Addr().Is4()}
-		case r.DstNetwork.IsValid():
-			families = []bool{r.DstNetwork.Addr().Is4()}
-		default:
-			families = []bool{true, false}
-		}
-		for _, v4 := range families {
+		for _, v4 := range familiesOf(r) {
 			all := anyIPv6
 			if v4 {
 				all = anyIPv4
@@ -77,6 +68,18 @@ func aclRules(rules []renderer.Rule) ([]acl_types.ACLRule, error) {
 		}
 	}
 	return out, nil
+}
+
+// familiesOf are the families of the ACL rules rule r becomes, in order
+// (is IPv4).
+func familiesOf(r *renderer.Rule) []bool {
+	switch {
+	case r.SrcNetwork.IsValid():
+		return []bool{r.SrcNetwork.Addr().Is4()}
+	case r.DstNetwork.IsValid():
+		return []bool{r.DstNetwork.Addr().Is4()}
+	}
+	return []bool{true, false}
 }
 
 // contentKey identifies an ACL's rules, for adopting after a restart of
