@@ -168,7 +168,7 @@ func (f flags) policyOptions(dp vpp.Dataplane, restarts enforcer.Restarts) enfor
 		},
 	}
 	if dp != nil {
-		o.VPP, o.StatsSocket, o.Restarts = dp, f.vpp.statsSocket, restarts
+		o.VPP, o.StatsSocket, o.Restarts, o.MaxACLRules = dp, f.vpp.statsSocket, restarts, f.vpp.maxACLRules
 	}
 	return o
 }

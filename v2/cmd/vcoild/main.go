@@ -23,6 +23,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/daemon"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
+	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
@@ -69,6 +70,7 @@ type serviceFlags struct {
 type vppFlags struct {
 	apiSocket, uplink, podInterface, hostInterconnect string
 	statsSocket                                       string
+	maxACLRules                                       int
 	uplinkAddresses                                   []string
 	uplinkGatewayIPv4, uplinkGatewayIPv6              string
 	gso                                               bool
@@ -114,6 +116,7 @@ func main() {
 	fs.DurationVar(&f.podSweepInterval, "pod-sweep-interval", daemon.DefaultSweepInterval, "how often vcoild looks for pods whose network namespace is gone without a DEL; negative turns the sweep off")
 	fs.DurationVar(&f.podSweepGrace, "pod-sweep-grace", daemon.DefaultSweepGrace, "how long a pod's network namespace must have been seen gone before the sweep releases its address")
 	fs.StringVar(&f.vpp.apiSocket, "vpp-api-socket", vpp.DefaultAPISocket, "VPP's binary API socket (VPP dataplane)")
+	fs.IntVar(&f.vpp.maxACLRules, "vpp-acl-max-rules", acl.DefaultMaxRules, "the most ACL rules the network policies may take in VPP, all ACLs together: a change needing more is refused (logged, readiness fails) rather than let VPP run out of memory; VPP's stats segment needs about 16 bytes per rule and thread with --vpp-stats-socket (docs/policy.md)")
 	fs.StringVar(&f.vpp.statsSocket, "vpp-stats-socket", "", "VPP's stats socket (startup.conf statseg { socket-name }); when set, each policy ACL's hit counters are exported as metrics, and the router advertisements and redirects the pod guard drops are counted in vcoil_source_validation_drops_total")
 	fs.StringVar(&f.vpp.podInterface, "vpp-pod-interface", string(vpp.Auto), "pod interface type: tap (needs /dev/vhost-net), af_packet (a veth) or auto (tap where /dev/vhost-net exists, else af_packet)")
 	fs.StringVar(&f.vpp.hostInterconnect, "vpp-host-interconnect", "", "host interconnect type: tap, af_packet or auto (default: the pod interface's)")

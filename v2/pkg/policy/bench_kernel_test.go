@@ -233,7 +233,9 @@ func benchVPP(t *testing.T, out, bin string, tiers bool) {
 	if err := d.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := acl.New(d, acl.Config{}, logr.Discard())
+	// The ClusterNetworkPolicy rows need far more rules than the default
+	// budget; VPP is started with the memory they take (above).
+	r, err := acl.New(d, acl.Config{MaxRules: 4_000_000}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,9 @@ type Options struct {
 	// full syncs the pods VPP holds down come up (HeldPods).
 	VPP         vpp.Dataplane
 	StatsSocket string
+	// MaxACLRules bounds the ACL rules of the policies in VPP (the ACL
+	// renderer's Config.MaxRules; 0: its default).
+	MaxACLRules int
 	Restarts    Restarts
 	// Known lists the local pods this node's vcoild gave addresses to (the
 	// agent's Options.Known).
@@ -113,7 +116,7 @@ func releaseAfterSync(held HeldPods) func(context.Context) error {
 // VPP's ACLs on VPP, else nftables.
 func dataplaneRenderer(opts Options) (renderer.Renderer, string, error) {
 	if opts.VPP != nil {
-		r, err := acl.New(opts.VPP, acl.Config{Registry: opts.Registry, StatsSocket: opts.StatsSocket}, opts.Log.WithName("acl"))
+		r, err := acl.New(opts.VPP, acl.Config{Registry: opts.Registry, StatsSocket: opts.StatsSocket, MaxRules: opts.MaxACLRules}, opts.Log.WithName("acl"))
 		if err != nil {
 			return nil, "", err
 		}

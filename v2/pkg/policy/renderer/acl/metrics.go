@@ -14,6 +14,8 @@ import (
 type metrics struct {
 	syncs    *rendermetrics.Syncs
 	acls     *prometheus.GaugeVec
+	rules    prometheus.Gauge
+	budget   prometheus.Gauge
 	requests prometheus.Counter
 }
 
@@ -28,6 +30,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "acls",
 			Help: "ACLs the VPP ACL policy renderer holds in VPP, by kind (local: one per local table; global; reflective).",
 		}, []string{"kind"}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "acl_rules",
+			Help: "ACL rules the policy tables need in VPP, at the last transaction (checked against vcoil_vpp_policy_acl_rule_budget before VPP is touched).",
+		}),
+		budget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "acl_rule_budget",
+			Help: "The most ACL rules the VPP ACL policy renderer gives VPP (--vpp-acl-max-rules): a transaction needing more is refused.",
+		}),
 		requests: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "vcoil", Subsystem: "vpp_policy", Name: "acl_requests_total",
 			Help: "ACL add, replace and delete requests the VPP ACL policy renderer sent to VPP.",
@@ -39,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.acls, m.requests} {
+	for _, c := range []prometheus.Collector{m.acls, m.rules, m.budget, m.requests} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -54,6 +64,11 @@ func (m *metrics) observe(kind rendermetrics.Kind, start time.Time, err error) {
 }
 
 func (m *metrics) sent(n int) { m.requests.Add(float64(n)) }
+
+func (m *metrics) setRules(n, budget int) {
+	m.rules.Set(float64(n))
+	m.budget.Set(float64(budget))
+}
 
 func (m *metrics) setACLs(local int, global, reflective bool) {
 	b := func(x bool) float64 {

@@ -152,6 +152,14 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 		return fmt.Errorf("VPP ACL policy renderer: %w", err)
 	}
 	moved := r.noteAddresses(txn)
+	if !changes.Empty() || !r.synced {
+		if err := r.checkBudget(); err != nil {
+			// The cache is ahead of VPP now: the next call syncs all
+			// of it, checking the budget again.
+			r.synced = false
+			return err
+		}
+	}
 	// A resync transaction (the policy agent's, after a VPP restart among
 	// others) carries no change when the policies did not change: it
 	// still looks at VPP's incarnation, whose ACLs may be gone.
@@ -399,6 +407,34 @@ func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterf
 	return r.delete(ch, obsolete)
 }
 
+// ErrOverBudget is what a transaction whose tables need more ACL rules
+// than Config.MaxRules fails with.
+var ErrOverBudget = errors.New("the policy ACLs would exceed their rule budget")
+
+// checkBudget refuses the cache's tables when VPP would hold more ACL
+// rules than the budget.
+func (r *Renderer) checkBudget() error {
+	n := 0
+	tables := r.cache.LocalTables()
+	if g := r.cache.GlobalTable(); len(g.Rules) > 0 {
+		tables = append(tables, g)
+	}
+	for _, t := range tables {
+		for i := range t.Rules {
+			n += len(familiesOf(&t.Rules[i]))
+		}
+	}
+	if len(tables) > 0 {
+		n += len(r.reflective)
+	}
+	r.metrics.setRules(n, r.cfg.MaxRules)
+	if n > r.cfg.MaxRules {
+		return fmt.Errorf("VPP ACL policy renderer: %w: %d tables need %d rules, the budget is %d (--vpp-acl-max-rules; VPP's memory must hold them, docs/policy.md)",
+			ErrOverBudget, len(tables), n, r.cfg.MaxRules)
+	}
+	return nil
+}
+
 // setPod records that pod id, named by addr (invalid: gone), has table,
 // and adds the lists that make it so: the address it had before is
 // cleared unless another pod now holds it.
@@ -527,6 +563,9 @@ func (r *Renderer) delete(ch api.Channel, indexes []uint32) error {
 // the tagged ACLs it did not adopt.
 func (r *Renderer) fullSync(ctx context.Context, ch api.Channel, ifs vpp.NodeInterfaces) error {
 	r.synced = false
+	if err := r.checkBudget(); err != nil {
+		return err
+	}
 	if r.checked != ifs.Incarnation {
 		if err := checkMessages(ch); err != nil {
 			return err

@@ -3,6 +3,7 @@ package acl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -388,4 +389,51 @@ func TestARefusedListMakesTheNextTransactionSyncEverything(t *testing.T) {
 		`3 "vcoil-pol@2 local-1" [permit 6 10.1.0.2/32 > 0.0.0.0/0:80; deny 0 0.0.0.0/0 > 0.0.0.0/0; deny 0 ::/0 > ::/0]`,
 	})
 	wantLines(t, "the lists after the sync", lists, []string{"10.1.0.3 in=[1] out=[3]"})
+}
+
+// A transaction whose tables need more ACL rules than the budget is
+// refused before VPP is touched, and so is every later one until the
+// tables fit; then the renderer syncs everything.
+func TestTablesOverTheRuleBudgetAreRefusedBeforeVPPIsTouched(t *testing.T) {
+	f := newFakeVPP(t)
+	r, err := New(f, Config{MaxRules: 12}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := renderer.PodRules{Pod: podA, IPs: []netip.Addr{ipA}, Ingress: []renderer.Rule{permit(renderer.ProtocolTCP, "10.1.0.3/32", "", 80), renderer.DenyAll}}
+	if err := r.Render(ctx(t), renderer.Txn{Resync: true, Pods: []renderer.PodRules{small}}); err != nil {
+		t.Fatal(err)
+	}
+	held := len(f.acls)
+	big := small
+	big.Ingress = nil
+	for i := range 6 {
+		big.Ingress = append(big.Ingress, permit(renderer.ProtocolTCP, fmt.Sprintf("10.1.0.%d/32", 10+i), "", 80))
+	}
+	big.Ingress = append(big.Ingress, renderer.DenyAll)
+	for range 2 {
+		err := r.Render(ctx(t), renderer.Txn{Pods: []renderer.PodRules{big}})
+		if !errors.Is(err, ErrOverBudget) || !strings.Contains(err.Error(), "the budget is 12") {
+			t.Fatalf("Render over the budget: %v", err)
+		}
+		if len(f.acls) != held || len(f.acls[r.local[firstTable(r)].index].R) != 3 {
+			t.Fatalf("VPP changed: %d ACLs", len(f.acls))
+		}
+	}
+	if err := r.Render(ctx(t), renderer.Txn{Pods: []renderer.PodRules{small}}); err != nil {
+		t.Fatalf("Render within the budget again: %v", err)
+	}
+	if !r.synced {
+		t.Fatal("not synced after a transaction within the budget")
+	}
+	if _, err := New(f, Config{MaxRules: -1}, logr.Discard()); err == nil {
+		t.Fatal("a negative budget is accepted")
+	}
+}
+
+func firstTable(r *Renderer) renderer.TableID {
+	for id := range r.local {
+		return id
+	}
+	return ""
 }
