@@ -37,6 +37,12 @@ func (f flags) check() error {
 	if err := nodestate.CheckAddr(f.stateAddr); err != nil {
 		return fmt.Errorf("--state-addr %q: %w", f.stateAddr, err)
 	}
+	if w := f.blockLowWatermark; w < 0 || w >= 1 {
+		return fmt.Errorf("--block-low-watermark %v: want a fraction of a block, 0 (off) up to below 1", w)
+	}
+	if f.vpp.maxACLRules < 1 {
+		return fmt.Errorf("--vpp-acl-max-rules %d: want a positive number", f.vpp.maxACLRules)
+	}
 	return nil
 }
 

@@ -90,3 +90,20 @@ func TestLBExportProtocolMustDifferFromTheOtherRoutes(t *testing.T) {
 		}
 	}
 }
+
+func TestBadBlockWatermarkAndACLBudgetAreRefused(t *testing.T) {
+	bin := gobuild.Program(t, vcoildPackage)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--block-low-watermark", "1"}, "--block-low-watermark 1: want a fraction"},
+		{[]string{"--block-low-watermark", "-0.1"}, "--block-low-watermark -0.1: want a fraction"},
+		{[]string{"--vpp-acl-max-rules", "0"}, "--vpp-acl-max-rules 0: want a positive number"},
+	} {
+		out, err := exec.Command(bin, append([]string{"--node-name", "x"}, c.args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("vcoild %s = %v, want %q:\n%s", c.args, err, c.want, out)
+		}
+	}
+}

@@ -39,6 +39,7 @@ type flags struct {
 	directRouting                         bool
 	directTable, directRulePriority       int
 	blockRequestTimeout                   time.Duration
+	blockLowWatermark                     float64
 	podSweepInterval, podSweepGrace       time.Duration
 	vpp                                   vppFlags
 	services                              serviceFlags
@@ -113,6 +114,7 @@ func main() {
 	fs.IntVar(&f.directTable, "direct-table", routes.DefaultDirectTable, "routing table of the direct routes")
 	fs.IntVar(&f.directRulePriority, "direct-rule-priority", routes.DefaultDirectRulePriority, "priority of the rule that looks up the direct table")
 	fs.DurationVar(&f.blockRequestTimeout, "block-request-timeout", constants.BlockRequestTimeout, "how long an ADD waits for a new address block")
+	fs.Float64Var(&f.blockLowWatermark, "block-low-watermark", constants.BlockLowWatermark, "ask for a pool's next address block ahead when its free addresses fall to this fraction of a block (0 < w < 1; 0: only when the pool is full), so that ADDs do not wait for vcoil-controller")
 	fs.DurationVar(&f.podSweepInterval, "pod-sweep-interval", daemon.DefaultSweepInterval, "how often vcoild looks for pods whose network namespace is gone without a DEL; negative turns the sweep off")
 	fs.DurationVar(&f.podSweepGrace, "pod-sweep-grace", daemon.DefaultSweepGrace, "how long a pod's network namespace must have been seen gone before the sweep releases its address")
 	fs.StringVar(&f.vpp.apiSocket, "vpp-api-socket", vpp.DefaultAPISocket, "VPP's binary API socket (VPP dataplane)")
@@ -271,7 +273,7 @@ func run(ctx context.Context, f flags) error {
 	d, err := daemon.Setup(mgr, daemon.Options{
 		NodeName: f.nodeName, Socket: f.socket, StateDir: f.stateDir,
 		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
-		BlockRequestTimeout: f.blockRequestTimeout, Registry: metrics.Registry,
+		BlockRequestTimeout: f.blockRequestTimeout, BlockLowWatermark: f.blockLowWatermark, Registry: metrics.Registry,
 		SweepInterval: f.podSweepInterval, SweepGrace: f.podSweepGrace,
 		Policies: parts.policies, Egress: parts.egress,
 	})

@@ -41,6 +41,9 @@ const (
 	DaemonStatePort = 9390
 	// BlockRequestTimeout bounds vcoild's wait for one new address block.
 	BlockRequestTimeout = 30 * time.Second
+	// BlockLowWatermark is the fraction of a block whose free addresses
+	// left in a pool make vcoild ask for the pool's next block ahead.
+	BlockLowWatermark = 0.5
 
 	CNIBinDir   = "/opt/cni/bin"
 	CNIConfDir  = "/etc/cni/net.d"

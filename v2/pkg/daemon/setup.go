@@ -36,6 +36,9 @@ type Options struct {
 	Direct   DirectRouter
 	// BlockRequestTimeout bounds the wait for one new block.
 	BlockRequestTimeout time.Duration
+	// BlockLowWatermark asks for a pool's next block ahead
+	// (nodeipam.Config.LowWatermark; 0: off).
+	BlockLowWatermark float64
 	// Registry receives vcoild's metrics (controller-runtime's
 	// metrics.Registry in vcoild).
 	Registry prometheus.Registerer
@@ -90,6 +93,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 	}
 	im := nodeipam.New(mgr.GetClient(), mgr.GetAPIReader(), nodeipam.Config{
 		NodeName: opts.NodeName, RequestTimeout: opts.BlockRequestTimeout,
+		LowWatermark: opts.BlockLowWatermark, Registry: opts.Registry,
 	}, log.WithName("ipam"))
 	if err := im.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the node block controller: %w", err)

@@ -158,6 +158,43 @@ func (a *NodeAllocator) Free(block string, offset int) (releasable bool) {
 	return nb.inUse == 0 && (!nb.nodeSubnet || nb.draining)
 }
 
+// PoolFree reports the addresses of pool still to give (its blocks that
+// do not drain) and how many addresses its largest such block gives;
+// inUse counts the pool's addresses given, draining blocks included.
+func (a *NodeAllocator) PoolFree(pool string) (free, blockSize, inUse int) {
+	for _, nb := range a.blocks {
+		if nb.pool != pool {
+			continue
+		}
+		inUse += nb.inUse
+		if nb.draining {
+			continue
+		}
+		f := nb.free()
+		free += f
+		blockSize = max(blockSize, f+nb.inUse)
+	}
+	return free, blockSize, inUse
+}
+
+// PoolOf is the pool of a block of the node ("" for none).
+func (a *NodeAllocator) PoolOf(block string) string {
+	if nb, ok := a.blocks[block]; ok {
+		return nb.pool
+	}
+	return ""
+}
+
+// FreeOf is the number of addresses a block of the node still gives (0
+// for a draining or unknown one).
+func (a *NodeAllocator) FreeOf(block string) int {
+	nb, ok := a.blocks[block]
+	if !ok || nb.draining {
+		return 0
+	}
+	return nb.free()
+}
+
 // BlockUsage describes a block of the node.
 type BlockUsage struct {
 	Pool       string

@@ -1,7 +1,8 @@
 // Package nodeipam is a node's side of address management against the
 // apiserver: it holds the node's AddressBlocks in an ipam.NodeAllocator,
-// acquires new blocks through BlockRequests when a pool's blocks are full,
-// releases blocks whose last address is freed, and acquires the node subnet
+// acquires new blocks through BlockRequests when a pool's blocks are full
+// (or, with a low watermark, before they are), releases blocks whose last
+// address is freed (but the spare the watermark keeps), and acquires the node subnet
 // and publishes its NAT loopback. It keeps no durable state of its own: the
 // blocks live in the apiserver and the allocations in vcoild's checkpoint.
 //
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,7 +91,22 @@ type Config struct {
 	// ReleaseBackoff and ReleaseBackoffCap are the first and the longest
 	// wait before a failed release of a block is tried again.
 	ReleaseBackoff, ReleaseBackoffCap time.Duration
+	// LowWatermark, a fraction of a block (0 < w < 1), makes the node ask
+	// for a pool's next block ahead: when an allocation leaves the pool's
+	// blocks with no more than LowWatermark × the block's addresses free,
+	// a BlockRequest starts in the background, so that no allocation
+	// waits for vcoil-controller while the pool has room. The last block
+	// of a pool still in use is then kept when it empties, as the spare.
+	// 0 turns it off: a block is requested when the pool is full.
+	LowWatermark float64
+	// Registry receives the prefetch and wait counters (nil: none).
+	Registry prometheus.Registerer
 }
+
+// prefetchBackoff is how long a pool whose prefetch failed (exhausted,
+// refused, timed out) is not prefetched again; an allocation that finds
+// the pool full still asks at once.
+const prefetchBackoff = 30 * time.Second
 
 // NodeIPAM is the node's address manager. Safe for concurrent use.
 //
@@ -128,11 +145,18 @@ type NodeIPAM struct {
 	// releases is the block controller's queue, once it runs; a failed
 	// release goes back into it, rate limited.
 	releases workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// prefetchAfter holds the pools whose prefetch failed, until when
+	// they are not prefetched again.
+	prefetchAfter map[string]time.Time
+	metrics       *metrics
 }
 
 type acquisition struct {
 	done chan struct{}
 	err  error
+	// prefetch: started by the watermark, not by an allocation that
+	// found the pool full.
+	prefetch bool
 }
 
 // New returns a NodeIPAM without blocks; call Load, then EnsureNodeSubnet.
@@ -156,6 +180,9 @@ func New(c client.Client, reader client.Reader, cfg Config, log logr.Logger) *No
 		waiting:   map[string]bool{},
 		abandoned: map[string]bool{},
 		releasing: map[string]bool{},
+
+		prefetchAfter: map[string]time.Time{},
+		metrics:       newMetrics(cfg.Registry, log),
 	}
 }
 
@@ -325,6 +352,7 @@ func (m *NodeIPAM) Allocate(ctx context.Context, pool string) (ipam.Allocation, 
 	// may share one block and some may lose the race for its addresses
 	// several times, so the bound is a time, not a number of rounds.
 	deadline := time.Now().Add(2 * m.cfg.RequestTimeout)
+	counted := false
 	for time.Now().Before(deadline) {
 		m.mu.Lock()
 		if m.nodeSubnet == "" {
@@ -333,7 +361,11 @@ func (m *NodeIPAM) Allocate(ctx context.Context, pool string) (ipam.Allocation, 
 		}
 		a, err := m.alloc.Allocate(pool)
 		if err == nil {
+			prefetch := m.prefetchLocked(pool)
 			m.mu.Unlock()
+			if prefetch != nil {
+				go m.acquire(pool, prefetch)
+			}
 			return a, nil
 		}
 		if !errors.Is(err, ipam.ErrNoFreeAddress) {
@@ -346,6 +378,10 @@ func (m *NodeIPAM) Allocate(ctx context.Context, pool string) (ipam.Allocation, 
 			m.acquiring[pool] = acq
 		}
 		m.mu.Unlock()
+		if !counted {
+			m.metrics.waited(pool, acq.prefetch)
+			counted = true
+		}
 
 		if !started {
 			go m.acquire(pool, acq)
@@ -368,11 +404,65 @@ func (m *NodeIPAM) Allocate(ctx context.Context, pool string) (ipam.Allocation, 
 func (m *NodeIPAM) acquire(pool string, acq *acquisition) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RequestTimeout+5*time.Second)
 	defer cancel()
-	_, acq.err = m.requestBlock(ctx, pool)
+	block, err := m.requestBlock(ctx, pool)
+	acq.err = err
 	m.mu.Lock()
 	delete(m.acquiring, pool)
+	if acq.prefetch {
+		if err != nil {
+			m.prefetchAfter[pool] = time.Now().Add(prefetchBackoff)
+		} else {
+			delete(m.prefetchAfter, pool)
+		}
+	}
 	m.mu.Unlock()
+	if acq.prefetch {
+		m.metrics.prefetched(pool, err)
+		if err != nil {
+			m.log.Info("cannot get the next address block ahead; an allocation that finds the pool full asks again", "pool", pool, "error", err.Error())
+		} else {
+			m.log.V(1).Info("got the next address block ahead", "pool", pool, "block", block)
+		}
+	}
 	close(acq.done)
+}
+
+// prefetchLocked starts the acquisition of pool's next block when its free
+// addresses are at the low watermark or below (Config.LowWatermark) and
+// none is under way; the caller runs acquire with what it returns.
+func (m *NodeIPAM) prefetchLocked(pool string) *acquisition {
+	if m.cfg.LowWatermark <= 0 {
+		return nil
+	}
+	if _, ok := m.acquiring[pool]; ok {
+		return nil
+	}
+	if time.Now().Before(m.prefetchAfter[pool]) {
+		return nil
+	}
+	free, size, _ := m.alloc.PoolFree(pool)
+	if float64(free) > m.cfg.LowWatermark*float64(size) {
+		return nil
+	}
+	acq := &acquisition{done: make(chan struct{}), prefetch: true}
+	m.acquiring[pool] = acq
+	return acq
+}
+
+// keepSpareLocked tells whether block, of pool, whose last address was
+// just freed, stays as the pool's spare (Config.LowWatermark): the pool
+// still has addresses in use and, without it, would be at its low
+// watermark.
+func (m *NodeIPAM) keepSpareLocked(pool, block string) bool {
+	if m.cfg.LowWatermark <= 0 || block == m.nodeSubnet {
+		return false
+	}
+	free, size, inUse := m.alloc.PoolFree(pool)
+	if inUse == 0 {
+		return false
+	}
+	without := free - m.alloc.FreeOf(block)
+	return float64(without) <= m.cfg.LowWatermark*float64(size)
 }
 
 // requestBlock waits for a BlockRequest of pool (an unanswered one of an
@@ -488,13 +578,25 @@ func (m *NodeIPAM) pendingRequest(ctx context.Context, pool string) (*vcoilv2.Bl
 // and tried again with backoff, the block kept (draining) meanwhile.
 func (m *NodeIPAM) Free(ctx context.Context, a ipam.Allocation) error {
 	m.mu.Lock()
-	releasable := m.alloc.Free(a.Block, a.Offset) && !m.releasing[a.Block]
-	if releasable {
-		m.retireBlockLocked(a.Block)
+	pool := m.alloc.PoolOf(a.Block)
+	var release []string
+	if m.alloc.Free(a.Block, a.Offset) && !m.releasing[a.Block] && !m.keepSpareLocked(pool, a.Block) {
+		release = append(release, a.Block)
+	}
+	if _, _, inUse := m.alloc.PoolFree(pool); inUse == 0 && m.cfg.LowWatermark > 0 {
+		// The pool's last address: the spare goes too.
+		for _, b := range m.alloc.Blocks() {
+			if b.Pool == pool && b.Name != a.Block && b.InUse == 0 && !b.NodeSubnet && !m.releasing[b.Name] {
+				release = append(release, b.Name)
+			}
+		}
+	}
+	for _, name := range release {
+		m.retireBlockLocked(name)
 	}
 	m.mu.Unlock()
-	if releasable {
-		m.releaseOrRetry(ctx, a.Block)
+	for _, name := range release {
+		m.releaseOrRetry(ctx, name)
 	}
 	return nil
 }

@@ -44,6 +44,13 @@ func (d deleteFailing) Delete(ctx context.Context, obj client.Object, opts ...cl
 // startNodeWith is startNode with a client wrapper and a request timeout.
 func startNodeWith(t *testing.T, node string, wrap func(client.Client) client.Client, timeout time.Duration) *NodeIPAM {
 	t.Helper()
+	return startNodeConfig(t, node, wrap, timeout, nil)
+}
+
+// startNodeConfig is startNodeWith with changes to the NodeIPAM's
+// configuration.
+func startNodeConfig(t *testing.T, node string, wrap func(client.Client) client.Client, timeout time.Duration, change func(*Config)) *NodeIPAM {
+	t.Helper()
 	mgr, err := controllertest.NewManager(env)
 	if err != nil {
 		t.Fatal(err)
@@ -52,10 +59,14 @@ func startNodeWith(t *testing.T, node string, wrap func(client.Client) client.Cl
 	if wrap != nil {
 		c = wrap(c)
 	}
-	m := New(c, mgr.GetAPIReader(), Config{
+	cfg := Config{
 		NodeName: node, RequestTimeout: timeout, PollInterval: 20 * time.Millisecond,
 		ReleaseBackoff: 20 * time.Millisecond, ReleaseBackoffCap: 200 * time.Millisecond,
-	}, testr.New(t))
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	m := New(c, mgr.GetAPIReader(), cfg, testr.New(t))
 	if err := m.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
