@@ -23,6 +23,7 @@ import (
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/gobuild"
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp/vpptest"
 )
 
@@ -66,6 +67,7 @@ func TestBenchCNI(t *testing.T) {
 		{plugin: "vcoil", family: "ipv4", dataplane: "linux"},
 		{plugin: "ptp+host-local", family: "ipv4", dataplane: "linux"},
 		{plugin: "vcoil", family: "dual", dataplane: "linux"},
+		{plugin: "vcoil", family: "ipv4", dataplane: "linux", noPrefetch: true},
 	}
 	// Not vpptest.Binary: it would skip the whole test, Linux rows too.
 	vppBin := os.Getenv(vpptest.BinEnv)
@@ -134,6 +136,8 @@ func TestBenchCNI(t *testing.T) {
 				if v.renderer != "" {
 					waitRendered(t, n, v.renderer, v.services)
 				}
+			} else if v.noPrefetch {
+				n = newNode(t, f, 10+len(rows), "--block-low-watermark=0")
 			} else {
 				n = newNode(t, f, 10+len(rows))
 			}
@@ -164,9 +168,14 @@ func TestBenchCNI(t *testing.T) {
 				}
 			}
 			row := benchRow{Plugin: plugin, Dataplane: v.dataplane, PodInterface: podIf, Family: v.family, Scenario: sc.name, Pods: sc.pods,
-				Renderer: v.renderer, Services: v.services}
+				Renderer: v.renderer, Services: v.services, NoPrefetch: v.noPrefetch}
 			start := time.Now()
 			adds := timeEach(t, n, pods, sc.concurrent, func(p *pod) error { return n.add(p) })
+			if plugin == "vcoil" {
+				pool := `pool="` + pods[0].namespace + `"`
+				waits, ahead := n.sumMetric(t, "vcoil_node_allocation_waits_total", pool), n.sumMetric(t, "vcoil_node_block_prefetches_total", pool, `result="ok"`)
+				row.AllocationWaits, row.Prefetches = &waits, &ahead
+			}
 			dels := timeEach(t, n, pods, sc.concurrent, n.del)
 			row.TotalSeconds = time.Since(start).Seconds()
 			row.AddP50, row.AddP99, row.AddMax = percentile(adds, 50), percentile(adds, 99), slices.Max(adds)
@@ -219,6 +228,10 @@ type benchVariant struct {
 	// (empty: the service proxy is off) and the Services the cluster holds.
 	renderer string
 	services int
+	// noPrefetch runs vcoild with --block-low-watermark=0: blocks are
+	// asked for only when the pool is full (the reference for the
+	// watermark's effect, in the same run).
+	noPrefetch bool
 }
 
 type benchRow struct {
@@ -244,6 +257,40 @@ type benchRow struct {
 	AddDelP50    float64 `json:"add_del_p50_ms"`
 	AddDelP99    float64 `json:"add_del_p99_ms"`
 	TotalSeconds float64 `json:"total_s"`
+	// AllocationWaits are the ADDs that found their pool's blocks full
+	// and waited for vcoil-controller (vcoild's
+	// vcoil_node_allocation_waits_total, both kinds), and Prefetches the
+	// blocks vcoild asked for ahead; vcoil rows only.
+	AllocationWaits *int `json:"allocation_waits,omitempty"`
+	// NoPrefetch: vcoild ran with --block-low-watermark=0.
+	NoPrefetch bool `json:"no_prefetch,omitempty"`
+	Prefetches *int `json:"block_prefetches,omitempty"`
+}
+
+// sumMetric sums the samples of a counter of vcoild's /metrics whose
+// labels hold every one of labels.
+func (n *node) sumMetric(t *testing.T, name string, labels ...string) int {
+	t.Helper()
+	_, body := testenv.HTTPGet(n.metrics)
+	total := 0.0
+	for _, l := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(l, name+"{") {
+			continue
+		}
+		ok := true
+		for _, x := range labels {
+			ok = ok && strings.Contains(l, x)
+		}
+		if !ok {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err != nil {
+			t.Fatalf("metric line %q: %v", l, err)
+		}
+		total += v
+	}
+	return int(total)
 }
 
 // newVPPBenchNode starts VPP in a new node's namespace and vcoild on the

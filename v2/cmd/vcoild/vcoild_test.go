@@ -182,15 +182,26 @@ func TestNATLoopbackIsNeverGivenAndBlocksComeAndGo(t *testing.T) {
 	if bs := blocksOf(t, n.name); len(bs) != 2 {
 		t.Fatalf("node has %d blocks after 7 pods, want 2", len(bs))
 	}
-	// Freeing the second block's pods releases it; the node subnet stays.
+	// Freeing the second block's pods empties it, but it stays as the
+	// pool's spare: the node subnet is full (the low watermark).
 	for _, p := range pods[5:] {
+		if err := n.del(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if bs := blocksOf(t, n.name); len(bs) != 2 {
+		t.Fatalf("node has %d blocks after the second one emptied, want 2 (the spare kept)", len(bs))
+	}
+	// The pool's last address freed: the spare goes; the node subnet stays.
+	for _, p := range pods[:5] {
 		if err := n.del(p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	poll.Eventually(t, 10*time.Second, func() error {
 		if bs := blocksOf(t, n.name); len(bs) != 1 || !bs[0].NodeSubnet {
-			return fmt.Errorf("blocks after freeing the second one: %d", len(bs))
+			return fmt.Errorf("blocks after freeing every pod: %d", len(bs))
 		}
 		return nil
 	})

@@ -161,8 +161,19 @@ func TestIPAM(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(blocks) != 2 {
-			return fmt.Errorf("node %s has %d blocks of pool %s for 3 pods, want 2", w.nodeA.Name, len(blocks), pool)
+		// The pods' addresses are in two blocks; vcoild may hold a third
+		// one ahead (its low watermark: half a block free).
+		used := 0
+		for _, b := range blocks {
+			for _, p := range pods {
+				if inBlocks(podIP(p), []vcoilv2.AddressBlock{b}) {
+					used++
+					break
+				}
+			}
+		}
+		if used != 2 || len(blocks) > 3 {
+			return fmt.Errorf("node %s has %d blocks of pool %s for 3 pods, %d of them used: want 2 used and at most one ahead", w.nodeA.Name, len(blocks), pool, used)
 		}
 		for _, p := range pods {
 			if !inBlocks(podIP(p), blocks) {
