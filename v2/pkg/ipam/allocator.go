@@ -85,6 +85,12 @@ func (a *NodeAllocator) Drain(name string) {
 	}
 }
 
+// Draining reports whether a block of the node gives no more addresses.
+func (a *NodeAllocator) Draining(name string) bool {
+	nb, ok := a.blocks[name]
+	return ok && nb.draining
+}
+
 // InUse is the number of addresses of the block given to pods.
 func (a *NodeAllocator) InUse(name string) int {
 	if nb, ok := a.blocks[name]; ok {

@@ -454,7 +454,8 @@ func (m *NodeIPAM) prefetchLocked(pool string) *acquisition {
 // still has addresses in use and, without it, would be at its low
 // watermark.
 func (m *NodeIPAM) keepSpareLocked(pool, block string) bool {
-	if m.cfg.LowWatermark <= 0 || block == m.nodeSubnet {
+	if m.cfg.LowWatermark <= 0 || block == m.nodeSubnet || m.alloc.Draining(block) {
+		// A draining block (its pool is being deleted) goes.
 		return false
 	}
 	free, size, inUse := m.alloc.PoolFree(pool)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
@@ -135,4 +136,48 @@ func TestAFailedPrefetchBacksOff(t *testing.T) {
 	if _, err := m.Allocate(ctx, "tiny"); !errors.Is(err, ErrPoolExhausted) {
 		t.Fatalf("allocation from the full pool: %v, want ErrPoolExhausted", err)
 	}
+}
+
+// TestADrainingBlockIsNoSpare: a block of a pool being deleted is
+// released when it empties, though the pool, still in use, would keep an
+// empty block as its spare.
+func TestADrainingBlockIsNoSpare(t *testing.T) {
+	cleanAPIServer(t)
+	startController(t)
+	env.CreateNode(t, "node-1", "")
+	createPool(t, "default", 3, "10.65.0.0/24", "")
+	createPool(t, "doomed", 3, "10.66.0.0/24", "")
+	m, _ := startWatermarked(t, 0.5)
+	ctx := context.Background()
+	var allocs []ipam.Allocation
+	for range 7 { // a full block and one address of the next
+		a, err := m.Allocate(ctx, "doomed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocs = append(allocs, a)
+		settled(t, m, "doomed")
+	}
+	last := allocs[6]
+	if last.Block == allocs[0].Block {
+		t.Fatalf("the 7th address is in the first block %s", last.Block)
+	}
+	if err := env.Client.Delete(ctx, &vcoilv2.AddressBlock{ObjectMeta: metav1.ObjectMeta{Name: last.Block}}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 5*time.Second, func() error {
+		if m.alloc.Draining(last.Block) {
+			return nil
+		}
+		return fmt.Errorf("block %s is not draining", last.Block)
+	})
+	if err := m.Free(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if found, _ := blockOf(m, last.Block); found {
+			return fmt.Errorf("the draining block %s is kept", last.Block)
+		}
+		return nil
+	})
 }

@@ -260,9 +260,9 @@ func (r *Renderer) aclTables() (map[uint32]string, map[uint32]ruleOrigins) {
 		if a == nil {
 			continue
 		}
-		var o ruleOrigins
+		o := ruleOrigins{from: make([]*renderer.Origin, 0, len(a.rules)), deny: make([]bool, 0, len(a.rules))}
 		for i := range t.Rules {
-			for range familiesOf(&t.Rules[i]) {
+			for range aclRuleCount(&t.Rules[i]) {
 				o.from = append(o.from, t.Origins[i])
 			}
 		}

@@ -421,7 +421,7 @@ func (r *Renderer) checkBudget() error {
 	}
 	for _, t := range tables {
 		for i := range t.Rules {
-			n += len(familiesOf(&t.Rules[i]))
+			n += aclRuleCount(&t.Rules[i])
 		}
 	}
 	if len(tables) > 0 {

@@ -82,6 +82,15 @@ func familiesOf(r *renderer.Rule) []bool {
 	return []bool{true, false}
 }
 
+// aclRuleCount is len(familiesOf(r)), without making the slice: the
+// budget and the counters' origins count every rule of every table.
+func aclRuleCount(r *renderer.Rule) int {
+	if r.SrcNetwork.IsValid() || r.DstNetwork.IsValid() {
+		return 1
+	}
+	return 2
+}
+
 // contentKey identifies an ACL's rules, for adopting after a restart of
 // vcoild the ACLs that VPP already holds with the rules a table needs.
 func contentKey(rules []acl_types.ACLRule) string {
