@@ -245,42 +245,20 @@ func encodeOps(layout func(string) (Layout, error), ops []ElementOp) ([]gnft.Set
 }
 
 func (k *kernel) Elements(ctx context.Context, set string) ([]*knftables.Element, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	l, err := k.layout(set)
+	l, raw, err := k.rawElements(ctx, set)
 	if err != nil {
 		return nil, err
-	}
-	conn, err := k.netlink()
-	if err != nil {
-		return nil, err
-	}
-	raw, err := conn.GetSetElements(k.gnftSet(set))
-	if err != nil {
-		return nil, fmt.Errorf("nftables table %s: list set %s: %w", k.id, set, err)
 	}
 	return l.elements(k.id, set, raw)
 }
 
 func (k *kernel) ElementCounters(ctx context.Context, set string) ([]ElementCounter, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	l, err := k.layout(set)
+	l, raw, err := k.rawElements(ctx, set)
 	if err != nil {
 		return nil, err
 	}
 	if l.interval() {
 		return nil, fmt.Errorf("nftables table %s: set %s: an interval set has no element counters here", k.id, set)
-	}
-	conn, err := k.netlink()
-	if err != nil {
-		return nil, err
-	}
-	raw, err := conn.GetSetElements(k.gnftSet(set))
-	if err != nil {
-		return nil, fmt.Errorf("nftables table %s: list set %s: %w", k.id, set, err)
 	}
 	out := make([]ElementCounter, 0, len(raw))
 	for i := range raw {
@@ -295,6 +273,27 @@ func (k *kernel) ElementCounters(ctx context.Context, set string) ([]ElementCoun
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// rawElements lists the kernel's elements of set over netlink, with the
+// set's layout.
+func (k *kernel) rawElements(ctx context.Context, set string) (Layout, []gnft.SetElement, error) {
+	if err := ctx.Err(); err != nil {
+		return Layout{}, nil, err
+	}
+	l, err := k.layout(set)
+	if err != nil {
+		return Layout{}, nil, err
+	}
+	conn, err := k.netlink()
+	if err != nil {
+		return Layout{}, nil, err
+	}
+	raw, err := conn.GetSetElements(k.gnftSet(set))
+	if err != nil {
+		return Layout{}, nil, fmt.Errorf("nftables table %s: list set %s: %w", k.id, set, err)
+	}
+	return l, raw, nil
 }
 
 // elements decodes the kernel's elements of set in table id, as
