@@ -77,9 +77,9 @@ var srcSets = [2]string{"src4", "src6"}
 const counterUnknownSource = "unknown-source"
 
 // deniedSets count, per local pod address, the packets its NetworkPolicy
-// group denied, by direction and family: the drop of a group updates the
-// pod's address (the destination of ingress, the source of egress) to
-// them, and each element counts its packets. The renderer names the
+// group denied, by direction and family: before its drop, a group chain
+// adds the pod's address (the destination of ingress, the source of
+// egress) to them, and each element counts its packets. The renderer names the
 // policies isolating each address, so the counts become per NetworkPolicy
 // (Renderer.Denied) although pods of other policies share a group. They
 // hold only keys of the dispatch maps, so no pod can grow them beyond the
