@@ -152,14 +152,6 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 		return fmt.Errorf("VPP ACL policy renderer: %w", err)
 	}
 	moved := r.noteAddresses(txn)
-	if !changes.Empty() || !r.synced {
-		if err := r.checkBudget(); err != nil {
-			// The cache is ahead of VPP now: the next call syncs all
-			// of it, checking the budget again.
-			r.synced = false
-			return err
-		}
-	}
 	// A resync transaction (the policy agent's, after a VPP restart among
 	// others) carries no change when the policies did not change: it
 	// still looks at VPP's incarnation, whose ACLs may be gone.
@@ -299,6 +291,13 @@ type creation struct {
 
 // apply sends one transaction's changes (see Render).
 func (r *Renderer) apply(ctx context.Context, ch api.Channel, ifs vpp.NodeInterfaces, changes *tables.Changes, moved []renderer.PodID) error {
+	// Over the budget, nothing is sent; the caller's failure makes the
+	// next call sync everything, which checks the budget again.
+	if !changes.Empty() {
+		if err := r.checkBudget(); err != nil {
+			return err
+		}
+	}
 	// 1. The ACLs: new ones for the added tables, the changed tables'
 	// replaced in place, the global table (made or replaced), and the
 	// reflective ACL when it is first needed. Changed tables keep their
