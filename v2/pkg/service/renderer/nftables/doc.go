@@ -21,7 +21,9 @@
 // (changing only what differs, so that a restart does not disturb traffic),
 // by the Resync after a failed transaction, and once per
 // Config.FullResyncPeriod, to repair drift. Every Resync or Update is one
-// nft transaction.
+// transaction: an nft script, or, when it changes elements only, one
+// netlink batch (nft.Table.ApplyElements), since nft reads every element of
+// a map before it adds one.
 //
 // The table carries its format version in the comment of an empty set
 // named format ("vcoil services v2", formatversion.ServiceTable). A table without

@@ -23,6 +23,7 @@ type table interface {
 	NewTransaction() *knftables.Transaction
 	RunScript(ctx context.Context, script string) error
 	CheckScript(ctx context.Context, script string) error
+	ApplyElements(ctx context.Context, ops []nft.ElementOp) error
 	Read(ctx context.Context) (*nft.Contents, error)
 	Elements(ctx context.Context, set string) ([]*knftables.Element, error)
 	Delete(ctx context.Context) error

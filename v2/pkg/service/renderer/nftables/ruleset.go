@@ -169,23 +169,33 @@ func (p *plan) script(newTx func() *knftables.Transaction, family knftables.Fami
 	if err := objects(p.addSets, p.addChains, p.rules); err != nil {
 		return "", err
 	}
-	sortBySet(p.delElems)
-	sortBySet(p.addElems)
-	sortBySet(p.purge)
-	elements(p.delElems)
-	elements(p.addElems)
-	// An affinity entry is added before it is deleted (plan.purgeAffinity).
-	elements(p.purge)
-	deletes := make([]nft.ElementOp, len(p.purge))
-	for i, op := range p.purge {
-		op.Delete = true
-		deletes[i] = op
-	}
-	elements(deletes)
+	elements(p.elementOps())
 	if err := objects(p.delSets, p.delChains); err != nil {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// elementOps are the plan's element changes in the order they apply:
+// deletes, adds, then each affinity entry purged (added before it is
+// deleted, plan.purgeAffinity). It sorts the plan's lists.
+func (p *plan) elementOps() []nft.ElementOp {
+	sortBySet(p.delElems)
+	sortBySet(p.addElems)
+	sortBySet(p.purge)
+	ops := make([]nft.ElementOp, 0, len(p.delElems)+len(p.addElems)+2*len(p.purge))
+	ops = append(append(append(ops, p.delElems...), p.addElems...), p.purge...)
+	for _, op := range p.purge {
+		op.Delete = true
+		ops = append(ops, op)
+	}
+	return ops
+}
+
+// elementsOnly says whether the plan changes elements and nothing else
+// (no table, set, map, chain or rule).
+func (p *plan) elementsOnly() bool {
+	return len(p.addSets)+len(p.addChains)+len(p.rules)+len(p.delSets)+len(p.delChains) == 0
 }
 
 // sortBySet groups element operations by set, keeping their order within

@@ -1,6 +1,8 @@
 package nftables
 
 import (
+	"context"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/service"
 )
 
@@ -195,5 +198,94 @@ func TestTheForwardFilterDropsInvalidPacketsUnlessDisabled(t *testing.T) {
 	l.resync(keep, everything()...)
 	if got := forward(); strings.Contains(got, "invalid") || !strings.Contains(got, "ct state new jump no-endpoints") {
 		t.Fatalf("with DropInvalid false, filter-forward:\n%s", got)
+	}
+}
+
+// countingTable counts how the renderer writes: nft scripts or netlink
+// element batches.
+type countingTable struct {
+	table
+	scripts, batches int
+}
+
+func (c *countingTable) RunScript(ctx context.Context, script string) error {
+	c.scripts++
+	return c.table.RunScript(ctx, script)
+}
+
+func (c *countingTable) ApplyElements(ctx context.Context, ops []nft.ElementOp) error {
+	c.batches++
+	return c.table.ApplyElements(ctx, ops)
+}
+
+// An Update that changes endpoints only (the common change) writes its
+// elements over netlink, without nft, and the table is the one a Resync of
+// the new state writes: with endpoints replaced, with session affinity
+// entries purged, with a service gone. A periodic Resync of the state the
+// renderer holds writes nothing at all.
+func TestElementChangesGoOverNetlinkAndMatchAResync(t *testing.T) {
+	l := newLab(t)
+	r := l.renderer().(*renderer)
+	services := everything()
+	l.resync(r, services...)
+	count := &countingTable{table: r.table}
+	r.table = count
+
+	// An endpoint replaced: elements only.
+	plain := withNodePorts(dual("plain", 1, podB, remote), 30080, 30053)
+	if err := r.Update(t.Context(), &service.Changes{Upsert: []*service.Service{plain}}); err != nil {
+		t.Fatal(err)
+	}
+	if count.scripts != 0 || count.batches != 1 {
+		t.Errorf("replacing an endpoint ran %d nft scripts and %d netlink batches, want 0 and 1", count.scripts, count.batches)
+	}
+	// Endpoints lost by a service with affinity (its entries purged),
+	// and a service gone, by whichever way they need.
+	sticky := withAffinity(dual("sticky", 2, podA, remote), 3*time.Second)
+	for _, ch := range []*service.Changes{
+		{Upsert: []*service.Service{sticky}},
+		{Delete: []service.ID{{Namespace: "default", Name: "remote-only"}}},
+	} {
+		if err := r.Update(t.Context(), ch); err != nil {
+			t.Fatalf("Update %+v: %v", ch, err)
+		}
+	}
+	got := canonical(l.ruleset())
+	state := map[service.ID]*service.Service{}
+	for _, s := range services {
+		state[s.ID] = s
+	}
+	state[plain.ID], state[sticky.ID] = plain, sticky
+	delete(state, service.ID{Namespace: "default", Name: "remote-only"})
+	fresh := l.renderer()
+	if err := fresh.Remove(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Resync(t.Context(), &service.State{Node: l.nodeModel(), Services: state}); err != nil {
+		t.Fatal(err)
+	}
+	if want := canonical(l.ruleset()); got != want {
+		t.Errorf("the table the netlink Updates wrote differs from a Resync's:\nwant:\n%s\ngot:\n%s", want, got)
+	}
+
+	// The periodic Resync skips rendering only the very state it holds.
+	held := &service.State{Node: r.node, Services: maps.Clone(r.services)}
+	if !r.holds(held) {
+		t.Error("the renderer does not recognise the state it holds")
+	}
+	copied := *held.Services[plain.ID]
+	held.Services[plain.ID] = &copied
+	if r.holds(held) {
+		t.Error("a new model of a service was taken for the one held")
+	}
+	held.Services[plain.ID] = plain
+	held.Node.Zone = "other"
+	if r.holds(held) {
+		t.Error("another node was taken for the one held")
+	}
+	held.Node = r.node
+	held.Services[service.ID{Namespace: "default", Name: "new"}] = plain
+	if r.holds(held) {
+		t.Error("a state with one more service was taken for the one held")
 	}
 }
