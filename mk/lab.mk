@@ -192,6 +192,38 @@ BENCH_OUT := _out/bench
 bench-services: lab-up ## vcoil's service renderer beside kube-proxy (nftables mode) in the lab: records in _out/bench/services.json, table in _out/bench/services.md
 	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) bench-services --out $(BENCH_OUT) $(BENCH_FLAGS)
 
+# ---- the scale benchmark ----
+
+# Simulated nodes and workloads around the lab's real nodes (docs/scale-benchmark.md):
+# kwok keeps the simulated nodes Ready and their pods Running. kwok is
+# pinned here and built from the Go module proxy with its own go.mod and
+# go.sum (go install pkg@version), cached by version.
+KWOK_VERSION := v0.8.0
+KWOK_BIN := $(VCOIL_CACHE_DIR)/kwok/$(KWOK_VERSION)/kwok
+# SCALE_FLAGS: sizes and rates, e.g. --nodes 1000 --pods 30000 (lab bench-scale --help).
+SCALE_FLAGS ?=
+
+.PHONY: lab-kwok
+lab-kwok: $(KWOK_BIN) ## build kwok (pinned in mk/lab.mk) for the simulated nodes
+
+$(KWOK_BIN):
+	$(call lab_say,building kwok $(KWOK_VERSION) from the Go module proxy (about 2 min cold))
+	@mkdir -p $(@D)
+	cd $(@D) && GOBIN=$(abspath $(@D))/bin.tmp CGO_ENABLED=0 nice $(GO) install -trimpath -ldflags '-s -w' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	@mv $(@D)/bin.tmp/kwok $@ && rmdir $(@D)/bin.tmp
+
+.PHONY: bench-scale
+bench-scale: lab-up lab-kwok ## a simulated cluster (1,000 kwok nodes, 30,000 pods, 10,000 Services, 2,000 policies, churn) around the lab: vcoil-controller, one real vcoild and the apiserver measured; records in _out/bench/scale.json, table in _out/bench/scale.md
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) bench-scale --kwok $(KWOK_BIN) --out $(BENCH_OUT) $(SCALE_FLAGS)
+
+.PHONY: lab-scale
+lab-scale: lab-up lab-kwok ## add the simulated nodes and workloads to the lab and leave them (SCALE_FLAGS for sizes; make lab-scale-down removes them)
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) scale-up --kwok $(KWOK_BIN) $(SCALE_FLAGS)
+
+.PHONY: lab-scale-down
+lab-scale-down: ## remove the simulated nodes and workloads from the running lab
+	@$(LAB) $(LAB_FLAGS) $(LAB_UP_FLAGS) scale-down
+
 # ---- the e2e suite against the lab ----
 
 # The suite runs whole inside the control plane's network namespace (its

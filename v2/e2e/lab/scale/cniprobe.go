@@ -1,0 +1,137 @@
+package scale
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ProbeResult is what one CNI probe measured: the time of each ADD and
+// DEL, in milliseconds, in order.
+type ProbeResult struct {
+	AddMS []float64 `json:"add_ms"`
+	DelMS []float64 `json:"del_ms"`
+}
+
+// ProbeNamespace holds the probe's Pod objects. vcoild reads a pod before
+// its ADD returns (its policies are in the dataplane first), so each
+// sandbox the probe wires has its Pod, bound to the measured node. Their
+// RuntimeClass names a handler that the node's containerd does not have:
+// the kubelet fails each sandbox before CNI, so the probe is the only
+// runtime that wires them, while vcoild sees an ordinary local pod.
+const (
+	ProbeNamespace    = "vcoil-scale-cni"
+	ProbeRuntimeClass = "vcoil-scale-probe"
+)
+
+// ProbePodName is the i-th probe pod of a run.
+func ProbePodName(run string, i int) string { return fmt.Sprintf("probe-%s-%d", run, i) }
+
+// RunCNIProbe plays a container runtime on the node it runs on (the lab
+// runs it in the node's network and mount namespaces): count times, a
+// fresh network namespace, CNI ADD through libcni with the node's conflist
+// and plugin directory, CNI DEL, the namespace removed. Each is timed as
+// the runtime would see it.
+func RunCNIProbe(ctx context.Context, run string, count int, confDir, binDir string) (ProbeResult, error) {
+	var res ProbeResult
+	files, err := filepath.Glob(filepath.Join(confDir, "*.conflist"))
+	if err != nil || len(files) == 0 {
+		return res, fmt.Errorf("no conflist in %s (%v)", confDir, err)
+	}
+	conf, err := libcni.ConfListFromFile(files[0])
+	if err != nil {
+		return res, fmt.Errorf("conflist %s: %w", files[0], err)
+	}
+	cacheDir, err := os.MkdirTemp("/run", "vcoil-scale-cni-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(cacheDir)
+	cni := libcni.NewCNIConfigWithCacheDir([]string{binDir}, cacheDir, nil)
+	for i := range count {
+		pod := ProbePodName(run, i)
+		name := "vcoil-scale-" + pod
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", name).CombinedOutput(); err != nil {
+			return res, fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+		}
+		id := make([]byte, 32)
+		_, _ = rand.Read(id)
+		rt := &libcni.RuntimeConf{
+			ContainerID: hex.EncodeToString(id),
+			NetNS:       "/run/netns/" + name,
+			IfName:      "eth0",
+			Args: [][2]string{
+				{"IgnoreUnknown", "1"},
+				{"K8S_POD_NAMESPACE", ProbeNamespace},
+				{"K8S_POD_NAME", pod},
+				{"K8S_POD_INFRA_CONTAINER_ID", hex.EncodeToString(id)},
+			},
+		}
+		start := time.Now()
+		_, addErr := cni.AddNetworkList(ctx, conf, rt)
+		add := time.Since(start)
+		start = time.Now()
+		delErr := cni.DelNetworkList(ctx, conf, rt)
+		del := time.Since(start)
+		out, nsErr := exec.CommandContext(context.WithoutCancel(ctx), "ip", "netns", "del", name).CombinedOutput()
+		switch {
+		case addErr != nil:
+			return res, fmt.Errorf("ADD %d: %w", i, addErr)
+		case delErr != nil:
+			return res, fmt.Errorf("DEL %d: %w", i, delErr)
+		case nsErr != nil:
+			return res, fmt.Errorf("ip netns del %s: %w: %s", name, nsErr, strings.TrimSpace(string(out)))
+		}
+		res.AddMS = append(res.AddMS, float64(add.Microseconds())/1000)
+		res.DelMS = append(res.DelMS, float64(del.Microseconds())/1000)
+	}
+	return res, nil
+}
+
+// cniProbe runs the probe on a node of the lab: the lab program itself,
+// in the node's network and mount namespaces.
+func (s *Sim) cniProbe(ctx context.Context, run string, count int) (ProbeResult, error) {
+	var res ProbeResult
+	n := s.o.Node
+	for i := range count {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ProbeNamespace, Name: ProbePodName(run, i), Labels: benchLabels(nil)},
+			Spec: corev1.PodSpec{
+				NodeName:         n.Name,
+				RuntimeClassName: ptr.To(ProbeRuntimeClass),
+				Containers:       []corev1.Container{{Name: "pause", Image: "vcoil-pause:lab", ImagePullPolicy: corev1.PullNever}},
+			},
+		}
+		if err := createRetry(ctx, s.o.Client, p); err != nil {
+			return res, err
+		}
+	}
+	defer func() {
+		_ = s.o.Client.DeleteAllOf(context.WithoutCancel(ctx), &corev1.Pod{}, client.InNamespace(ProbeNamespace), client.GracePeriodSeconds(0))
+	}()
+	out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+n.Netns, "--mount="+s.o.Lab.NodeMountNS(n), "--",
+		s.o.Self, "cni-probe", "--run", run, "--count", fmt.Sprint(count)).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return res, fmt.Errorf("CNI probe on %s: %w: %s", n.Name, err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return res, fmt.Errorf("CNI probe on %s: %w", n.Name, err)
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return res, fmt.Errorf("CNI probe on %s: %w: %s", n.Name, err, out)
+	}
+	return res, nil
+}

@@ -1,0 +1,437 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/bench"
+	"github.com/vcoil/vcoil/v2/e2e/lab/netnsdial"
+	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
+	"github.com/vcoil/vcoil/v2/internal/poll"
+)
+
+// nodeRuntimeClass is the probe pods' RuntimeClass, whose handler no
+// containerd of the lab has (cniprobe.go).
+var nodeRuntimeClass = nodev1.RuntimeClass{
+	ObjectMeta: metav1.ObjectMeta{Name: ProbeRuntimeClass, Labels: map[string]string{BenchLabel: "1"}},
+	Handler:    "vcoil-scale-none",
+}
+
+// nodeRoute adds (or removes) the link route to the simulated nodes'
+// addresses in a real node's namespace.
+func nodeRoute(ctx context.Context, n topology.Node, add bool) error {
+	verb := "replace"
+	if !add {
+		verb = "del"
+	}
+	out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+n.Netns, "--", "ip", "route", verb, NodeNet.String(), "dev", "eth0", "scope", "link").CombinedOutput()
+	if err != nil && (add || !strings.Contains(string(out), "No such process")) {
+		return fmt.Errorf("ip route %s %s on %s: %w: %s", verb, NodeNet, n.Name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// measureCNI times Probes CNI ADDs on the measured node.
+func (s *Sim) measureCNI(ctx context.Context, run, metric string) error {
+	smp := startSampler(ctx, s.o.Client)
+	res, err := s.cniProbe(ctx, run, s.o.Probes)
+	c := smp.stop()
+	if err != nil {
+		s.add(Record{Phase: PhaseNode, Metric: metric + "_p99_ms", Status: StatusFailed, Detail: err.Error(), Context: c})
+		return nil
+	}
+	add := msDurations(res.AddMS)
+	s.add(Record{Phase: PhaseNode, Metric: metric + "_p50_ms", Value: percentileMS(add, 50), Unit: "ms", Count: len(add), Context: c, Status: StatusOK, Samples: res.AddMS})
+	s.add(Record{Phase: PhaseNode, Metric: metric + "_p99_ms", Value: percentileMS(add, 99), Unit: "ms", Count: len(add), Context: c, Status: StatusOK})
+	return nil
+}
+
+func msDurations(ms []float64) []time.Duration {
+	d := make([]time.Duration, len(ms))
+	for i, v := range ms {
+		d[i] = time.Duration(v * float64(time.Millisecond))
+	}
+	return d
+}
+
+// httpIn is an HTTP client whose connections start in a node's network
+// namespace.
+func httpIn(n topology.Node) *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: netnsdial.Dialer("/run/netns/" + n.Netns), DisableKeepAlives: true}}
+}
+
+// metricValue reads one unlabelled sample of vcoild's metrics.
+func metricValue(ctx context.Context, hc *http.Client, name string) (float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:9388/metrics", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<22)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no metric %s in vcoild's metrics", name)
+}
+
+// restartVcoild kills the measured node's vcoild (its pod starts it
+// again) and times the new process from its start to /readyz answering
+// 200.
+func (s *Sim) restartVcoild(ctx context.Context) (pid int, ready time.Duration, err error) {
+	ns := "/run/netns/" + s.o.Node.Netns
+	old, err := bench.FindProcess("vcoild", ns)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		return 0, 0, fmt.Errorf("kill vcoild %d: %w", old, err)
+	}
+	err = poll.Until(ctx, 2*time.Minute, 20*time.Millisecond, func(context.Context) error {
+		p, err := bench.FindProcess("vcoild", ns)
+		if err != nil || p == old {
+			return fmt.Errorf("vcoild not restarted yet on %s", s.o.Node.Name)
+		}
+		pid = p
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	started, err := bench.StartTime(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	hc := httpIn(s.o.Node)
+	err = poll.Until(ctx, 3*time.Minute, 50*time.Millisecond, func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:9389/readyz", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("vcoild /readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	return pid, time.Since(started), err
+}
+
+// measureUnderChurn restarts the measured vcoild into the full cluster,
+// then, under steady churn: its CPU, service and policy change latencies
+// to the kernel, CNI ADD, one vcoild's watch traffic, and the apiserver's
+// cost per simulated vcoild.
+func (s *Sim) measureUnderChurn(ctx context.Context) error {
+	s.logf("the real vcoild on %s restarted into the full cluster", s.o.Node.Name)
+	smp := startSampler(ctx, s.o.Client)
+	pid, ready, err := s.restartVcoild(ctx)
+	c := smp.stop()
+	if err != nil {
+		s.add(Record{Phase: PhaseNode, Metric: "vcoild_ready_s", Status: StatusFailed, Detail: err.Error(), Context: c})
+		return err
+	}
+	s.add(Record{Phase: PhaseNode, Metric: "vcoild_ready_s", Value: ready.Seconds(), Unit: "s", Target: "≤ 30 s", Met: ready <= 30*time.Second, Context: c, Status: StatusOK})
+
+	mon, err := bench.StartMonitor(ctx, "/run/netns/"+s.o.Node.Netns)
+	if err != nil {
+		return err
+	}
+	s.logf("churn at %.0f events/s (pods created, deleted, relabelled; endpoints moved, in turn)", s.o.ChurnRate)
+	ch := s.startChurn(ctx)
+	defer ch.stop()
+	// Settle: the first seconds of churn are not the steady state.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+	}
+	use, err := startUsage(pid)
+	if err != nil {
+		return err
+	}
+	apiPID, err := s.o.Lab.APIServerPID()
+	if err != nil {
+		return err
+	}
+	one, err := startWatchers(ctx, s.o.Rest, 1)
+	if err != nil {
+		return err
+	}
+	smp = startSampler(ctx, s.o.Client)
+	t0 := time.Now()
+	svc, pol := s.changes(ctx, mon)
+	c = smp.stop()
+	wall := time.Since(t0).Seconds()
+	one.stop()
+	cpu, rss, hwm, err := use.since()
+	if err != nil {
+		return err
+	}
+	hc := httpIn(s.o.Node)
+	heap, herr := metricValue(ctx, hc, "go_memstats_heap_inuse_bytes")
+	for _, r := range []Record{
+		latencyRecord("service_change_p50_ms", svc, 50, ""),
+		latencyRecord("service_change_p99_ms", svc, 99, "≤ 100 ms"),
+		latencyRecord("policy_change_p50_ms", pol, 50, ""),
+		latencyRecord("policy_change_p99_ms", pol, 99, "≤ 100 ms"),
+		{Phase: PhaseNode, Metric: "vcoild_cpu_pct", Value: cpu, Unit: "% of a core", Target: "≤ 5 %", Met: cpu <= 5, Status: StatusOK,
+			Detail: "under churn and the timed changes"},
+		{Phase: PhaseNode, Metric: "vcoild_rss_mb", Value: rss, Unit: "MB", Target: "≤ 250 MB", Met: rss <= 250, Status: StatusOK, Detail: fmt.Sprintf("peak %.0f MB", hwm)},
+		{Phase: PhaseAPIServer, Metric: "one_vcoild_watch_events_per_s", Value: float64(one.events.Load()) / wall, Unit: "events/s", Status: StatusOK,
+			Detail: fmt.Sprintf("%d watch errors", one.errs.Load())},
+		{Phase: PhaseAPIServer, Metric: "one_vcoild_watch_kb_per_s", Value: float64(one.bytes.Load()) / wall / 1024, Unit: "KB/s", Status: StatusOK},
+	} {
+		r.Context = c
+		s.add(r)
+	}
+	if herr == nil {
+		s.add(Record{Phase: PhaseNode, Metric: "vcoild_heap_mb", Value: heap / (1 << 20), Unit: "MB", Context: c, Status: StatusOK, Detail: "go_memstats_heap_inuse_bytes"})
+	}
+	if s.o.Probes > 0 {
+		if err := s.measureCNI(ctx, "churn", "cni_add_under_churn"); err != nil {
+			return err
+		}
+	}
+	if err := s.apiserverCost(ctx, apiPID); err != nil {
+		return err
+	}
+	events, errs, last := ch.stop()
+	r := Record{Phase: PhaseCluster, Metric: "churn_events", Value: float64(events), Unit: "events", Status: StatusOK, Detail: fmt.Sprintf("%d failed", errs)}
+	if errs > 0 {
+		r.Detail += "; last: " + last
+	}
+	s.add(r)
+	return nil
+}
+
+func latencyRecord(metric string, d []time.Duration, p int, target string) Record {
+	r := Record{Phase: PhaseNode, Metric: metric, Value: percentileMS(d, p), Unit: "ms", Count: len(d), Target: target, Status: StatusOK}
+	if target != "" {
+		r.Met = r.Value <= 100
+	}
+	if len(d) == 0 {
+		r.Status, r.Detail = StatusFailed, "no change showed in the kernel"
+	}
+	return r
+}
+
+// changes times Changes service changes (an endpoint replaced by a fresh
+// address) and Changes policy changes (a client pod labelled as a peer of
+// the probe policy), in turn, 1.1 s apart, from just before the apiserver
+// call to the first nft monitor line naming the address in the measured
+// node's kernel.
+func (s *Sim) changes(ctx context.Context, mon *bench.Monitor) (svc, pol []time.Duration) {
+	for k := range 2 * s.o.Changes {
+		paced := time.After(1100 * time.Millisecond)
+		var (
+			addr   = addrPlus(ChangeBase, k)
+			change func(context.Context) error
+		)
+		if k%2 == 0 {
+			i := (k*7919 + 13) % s.o.Services
+			change = func(ctx context.Context) error { return s.setEndpoint(ctx, i, k, addr) }
+		} else {
+			s.mu.Lock()
+			if len(s.clients) == 0 {
+				s.mu.Unlock()
+				continue
+			}
+			p := s.clients[0]
+			s.clients = s.clients[1:]
+			s.mu.Unlock()
+			addr = p.IP
+			change = func(ctx context.Context) error {
+				pod := p.Object()
+				patch := client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, `{"metadata":{"labels":{%q:"yes"}}}`, ProbeLabel))
+				return s.o.Client.Patch(ctx, pod, patch)
+			}
+		}
+		wait := mon.Expect(addr)
+		before := time.Now()
+		if err := change(ctx); err != nil {
+			s.logf("    change %d: %v", k, err)
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		at, err := wait(wctx)
+		cancel()
+		if err == nil {
+			if k%2 == 0 {
+				svc = append(svc, at.Sub(before))
+			} else {
+				pol = append(pol, at.Sub(before))
+			}
+		} else {
+			s.logf("    change %d (%s): %v", k, addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return svc, pol
+		case <-paced:
+		}
+	}
+	return svc, pol
+}
+
+// apiserverCost measures the apiserver's CPU and memory under the churn
+// with 0 and each number of simulated vcoild watch sets, and extrapolates
+// linearly to 1,000 and 5,000 nodes.
+func (s *Sim) apiserverCost(ctx context.Context, apiPID int) error {
+	type point struct{ n, cpu, rss, kbps float64 }
+	var pts []point
+	for _, n := range append([]int{0}, s.o.Watchers...) {
+		var w *watchers
+		if n > 0 {
+			var err error
+			if w, err = startWatchers(ctx, s.o.Rest, n); err != nil {
+				return err
+			}
+			// The new streams settle first.
+			time.Sleep(3 * time.Second)
+			w.events.Store(0)
+			w.bytes.Store(0)
+		}
+		u, err := startUsage(apiPID)
+		if err != nil {
+			return err
+		}
+		smp := startSampler(ctx, s.o.Client)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(s.o.WatchWindow):
+		}
+		c := smp.stop()
+		cpu, rss, _, err := u.since()
+		if err != nil {
+			return err
+		}
+		var ev, kb float64
+		var werrs int64
+		if w != nil {
+			ev = float64(w.events.Load()) / s.o.WatchWindow.Seconds()
+			kb = float64(w.bytes.Load()) / s.o.WatchWindow.Seconds() / 1024
+			werrs = w.errs.Load()
+			w.stop()
+		}
+		pts = append(pts, point{float64(n), cpu, rss, kb})
+		detail := fmt.Sprintf("%d simulated vcoild watch sets: %.0f events/s, %.0f KB/s sent to them in all; %d watch errors", n, ev, kb, werrs)
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_cpu_pct_%d_watchers", n), Value: cpu, Unit: "% of a core", Count: n, Detail: detail, Context: c, Status: StatusOK})
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_rss_mb_%d_watchers", n), Value: rss, Unit: "MB", Count: n, Context: c, Status: StatusOK})
+	}
+	if len(pts) < 2 {
+		return nil
+	}
+	// Least squares over the points: the cost of one more watch set.
+	fit := func(y func(point) float64) (a, b float64) {
+		var sx, sy, sxx, sxy float64
+		for _, p := range pts {
+			sx, sy, sxx, sxy = sx+p.n, sy+y(p), sxx+p.n*p.n, sxy+p.n*y(p)
+		}
+		k := float64(len(pts))
+		b = (k*sxy - sx*sy) / (k*sxx - sx*sx)
+		return (sy - b*sx) / k, b
+	}
+	ca, cb := fit(func(p point) float64 { return p.cpu })
+	ra, rb := fit(func(p point) float64 { return p.rss })
+	ka, kb := fit(func(p point) float64 { return p.kbps })
+	s.add(Record{Phase: PhaseAPIServer, Metric: "apiserver_cpu_pct_per_node", Value: cb, Unit: "% of a core", Status: StatusOK, Detail: fmt.Sprintf("fit over %d points, base %.1f %%", len(pts), ca)})
+	s.add(Record{Phase: PhaseAPIServer, Metric: "apiserver_rss_mb_per_node", Value: rb, Unit: "MB", Status: StatusOK, Detail: fmt.Sprintf("base %.0f MB", ra)})
+	s.add(Record{Phase: PhaseAPIServer, Metric: "watch_kb_per_s_per_node", Value: kb, Unit: "KB/s", Status: StatusOK, Detail: fmt.Sprintf("base %.1f", ka)})
+	for _, nodes := range []float64{1000, 5000} {
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_cpu_cores_at_%.0f_nodes", nodes), Value: (ca + cb*nodes) / 100, Unit: "cores", Status: StatusOK, Detail: "extrapolated linearly"})
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_rss_gb_at_%.0f_nodes", nodes), Value: (ra + rb*nodes) / 1024, Unit: "GB", Status: StatusOK, Detail: "extrapolated linearly"})
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("watch_mb_per_s_at_%.0f_nodes", nodes), Value: kb * nodes / 1024, Unit: "MB/s", Status: StatusOK, Detail: "the apiserver's watch traffic to the nodes' vcoilds"})
+	}
+	return nil
+}
+
+// Cleanup removes everything the benchmark made (also what an earlier,
+// interrupted run left): the simulated pods, Services, slices, policies
+// and namespaces, the nodes (vcoil-controller then releases their
+// blocks), the pool, kwok and the routes.
+func Cleanup(ctx context.Context, o Options) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
+	fmt.Fprintf(o.Log, "==> cleaning up: simulated pods, Services, policies, namespaces, nodes, pool %s, kwok, routes\n", Pool)
+	cl := o.Client
+	var errs []error
+	var nsl corev1.NamespaceList
+	if err := cl.List(ctx, &nsl, client.HasLabels{BenchLabel}); err != nil {
+		return err
+	}
+	for _, ns := range nsl.Items {
+		in := client.InNamespace(ns.Name)
+		for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}} {
+			if err := cl.DeleteAllOf(ctx, obj, in, client.GracePeriodSeconds(0)); err != nil {
+				errs = append(errs, fmt.Errorf("delete %T in %s: %w", obj, ns.Name, err))
+			}
+		}
+		if err := cl.Delete(ctx, &ns); err != nil && client.IgnoreNotFound(err) != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Nodes last but one: their pods are gone, and the controller's
+	// node GC releases their blocks.
+	if err := cl.DeleteAllOf(ctx, &corev1.Node{}, client.HasLabels{BenchLabel}); err != nil {
+		errs = append(errs, fmt.Errorf("delete the simulated nodes: %w", err))
+	}
+	for _, obj := range []client.Object{NewPool(), NewServiceCIDR(), nodeRuntimeClass.DeepCopy()} {
+		if err := cl.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", obj.GetName(), err))
+		}
+	}
+	errs = append(errs, poll.Until(ctx, 10*time.Minute, 2*time.Second, func(ctx context.Context) error {
+		var left []string
+		var nodes corev1.NodeList
+		if err := cl.List(ctx, &nodes, client.HasLabels{BenchLabel}); err != nil {
+			return err
+		}
+		if len(nodes.Items) > 0 {
+			left = append(left, fmt.Sprintf("%d nodes", len(nodes.Items)))
+		}
+		var nss corev1.NamespaceList
+		if err := cl.List(ctx, &nss, client.HasLabels{BenchLabel}); err != nil {
+			return err
+		}
+		if len(nss.Items) > 0 {
+			left = append(left, fmt.Sprintf("%d namespaces", len(nss.Items)))
+		}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(NewPool()), NewPool()); err == nil {
+			left = append(left, "pool "+Pool+" (blocks not yet released)")
+		}
+		if len(left) > 0 {
+			return errors.New(strings.Join(left, ", ") + " still there")
+		}
+		return nil
+	}))
+	if o.Lab != nil {
+		errs = append(errs, o.Lab.StopKwok())
+	}
+	for _, n := range append([]topology.Node{o.Node}, o.Others...) {
+		if n.Netns != "" {
+			errs = append(errs, nodeRoute(ctx, n, false))
+		}
+	}
+	return errors.Join(errs...)
+}
+

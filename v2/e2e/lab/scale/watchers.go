@@ -1,0 +1,170 @@
+package scale
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/client-go/rest"
+)
+
+// watchSet is what one vcoild watches in the whole cluster (its informers'
+// resources, read from its controllers): one watch each, the scope and
+// selectors vcoild uses. A simulated vcoild opens these watches and counts
+// what the apiserver sends, without decoding or caching it: 1,000 real
+// informer caches of 30,000 pods would not fit in this machine.
+func watchSet(node string) []string {
+	return []string{
+		"/api/v1/pods",
+		"/api/v1/namespaces",
+		"/api/v1/services",
+		"/apis/discovery.k8s.io/v1/endpointslices",
+		"/apis/networking.k8s.io/v1/networkpolicies",
+		"/api/v1/nodes",
+		"/apis/vcoil.io/v2/addressblocks",
+		"/apis/vcoil.io/v2/addresspools",
+		"/apis/vcoil.io/v2/blockrequests?labelSelector=" + url.QueryEscape("vcoil.io/node="+node),
+		"/apis/vcoil.io/v2/egresses",
+	}
+}
+
+// watchers are simulated vcoilds' watches.
+type watchers struct {
+	events, bytes atomic.Int64
+	errs          atomic.Int64
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+}
+
+// startWatchers opens n simulated vcoilds' watch sets, each from the
+// current resource version (no initial listing: the steady state is
+// measured).
+func startWatchers(ctx context.Context, cfg *rest.Config, n int) (*watchers, error) {
+	// Each simulated node has connections of its own, as a real one has
+	// (a Dial of its own keeps client-go from sharing the transport), and
+	// no request timeout: a watch lasts.
+	own := func() (*http.Client, error) {
+		c := rest.CopyConfig(cfg)
+		c.Timeout = 0
+		dial := cfg.Dial
+		if dial == nil {
+			dial = (&net.Dialer{}).DialContext
+		}
+		c.Dial = func(ctx context.Context, network, address string) (net.Conn, error) { return dial(ctx, network, address) }
+		return rest.HTTPClientFor(c)
+	}
+	hc, err := own()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &watchers{cancel: cancel}
+	paths := watchSet(NodeName(0))
+	rvs := make([]string, len(paths))
+	for i, p := range paths {
+		rv, err := currentRV(ctx, hc, cfg.Host, p)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		rvs[i] = rv
+	}
+	for k := range n {
+		hc, err := own()
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		for i, p := range watchSet(NodeName(k)) {
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				if err := w.watch(ctx, hc, cfg.Host, p, rvs[i]); err != nil && ctx.Err() == nil {
+					w.errs.Add(1)
+				}
+			}()
+		}
+	}
+	return w, nil
+}
+
+func (w *watchers) stop() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+// currentRV lists one object of the resource to learn its current
+// resource version.
+func currentRV(ctx context.Context, hc *http.Client, host, path string) (string, error) {
+	u := host + path + sep(path) + "limit=1"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("list %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	var l struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return "", fmt.Errorf("list %s: %s: %s", path, resp.Status, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return "", fmt.Errorf("list %s: %w", path, err)
+	}
+	return l.Metadata.ResourceVersion, nil
+}
+
+func sep(path string) string {
+	if bytes.ContainsRune([]byte(path), '?') {
+		return "&"
+	}
+	return "?"
+}
+
+// watch reads one watch stream until ctx ends, counting its events (one
+// JSON object per line) and bytes.
+func (w *watchers) watch(ctx context.Context, hc *http.Client, host, path, rv string) error {
+	u := host + path + sep(path) + "watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&resourceVersion=" + url.QueryEscape(rv)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("watch %s: %s", path, resp.Status)
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			w.bytes.Add(int64(n))
+			w.events.Add(int64(bytes.Count(buf[:n], []byte{'\n'})))
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
