@@ -610,8 +610,12 @@ func (k *kernel) admitClients(ctx context.Context, t nft.Table, es []peerEntry) 
 	if len(es) == 0 {
 		return nil
 	}
-	if err := t.ApplyElements(ctx, clientOps(es, false)); err != nil {
-		return fmt.Errorf("admit the tunnel packets of %d peer addresses in %s: %w", len(es), k.Path, err)
+	// In batches that fit a netlink message: adding is idempotent, so a
+	// failure part way leaves nothing a retry cannot finish.
+	for part := range slices.Chunk(es, nft.MaxApplyOps) {
+		if err := t.ApplyElements(ctx, clientOps(part, false)); err != nil {
+			return fmt.Errorf("admit the tunnel packets of %d peer addresses in %s: %w", len(es), k.Path, err)
+		}
 	}
 	return nil
 }
@@ -623,7 +627,12 @@ func (k *kernel) revokeClients(ctx context.Context, t nft.Table, es []peerEntry)
 	if len(es) == 0 {
 		return nil
 	}
-	err := t.ApplyElements(ctx, clientOps(es, true))
+	var err error
+	for part := range slices.Chunk(es, nft.MaxApplyOps) {
+		if err = t.ApplyElements(ctx, clientOps(part, true)); err != nil {
+			break
+		}
+	}
 	if err == nil {
 		return nil
 	}
@@ -648,8 +657,10 @@ func (k *kernel) revokeClients(ctx context.Context, t nft.Table, es []peerEntry)
 	if len(left) == 0 {
 		return nil
 	}
-	if err := t.ApplyElements(ctx, clientOps(left, true)); err != nil {
-		return fmt.Errorf("revoke the tunnel packets of %d peer addresses in %s: %w", len(left), k.Path, err)
+	for part := range slices.Chunk(left, nft.MaxApplyOps) {
+		if err := t.ApplyElements(ctx, clientOps(part, true)); err != nil {
+			return fmt.Errorf("revoke the tunnel packets of %d peer addresses in %s: %w", len(left), k.Path, err)
+		}
 	}
 	return nil
 }

@@ -135,6 +135,13 @@ type ElementCounter struct {
 	Packets, Bytes uint64
 }
 
+// MaxApplyOps bounds the element changes one ApplyElements call should
+// carry: its batch is one netlink message, which the socket's send buffer
+// bounds (about 200 KB: 2,000 elements of the largest layout vcoil writes,
+// an IPv6 frontend to an IPv6 endpoint, do not fit; 1,000 do);
+// larger changes go to nft, or are split where atomicity does not matter.
+const MaxApplyOps = 1000
+
 // ElementOp adds or deletes one element: Key (and Value, when adding to a
 // map) in knftables' text form. A delete needs no Value.
 type ElementOp struct {

@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -372,5 +373,44 @@ func TestFakeElementCountersAreZero(t *testing.T) {
 	}
 	if c, err := tbl.Read(t.Context()); err != nil || c.Sets["h4"].ElementExprs {
 		t.Errorf("a set made again without counters: %+v %v", c.Sets["h4"], err)
+	}
+}
+
+// A batch of MaxApplyOps elements of the largest layout vcoil writes (an
+// IPv6 frontend to an IPv6 endpoint) fits one netlink message: adding and
+// then deleting them works, and the map holds them in between.
+func TestKernelTakesMaxApplyOpsOfTheLargestLayout(t *testing.T) {
+	netnstest.RequireRoot(t)
+	n := netnstest.New(t, "nft")
+	layouts := FixedLayouts(map[string]Layout{"be6": {Key: []Field{IPv6Addr, Proto, Port}, Value: []Field{IPv6Addr, Port}}})
+	tbl, err := Open(n.NetNS(), knftables.InetFamily, "big", layouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	ctx := t.Context()
+	tx := tbl.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Add(&knftables.Map{Name: "be6", Type: "ipv6_addr . inet_proto . inet_service : ipv6_addr . inet_service"})
+	if err := tbl.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	ops := make([]ElementOp, MaxApplyOps)
+	for i := range ops {
+		ops[i] = ElementOp{Set: "be6",
+			Key:   []string{fmt.Sprintf("2001:db8:ffff:ffff:ffff:ffff:ffff:%x", i), "tcp", "65535"},
+			Value: []string{fmt.Sprintf("2001:db8:eeee:eeee:eeee:eeee:eeee:%x", i), "65535"}}
+	}
+	if err := tbl.ApplyElements(ctx, ops); err != nil {
+		t.Fatalf("a batch of %d elements: %v", len(ops), err)
+	}
+	if got, err := tbl.Elements(ctx, "be6"); err != nil || len(got) != MaxApplyOps {
+		t.Fatalf("the map holds %d elements (%v), want %d", len(got), err, MaxApplyOps)
+	}
+	for i := range ops {
+		ops[i].Delete, ops[i].Value = true, nil
+	}
+	if err := tbl.ApplyElements(ctx, ops); err != nil {
+		t.Fatalf("deleting %d elements: %v", len(ops), err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vcoil/vcoil/v2/pkg/constants"
+	"github.com/vcoil/vcoil/v2/pkg/nft"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
@@ -216,11 +217,10 @@ func (r *Renderer) Render(ctx context.Context, txn renderer.Txn) (err error) {
 	return nil
 }
 
-// maxNetlinkOps bounds the element changes sent over netlink: a batch is
-// one message, which the socket's send buffer bounds (about 200 KB, some
-// four thousand elements). Larger plans (a full render) go to nft, whose
-// fixed cost matters less there.
-const maxNetlinkOps = 2000
+// maxNetlinkOps bounds the element changes sent over netlink in one batch
+// (nft.MaxApplyOps). Larger plans (a full render) go to nft, whose fixed
+// cost matters less there.
+const maxNetlinkOps = nft.MaxApplyOps
 
 // apply runs the plan's steps. A table replaced, or whose base is
 // rewritten, is one nft transaction, elements included; other plans (a new

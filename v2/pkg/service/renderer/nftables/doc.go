@@ -23,7 +23,10 @@
 // Config.FullResyncPeriod, to repair drift. Every Resync or Update is one
 // transaction: an nft script, or, when it changes elements only, one
 // netlink batch (nft.Table.ApplyElements), since nft reads every element of
-// a map before it adds one.
+// a map before it adds one. The exception is a new table: its objects go
+// through nft, then its elements over netlink in batches of
+// nft.MaxApplyOps, about four times faster than nft at ten thousand
+// services.
 //
 // The table carries its format version in the comment of an empty set
 // named format ("vcoil services v2", formatversion.ServiceTable). A table without

@@ -140,6 +140,8 @@ func objectsHeld(o objects) tableObjects {
 type plan struct {
 	addSets, addChains, rules, delSets, delChains []func(*knftables.Transaction)
 	delElems, addElems, purge                     []nft.ElementOp
+	// fresh: the plan creates the table (there was none).
+	fresh bool
 	// changes counts the operations that change the table.
 	changes int
 }
@@ -192,6 +194,13 @@ func (p *plan) elementOps() []nft.ElementOp {
 	return ops
 }
 
+// objectsOnly is the plan without its element changes.
+func (p *plan) objectsOnly() *plan {
+	o := *p
+	o.delElems, o.addElems, o.purge = nil, nil, nil
+	return &o
+}
+
 // elementsOnly says whether the plan changes elements and nothing else
 // (no table, set, map, chain or rule).
 func (p *plan) elementsOnly() bool {
@@ -216,6 +225,7 @@ func (p *plan) op(step *[]func(*knftables.Transaction), f func(*knftables.Transa
 // not wanted are deleted.
 func (p *plan) objectsDiff(have tableObjects, want objects) {
 	if !have.exists {
+		p.fresh = true
 		p.op(&p.addSets, func(tx *knftables.Transaction) { tx.Add(&knftables.Table{}) })
 	}
 	for _, name := range slices.Sorted(maps.Keys(want.Sets)) {
