@@ -272,4 +272,3 @@ func percentileMS(d []time.Duration, p int) float64 {
 	r := (p*len(s) + 99) / 100
 	return float64(s[max(r, 1)-1]) / float64(time.Millisecond)
 }
-

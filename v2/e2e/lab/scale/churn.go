@@ -167,4 +167,3 @@ func retryConflict(ctx context.Context, f func() error) error {
 	}
 	return err
 }
-

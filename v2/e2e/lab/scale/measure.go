@@ -434,4 +434,3 @@ func Cleanup(ctx context.Context, o Options) error {
 	}
 	return errors.Join(errs...)
 }
-

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -32,8 +33,14 @@ func watchSet(node string) []string {
 		"/apis/vcoil.io/v2/addresspools",
 		"/apis/vcoil.io/v2/blockrequests?labelSelector=" + url.QueryEscape("vcoil.io/node="+node),
 		"/apis/vcoil.io/v2/egresses",
+		"/apis/networking.k8s.io/v1/servicecidrs",
+		// Watched only where the API is served; skipped otherwise.
+		"/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies",
 	}
 }
+
+// errNotServed: the apiserver does not serve the resource.
+var errNotServed = errors.New("not served")
 
 // watchers are simulated vcoilds' watches.
 type watchers struct {
@@ -57,7 +64,9 @@ func startWatchers(ctx context.Context, cfg *rest.Config, n int) (*watchers, err
 		if dial == nil {
 			dial = (&net.Dialer{}).DialContext
 		}
-		c.Dial = func(ctx context.Context, network, address string) (net.Conn, error) { return dial(ctx, network, address) }
+		c.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+			return dial(ctx, network, address)
+		}
 		return rest.HTTPClientFor(c)
 	}
 	hc, err := own()
@@ -70,11 +79,15 @@ func startWatchers(ctx context.Context, cfg *rest.Config, n int) (*watchers, err
 	rvs := make([]string, len(paths))
 	for i, p := range paths {
 		rv, err := currentRV(ctx, hc, cfg.Host, p)
-		if err != nil {
+		switch {
+		case errors.Is(err, errNotServed):
+			rvs[i] = "" // skipped
+		case err != nil:
 			cancel()
 			return nil, err
+		default:
+			rvs[i] = rv
 		}
-		rvs[i] = rv
 	}
 	for k := range n {
 		hc, err := own()
@@ -83,6 +96,9 @@ func startWatchers(ctx context.Context, cfg *rest.Config, n int) (*watchers, err
 			return nil, err
 		}
 		for i, p := range watchSet(NodeName(k)) {
+			if rvs[i] == "" {
+				continue
+			}
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()
@@ -118,6 +134,9 @@ func currentRV(ctx context.Context, hc *http.Client, host, path string) (string,
 		Metadata struct {
 			ResourceVersion string `json:"resourceVersion"`
 		} `json:"metadata"`
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return "", fmt.Errorf("list %s: %w", path, errNotServed)
 	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
