@@ -75,13 +75,25 @@ func (s *Sim) requestBlock(ctx context.Context, n *simNode, w *brWatch) (created
 	if err := createRetry(ctx, s.o.Client, br); err != nil {
 		return created, time.Time{}, err
 	}
+	// The watch sees the answer as it comes; a read every 2 s covers the
+	// moments the watch is being restarted.
 	var got *vcoilv2.BlockRequest
-	select {
-	case got = <-ch:
-	case <-ctx.Done():
-		return created, time.Time{}, fmt.Errorf("BlockRequest %s: %w", br.Name, ctx.Err())
+	poll := time.NewTicker(2 * time.Second)
+	defer poll.Stop()
+	for got == nil {
+		select {
+		case got = <-ch:
+			done = w.doneAt(br.Name)
+		case <-poll.C:
+			cur := &vcoilv2.BlockRequest{}
+			if err := s.o.Client.Get(ctx, client.ObjectKeyFromObject(br), cur); err == nil && cur.Done() {
+				got, done = cur, time.Now()
+				w.forget(br.Name)
+			}
+		case <-ctx.Done():
+			return created, time.Time{}, fmt.Errorf("BlockRequest %s: %w", br.Name, ctx.Err())
+		}
 	}
-	done = w.doneAt(br.Name)
 	if !got.Completed() {
 		c := got.FailedCondition()
 		return created, done, fmt.Errorf("BlockRequest %s failed: %s: %s", br.Name, c.Reason, c.Message)
@@ -115,34 +127,55 @@ type brWatch struct {
 
 func startBRWatch(ctx context.Context, cl client.WithWatch) (*brWatch, error) {
 	w := &brWatch{waiters: map[string]chan *vcoilv2.BlockRequest{}, seen: map[string]time.Time{}}
-	list := &vcoilv2.BlockRequestList{}
-	wi, err := cl.Watch(ctx, list, client.HasLabels{BenchLabel})
+	wi, err := cl.Watch(ctx, &vcoilv2.BlockRequestList{}, client.HasLabels{BenchLabel})
 	if err != nil {
 		return nil, fmt.Errorf("watch BlockRequests: %w", err)
 	}
 	go func() {
-		defer wi.Stop()
-		for ev := range wi.ResultChan() {
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			br, ok := ev.Object.(*vcoilv2.BlockRequest)
-			if !ok || !br.Done() {
-				continue
-			}
-			now := time.Now()
-			w.mu.Lock()
-			if _, dup := w.seen[br.Name]; !dup {
-				w.seen[br.Name] = now
-				if ch, ok := w.waiters[br.Name]; ok {
-					ch <- br
-					delete(w.waiters, br.Name)
+		// The apiserver ends a watch after half an hour or so: it is
+		// opened again until ctx ends.
+		for ctx.Err() == nil {
+			w.consume(wi)
+			for ctx.Err() == nil {
+				if wi, err = cl.Watch(ctx, &vcoilv2.BlockRequestList{}, client.HasLabels{BenchLabel}); err == nil {
+					break
 				}
+				time.Sleep(time.Second)
 			}
-			w.mu.Unlock()
 		}
 	}()
 	return w, nil
+}
+
+// forget drops a waiter that was answered by a read.
+func (w *brWatch) forget(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.waiters, name)
+}
+
+// consume hands out the done requests of one watch until it ends.
+func (w *brWatch) consume(wi watch.Interface) {
+	defer wi.Stop()
+	for ev := range wi.ResultChan() {
+		if ev.Type != watch.Added && ev.Type != watch.Modified {
+			continue
+		}
+		br, ok := ev.Object.(*vcoilv2.BlockRequest)
+		if !ok || !br.Done() {
+			continue
+		}
+		now := time.Now()
+		w.mu.Lock()
+		if _, dup := w.seen[br.Name]; !dup {
+			w.seen[br.Name] = now
+			if ch, ok := w.waiters[br.Name]; ok {
+				ch <- br
+				delete(w.waiters, br.Name)
+			}
+		}
+		w.mu.Unlock()
+	}
 }
 
 func (w *brWatch) expect(name string) <-chan *vcoilv2.BlockRequest {
