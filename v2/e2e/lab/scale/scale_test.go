@@ -119,3 +119,25 @@ func TestPercentileAndMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// The protobuf watch stream's frames are counted however the reads cut
+// them.
+func TestFrameCounterCountsFramesAcrossReads(t *testing.T) {
+	var stream []byte
+	for _, n := range []int{0, 5, 300, 70000, 1} {
+		stream = append(stream, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+		stream = append(stream, make([]byte, n)...)
+	}
+	for _, cut := range []int{1, 2, 3, 7, 4096, len(stream)} {
+		var f frameCounter
+		var got int64
+		for b := stream; len(b) > 0; {
+			n := min(cut, len(b))
+			got += f.feed(b[:n])
+			b = b[n:]
+		}
+		if got != 5 || f.left != 0 || f.have != 0 {
+			t.Errorf("reads of %d bytes: %d frames (left %d, header %d), want 5", cut, got, f.left, f.have)
+		}
+	}
+}
