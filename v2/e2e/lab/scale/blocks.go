@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -216,11 +217,13 @@ func failover(ctx context.Context, cl client.Client) (string, error) {
 	if err := cl.List(ctx, &pods, client.InNamespace("kube-system"), client.MatchingLabels{"app.kubernetes.io/name": "vcoil-controller"}); err != nil {
 		return "", err
 	}
+	// The identity is the pod's host name, then an underscore and a unique
+	// suffix; vcoil-controller runs in the host's network namespace, so
+	// its host name is its node's (one replica per node: their ports).
+	host, _, _ := strings.Cut(id, "_")
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		// The identity is the pod's host name, then an underscore and a
-		// unique suffix.
-		if len(id) > len(p.Name) && id[:len(p.Name)] == p.Name && id[len(p.Name)] == '_' {
+		if p.DeletionTimestamp == nil && (p.Spec.NodeName == host || p.Name == host) {
 			if err := cl.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
 				return "", fmt.Errorf("delete the leader pod %s: %w", p.Name, err)
 			}

@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -63,15 +65,15 @@ func RunCNIProbe(ctx context.Context, run string, count int, confDir, binDir str
 	cni := libcni.NewCNIConfigWithCacheDir([]string{binDir}, cacheDir, nil)
 	for i := range count {
 		pod := ProbePodName(run, i)
-		name := "vcoil-scale-" + pod
-		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", name).CombinedOutput(); err != nil {
-			return res, fmt.Errorf("ip netns add %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+		nsPath, err := newNetns("vcoil-scale-" + pod)
+		if err != nil {
+			return res, err
 		}
 		id := make([]byte, 32)
 		_, _ = rand.Read(id)
 		rt := &libcni.RuntimeConf{
 			ContainerID: hex.EncodeToString(id),
-			NetNS:       "/run/netns/" + name,
+			NetNS:       nsPath,
 			IfName:      "eth0",
 			Args: [][2]string{
 				{"IgnoreUnknown", "1"},
@@ -86,14 +88,14 @@ func RunCNIProbe(ctx context.Context, run string, count int, confDir, binDir str
 		start = time.Now()
 		delErr := cni.DelNetworkList(ctx, conf, rt)
 		del := time.Since(start)
-		out, nsErr := exec.CommandContext(context.WithoutCancel(ctx), "ip", "netns", "del", name).CombinedOutput()
+		nsErr := removeNetns(nsPath)
 		switch {
 		case addErr != nil:
 			return res, fmt.Errorf("ADD %d: %w", i, addErr)
 		case delErr != nil:
 			return res, fmt.Errorf("DEL %d: %w", i, delErr)
 		case nsErr != nil:
-			return res, fmt.Errorf("ip netns del %s: %w: %s", name, nsErr, strings.TrimSpace(string(out)))
+			return res, nsErr
 		}
 		res.AddMS = append(res.AddMS, float64(add.Microseconds())/1000)
 		res.DelMS = append(res.DelMS, float64(del.Microseconds())/1000)
@@ -134,4 +136,55 @@ func (s *Sim) cniProbe(ctx context.Context, run string, count int) (ProbeResult,
 		return res, fmt.Errorf("CNI probe on %s: %w: %s", n.Name, err, out)
 	}
 	return res, nil
+}
+
+// netnsDir is where the node's runtime keeps its pods' network namespaces
+// (containerd's /var/run/netns).
+const netnsDir = "/run/netns"
+
+// newNetns makes a network namespace pinned at netnsDir/name as containerd
+// does: a bind mount of a thread's namespace on a file of the existing
+// directory. ip netns add would first turn the directory into a mount
+// point of its own, which the bind mounts under it would then not reach
+// vcoild's container through (its hostPath sees the directory beneath):
+// neither the probe's namespaces nor later pods' would open there.
+func newNetns(name string) (string, error) {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(netnsDir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return "", fmt.Errorf("network namespace file %s: %w", path, err)
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// The thread enters a new namespace and is thrown away after (it
+		// is never unlocked), so no other goroutine runs in it.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare a network namespace: %w", err)
+			return
+		}
+		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+			errc <- fmt.Errorf("bind %s on %s: %w", src, path, err)
+			return
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		os.Remove(path)
+		return "", err
+	}
+	return path, nil
+}
+
+// removeNetns unmounts and removes a namespace newNetns made.
+func removeNetns(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	return os.Remove(path)
 }
