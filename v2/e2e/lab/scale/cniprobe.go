@@ -138,9 +138,10 @@ func (s *Sim) cniProbe(ctx context.Context, run string, count int) (ProbeResult,
 	return res, nil
 }
 
-// netnsDir is where the node's runtime keeps its pods' network namespaces
-// (containerd's /var/run/netns).
-const netnsDir = "/run/netns"
+// netnsDir is where the node's runtime keeps its pods' network namespaces,
+// by the path containerd gives them: vcoild's container sees the node's
+// directory there (its hostPath), not under /run.
+const netnsDir = "/var/run/netns"
 
 // newNetns makes a network namespace pinned at netnsDir/name as containerd
 // does: a bind mount of a thread's namespace on a file of the existing
