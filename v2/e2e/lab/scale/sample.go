@@ -139,8 +139,10 @@ func (u *usage) since() (cpuPct, rssMB, hwmMB float64, err error) {
 	return cpuPct, float64(now.RSS) / (1 << 20), float64(now.HWM) / (1 << 20), nil
 }
 
-// findAll returns the live processes whose command name is comm.
+// findAll returns the live processes whose command name is comm (the
+// kernel keeps its first 15 bytes).
 func findAll(comm string) []int {
+	comm = comm[:min(len(comm), 15)]
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
