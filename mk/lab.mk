@@ -200,7 +200,7 @@ bench-services: lab-up ## vcoil's service renderer beside kube-proxy (nftables m
 # go.sum (go install pkg@version), cached by version.
 KWOK_VERSION := v0.8.0
 KWOK_BIN := $(VCOIL_CACHE_DIR)/kwok/$(KWOK_VERSION)/kwok
-# SCALE_FLAGS: sizes and rates, e.g. --nodes 1000 --pods 30000 (lab bench-scale --help).
+# SCALE_FLAGS: sizes and rates, e.g. --sim-nodes 1000 --pods 30000 (lab bench-scale --help).
 SCALE_FLAGS ?=
 
 .PHONY: lab-kwok

@@ -8,7 +8,7 @@
 //	lab kubectl ARGS...
 //	lab demo | demo-matrix
 //	lab bench-services [--sizes 1000,5000,10000] [--out _out/bench]   (vcoil's renderer beside kube-proxy)
-//	lab bench-scale --kwok BIN [--nodes 1000 --pods 30000 ...] [--out _out/bench]   (a simulated cluster around the lab)
+//	lab bench-scale --kwok BIN [--sim-nodes 1000 --pods 30000 ...] [--out _out/bench]   (a simulated cluster around the lab)
 //	lab scale-up --kwok BIN [sizes] | scale-down   (the simulated cluster, left in place)
 //	lab router --kubeconfig FILE [--peer NETNS=IP[,IP]]...   (run by lab up in the fabric namespace)
 //	lab vppctl NODE [CLI...]   (VPP nodes: VPP's CLI)

@@ -62,7 +62,7 @@ func scaleCommands(cfg *cluster.Config) []*cobra.Command {
 	flags := func(c *cobra.Command) {
 		f := c.Flags()
 		f.StringVar(&o.Kwok, "kwok", "", "the kwok binary")
-		f.IntVar(&o.Nodes, "nodes", o.Nodes, "simulated nodes")
+		f.IntVar(&o.Nodes, "sim-nodes", o.Nodes, "simulated nodes (--nodes is the lab's real ones)")
 		f.IntVar(&o.Pods, "pods", o.Pods, "simulated pods (a third are clients, never endpoints)")
 		f.IntVar(&o.Services, "services", o.Services, "Services without selector, 10 endpoints each")
 		f.IntVar(&o.Policies, "policies", o.Policies, "NetworkPolicies")
