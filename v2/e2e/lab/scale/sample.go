@@ -167,3 +167,73 @@ func findAll(comm string) []int {
 	}
 	return pids
 }
+
+// cpuTracker follows the CPU time of every process of one command name
+// over an interval, including processes that start or die during it: it
+// reads them every second and keeps each one's last reading.
+type cpuTracker struct {
+	comm   string
+	mu     sync.Mutex
+	first  map[int]time.Duration
+	last   map[int]time.Duration
+	rss    float64
+	start  time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func trackCPU(ctx context.Context, comm string) *cpuTracker {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &cpuTracker{comm: comm, first: map[int]time.Duration{}, last: map[int]time.Duration{}, start: time.Now(), cancel: cancel, done: make(chan struct{})}
+	t.read(true)
+	go func() {
+		defer close(t.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				t.read(false)
+			}
+		}
+	}()
+	return t
+}
+
+func (t *cpuTracker) read(initial bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pid := range findAll(t.comm) {
+		u, err := bench.ReadUsage(pid)
+		if err != nil {
+			continue
+		}
+		if _, ok := t.first[pid]; !ok {
+			// A process that started during the interval counts whole.
+			if initial {
+				t.first[pid] = u.CPU
+			} else {
+				t.first[pid] = 0
+			}
+		}
+		t.last[pid] = u.CPU
+		t.rss = max(t.rss, float64(u.RSS)/(1<<20))
+	}
+}
+
+// stop ends the interval: the processes' CPU share of one core over it,
+// and the largest RSS seen.
+func (t *cpuTracker) stop() (cpuPct, rssMB float64) {
+	t.read(false)
+	t.cancel()
+	<-t.done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var cpu time.Duration
+	for pid, last := range t.last {
+		cpu += last - t.first[pid]
+	}
+	return 100 * float64(cpu) / float64(time.Since(t.start)), t.rss
+}
