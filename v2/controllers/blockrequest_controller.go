@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +53,45 @@ type BlockRequestReconciler struct {
 	// instance, so that concurrent reconciles do not both mark a block as the
 	// node's node subnet.
 	nodeLocks sync.Map // node name -> *sync.Mutex
+
+	// chosen holds the indexes this instance's reconciles chose lately,
+	// per pool, until its cache must show their blocks. Concurrent
+	// reconciles read the same cache and the same cursor: without it they
+	// all choose the same next index, and all but one lose the create and
+	// choose again, a round trip each (a thousand nodes asking at once made
+	// the answers queue). It only spreads the choices; the protocol above
+	// still decides who gets a block.
+	chosenMu sync.Mutex
+	chosen   map[string]map[int64]time.Time // pool -> index -> chosen at
+}
+
+// chosenFor is how long a chosen index is skipped: longer than the cache
+// takes to show a created block.
+const chosenFor = 30 * time.Second
+
+// choose records index as chosen in pool; false if this instance chose it
+// lately (another reconcile is creating its block).
+func (r *BlockRequestReconciler) choose(pool string, index int64, now time.Time) bool {
+	r.chosenMu.Lock()
+	defer r.chosenMu.Unlock()
+	if r.chosen == nil {
+		r.chosen = map[string]map[int64]time.Time{}
+	}
+	m := r.chosen[pool]
+	if m == nil {
+		m = map[int64]time.Time{}
+		r.chosen[pool] = m
+	}
+	for i, at := range m {
+		if now.Sub(at) > chosenFor {
+			delete(m, i)
+		}
+	}
+	if _, taken := m[index]; taken {
+		return false
+	}
+	m[index] = now
+	return true
 }
 
 // +kubebuilder:rbac:groups=vcoil.io,resources=blockrequests,verbs=get;list;watch;update;patch
@@ -348,11 +388,25 @@ func (r *BlockRequestReconciler) nextIndex(ctx context.Context, pool *vcoilv2.Ad
 	if last := pool.Status.LastBlockIndex; last != nil && *last >= 0 && *last < n-1 {
 		start = *last + 1
 	}
-	// At most len(used)+1 steps: every step past a free index returns.
+	// At most n steps: an index is skipped when used, or chosen lately
+	// by another reconcile of this instance; when only such indexes are
+	// free, the first of them (the protocol sorts out who gets it), so
+	// that a pool is never called exhausted while a block is free.
+	now := time.Now()
+	fallback := int64(-1)
 	for i, idx := int64(0), start; i < n; i, idx = i+1, (idx+1)%n {
-		if !used[idx] {
+		if used[idx] {
+			continue
+		}
+		if r.choose(pool.Name, idx, now) {
 			return idx, nil
 		}
+		if fallback < 0 {
+			fallback = idx
+		}
+	}
+	if fallback >= 0 {
+		return fallback, nil
 	}
 	return 0, ipam.ErrNoSuchBlock
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/ipam"
 )
 
 func TestBlockRequestIsAnsweredWithTheNextFreeBlock(t *testing.T) {
@@ -434,4 +436,35 @@ func TestNodeOwnerIsAddedWhenTheRequestLacksIt(t *testing.T) {
 		t.Fatalf("owners = %+v, want [%+v]", r.OwnerReferences, want)
 	}
 	_ = corev1.Node{}
+}
+
+// Concurrent reconciles of one instance read the same cache and cursor:
+// each must choose another index, and a pool whose free blocks were all
+// chosen lately still answers with one of them rather than "exhausted".
+func TestConcurrentReconcilesChooseDifferentBlocks(t *testing.T) {
+	cleanAPIServer(t)
+	pool := createPool(t, "spread", 5, v4("10.74.0.0/25")) // 4 blocks
+	parsed, err := parsePool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &BlockRequestReconciler{Client: env.Client, APIReader: env.Client}
+	ctx := context.Background()
+	seen := map[int64]bool{}
+	for range 4 {
+		idx, err := r.nextIndex(ctx, pool, parsed, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[idx] {
+			t.Fatalf("index %d chosen twice by one instance (chosen so far %v)", idx, seen)
+		}
+		seen[idx] = true
+	}
+	if idx, err := r.nextIndex(ctx, pool, parsed, nil); err != nil || !seen[idx] {
+		t.Fatalf("with every free block chosen lately: %d, %v; want one of them", idx, err)
+	}
+	if _, err := r.nextIndex(ctx, pool, parsed, map[int64]bool{0: true, 1: true, 2: true, 3: true}); !errors.Is(err, ipam.ErrNoSuchBlock) {
+		t.Fatalf("a pool whose blocks are all tried: %v, want ipam.ErrNoSuchBlock", err)
+	}
 }

@@ -16,8 +16,11 @@ const (
 	ControllerNamespace = "kube-system"
 	// NodeGCInterval is the period of the sweep for deleted nodes' blocks.
 	NodeGCInterval = 10 * time.Minute
-	// BlockRequestConcurrency is the number of BlockRequests answered at once.
-	BlockRequestConcurrency = 4
+	// BlockRequestConcurrency is the number of BlockRequests answered at
+	// once. An answer is several apiserver round trips, so a thousand
+	// nodes asking together queue behind few; the reconciles of one
+	// instance choose different blocks (controllers.BlockRequestReconciler).
+	BlockRequestConcurrency = 16
 
 	WebhookCertSecret       = "vcoil-webhook-cert"
 	WebhookService          = "vcoil-webhook-service"
