@@ -151,7 +151,7 @@ func (s *Sim) measureUnderChurn(ctx context.Context) error {
 	}
 	s.add(Record{Phase: PhaseNode, Metric: "vcoild_ready_s", Value: ready.Seconds(), Unit: "s", Target: "≤ 30 s", Met: ready <= 30*time.Second, Context: c, Status: StatusOK})
 
-	mon, err := bench.StartMonitor(ctx, "/run/netns/"+s.o.Node.Netns)
+	mon, err := startKernelWatch(ctx, "/run/netns/"+s.o.Node.Netns)
 	if err != nil {
 		return err
 	}
@@ -237,9 +237,9 @@ func latencyRecord(metric string, d []time.Duration, p int, target string) Recor
 // changes times Changes service changes (an endpoint replaced by a fresh
 // address) and Changes policy changes (a client pod labelled as a peer of
 // the probe policy), in turn, 1.1 s apart, from just before the apiserver
-// call to the first nft monitor line naming the address in the measured
-// node's kernel.
-func (s *Sim) changes(ctx context.Context, mon *bench.Monitor) (svc, pol []time.Duration) {
+// call to the kernel's notice of the first element naming the address in
+// the measured node (kernelWatch).
+func (s *Sim) changes(ctx context.Context, mon *kernelWatch) (svc, pol []time.Duration) {
 	for k := range 2 * s.o.Changes {
 		paced := time.After(1100 * time.Millisecond)
 		var (

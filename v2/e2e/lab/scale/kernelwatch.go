@@ -1,0 +1,169 @@
+package scale
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// kernelWatch tells when an address first appears in an element added to
+// any nftables set or map of a node, from the kernel's own notifications.
+// `nft monitor` (the services benchmark's monitor) prints every event as
+// text and fell minutes behind at this size (30,000 pods' policy sets and
+// the churn): here the raw NEWSETELEM messages are searched for the
+// address's four bytes, which a key (a policy set's address) or a value
+// (a DNAT map's endpoint) holds as they are.
+type kernelWatch struct {
+	fd      int
+	mu      sync.Mutex
+	waiters map[netip.Addr]chan time.Time
+	// lost counts the times the socket overflowed (events dropped).
+	lost atomic.Int64
+	done chan struct{}
+	err  error
+}
+
+// nfnetlink: the nftables subsystem, its multicast group, and the message
+// that adds set elements.
+const (
+	nfnlSubsysNFTables = 10
+	nfnlGroupNFTables  = 7
+	nftMsgNewSetElem   = 12
+)
+
+// startKernelWatch listens in the network namespace at nsPath until ctx
+// ends.
+func startKernelWatch(ctx context.Context, nsPath string) (*kernelWatch, error) {
+	fd, err := netlinkSocketIn(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	k := &kernelWatch{fd: fd, waiters: map[netip.Addr]chan time.Time{}, done: make(chan struct{})}
+	go k.read(ctx)
+	return k, nil
+}
+
+// netlinkSocketIn opens a netfilter netlink socket in the namespace,
+// subscribed to nftables' events; a socket stays in the namespace it was
+// made in.
+func netlinkSocketIn(nsPath string) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread is thrown away (never unlocked) if it cannot go back
+		// to its namespace.
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			ch <- result{-1, err}
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			ch <- result{-1, err}
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			ch <- result{-1, fmt.Errorf("enter %s: %w", nsPath, err)}
+			return
+		}
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		if err == nil {
+			err = unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlGroupNFTables - 1)})
+		}
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		if err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			ch <- result{-1, fmt.Errorf("netfilter netlink socket in %s: %w", nsPath, err)}
+			return
+		}
+		ch <- result{fd, nil}
+	}()
+	r := <-ch
+	if r.err != nil {
+		return -1, r.err
+	}
+	// A large buffer, and a timeout so that the reader sees ctx end.
+	_ = unix.SetsockoptInt(r.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	_ = unix.SetsockoptTimeval(r.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1})
+	return r.fd, nil
+}
+
+func (k *kernelWatch) read(ctx context.Context) {
+	defer close(k.done)
+	defer unix.Close(k.fd)
+	buf := make([]byte, 1<<20)
+	for ctx.Err() == nil {
+		n, _, err := unix.Recvfrom(k.fd, buf, 0)
+		switch {
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ENOBUFS):
+			k.lost.Add(1)
+			continue
+		case err != nil:
+			k.err = err
+			return
+		}
+		now := time.Now()
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			continue
+		}
+		k.mu.Lock()
+		for _, m := range msgs {
+			if m.Header.Type != nfnlSubsysNFTables<<8|nftMsgNewSetElem {
+				continue
+			}
+			for a, ch := range k.waiters {
+				b := a.As4()
+				if bytes.Contains(m.Data, b[:]) {
+					ch <- now
+					delete(k.waiters, a)
+				}
+			}
+		}
+		k.mu.Unlock()
+	}
+}
+
+// Expect registers an address before the change that brings it; the
+// returned function waits for the first element naming it.
+func (k *kernelWatch) Expect(a netip.Addr) func(ctx context.Context) (time.Time, error) {
+	ch := make(chan time.Time, 1)
+	k.mu.Lock()
+	k.waiters[a] = ch
+	k.mu.Unlock()
+	return func(ctx context.Context) (time.Time, error) {
+		select {
+		case at := <-ch:
+			return at, nil
+		case <-k.done:
+			return time.Time{}, fmt.Errorf("kernel watch stopped before %s showed: %v", a, k.err)
+		case <-ctx.Done():
+			k.mu.Lock()
+			delete(k.waiters, a)
+			k.mu.Unlock()
+			return time.Time{}, fmt.Errorf("%s not in the kernel (%d overflows of the watch): %w", a, k.lost.Load(), ctx.Err())
+		}
+	}
+}
