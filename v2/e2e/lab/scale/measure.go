@@ -408,6 +408,13 @@ func Cleanup(ctx context.Context, o Options) error {
 		}
 		if len(nodes.Items) > 0 {
 			left = append(left, fmt.Sprintf("%d nodes", len(nodes.Items)))
+			// A collection delete of a thousand nodes outlasts the
+			// client's timeout and stops part way: the rest one by one.
+			for i := range nodes.Items {
+				if err := cl.Delete(ctx, &nodes.Items[i]); client.IgnoreNotFound(err) != nil {
+					return fmt.Errorf("delete node %s: %w", nodes.Items[i].Name, err)
+				}
+			}
 		}
 		var nss corev1.NamespaceList
 		if err := cl.List(ctx, &nss, client.HasLabels{BenchLabel}); err != nil {
