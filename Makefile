@@ -66,7 +66,7 @@ generate: ## regenerate deepcopy code, CRDs (vcoil's, and the ClusterNetworkPoli
 		rbac:roleName=controller paths=./v2/controllers/... output:rbac:artifacts:config=v2/config/rbac \
 		webhook output:webhook:artifacts:config=v2/config/webhook
 	$(GO) tool controller-gen rbac:roleName=egress paths=./v2/pkg/egress/routerwatch/... output:rbac:artifacts:config=v2/config/egress
-	$(GO) tool controller-gen rbac:roleName=daemon paths="./v2/pkg/daemon/...;./v2/pkg/nodeipam/...;./v2/pkg/service/...;./v2/pkg/policy/agent/...;./v2/pkg/egress/agent/..." output:rbac:artifacts:config=v2/config/daemon
+	$(GO) tool controller-gen rbac:roleName=daemon paths="./v2/pkg/daemon/...;./v2/pkg/podendpoint/...;./v2/pkg/nodeipam/...;./v2/pkg/service/...;./v2/pkg/policy/agent/...;./v2/pkg/egress/agent/..." output:rbac:artifacts:config=v2/config/daemon
 	$(GO) run ./v2/config/monitoring/cmd/prometheusrule
 	@# The ClusterNetworkPolicy CRD (standard channel) of the pinned
 	@# sigs.k8s.io/network-policy-api, as that module ships it.

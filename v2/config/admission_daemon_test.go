@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -140,4 +141,63 @@ func TestVcoildChangesOnlyItsOwnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused(t, "another node's request deleted", vcoild.Delete(ctx, otherRequest), true, "only BlockRequests for its node")
+}
+
+// Every node's NetworkPolicies read the PodEndpoints, so vcoild writes
+// only those of its node's pods: created, updated and deleted with
+// spec.nodeName and the label vcoil.io/node its own, never moved to or
+// taken from another node.
+func TestVcoildWritesOnlyItsNodesPodEndpoints(t *testing.T) {
+	e := admissionEnv(t)
+	ctx := context.Background()
+	const own, other = "adm-ep-node-a", "adm-ep-node-b"
+	vcoild := serviceAccount(t, e, "vcoil-daemon", own)
+	ns := namespace(t, e, nil)
+	endpoint := func(name, node, label string) *vcoilv2.PodEndpoint {
+		return &vcoilv2.PodEndpoint{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{vcoilv2.LabelNode: label}},
+			Spec: vcoilv2.PodEndpointSpec{
+				PodUID: "uid-" + types.UID(name), NodeName: node, Addresses: []string{"10.1.0.5"},
+				PodLabels: map[string]string{"app": "web"},
+			},
+		}
+	}
+
+	// In force once another node's endpoint is refused.
+	poll.Eventually(t, 30*time.Second, func() error {
+		err := vcoild.Create(ctx, endpoint("foreign", other, other))
+		if err == nil {
+			return errors.New("vcoild of one node created another node's PodEndpoint")
+		}
+		if !byPolicy(err) {
+			return poll.Stop(err)
+		}
+		refused(t, "another node's endpoint created", err, true, own, "only PodEndpoints of its node", other)
+		return nil
+	})
+	refused(t, "an endpoint labelled for another node", vcoild.Create(ctx, endpoint("mislabelled", own, other)), true, "only PodEndpoints of its node")
+
+	mine := endpoint("mine", own, own)
+	admitted(t, "its node's endpoint created", vcoild.Create(ctx, mine))
+	mine.Spec.PodLabels["app"] = "db"
+	admitted(t, "its node's endpoint updated", vcoild.Update(ctx, mine))
+	moved := mine.DeepCopy()
+	moved.Spec.NodeName = other
+	refused(t, "its endpoint given to another node", vcoild.Update(ctx, moved), true, "only PodEndpoints of its node")
+	relabelled := mine.DeepCopy()
+	relabelled.Labels[vcoilv2.LabelNode] = other
+	refused(t, "its endpoint labelled for another node", vcoild.Update(ctx, relabelled), true, "only PodEndpoints of its node")
+
+	theirs := endpoint("theirs", other, other)
+	if err := e.Client.Create(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	taken := theirs.DeepCopy()
+	taken.Spec.NodeName, taken.Labels[vcoilv2.LabelNode] = own, own
+	refused(t, "another node's endpoint taken", vcoild.Update(ctx, taken), true, "only PodEndpoints of its node", other)
+	forged := theirs.DeepCopy()
+	forged.Spec.PodLabels = map[string]string{"role": "admin"}
+	refused(t, "another node's endpoint changed", vcoild.Update(ctx, forged), true, "only PodEndpoints of its node")
+	refused(t, "another node's endpoint deleted", vcoild.Delete(ctx, theirs), true, "only PodEndpoints of its node")
+	admitted(t, "its node's endpoint deleted", vcoild.Delete(ctx, mine))
 }

@@ -1,7 +1,7 @@
 // Package v2 holds the custom resources of vcoil's API group vcoil.io, version v2:
-// AddressPool, AddressBlock and BlockRequest. It holds types, constants and
-// deepcopy code only; validation lives in the AddressPool webhook and address
-// arithmetic in v2/pkg/ipam.
+// AddressPool, AddressBlock, BlockRequest, Egress and PodEndpoint. It holds
+// types, constants and deepcopy code only; validation lives in the webhooks
+// and admission policies (v2/config) and address arithmetic in v2/pkg/ipam.
 //
 // +kubebuilder:object:generate=true
 // +groupName=vcoil.io

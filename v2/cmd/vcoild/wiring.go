@@ -102,8 +102,9 @@ func (f flags) newManager(cfg *rest.Config, scheme *runtime.Scheme, services boo
 		&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
 	}
 	if f.policies.enabled || f.egress {
-		// Pods trimmed to what the policies and the egress side read.
-		maps.Copy(byObject, agent.CacheOptions())
+		// The node's own Pods, trimmed to what the policies and the egress
+		// side read (the other nodes' pods come as PodEndpoints).
+		maps.Copy(byObject, agent.CacheOptions(f.nodeName))
 	}
 	if services {
 		maps.Copy(byObject, proxy.CacheOptions(f.nodeName, f.directRouting))

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,7 +89,7 @@ func (c *churn) event(ctx context.Context, k int) error {
 			return err
 		}
 		p := PodSpec{Namespace: Namespace(i % s.o.Namespaces), Name: fmt.Sprintf("c-%06d", i), Node: n.name, App: i % apps, IP: ip}
-		if err := createRetry(ctx, s.o.Client, p.Object()); err != nil {
+		if err := s.createPod(ctx, p); err != nil {
 			n.release(ip)
 			return err
 		}
@@ -106,9 +105,8 @@ func (c *churn) event(ctx context.Context, k int) error {
 		p := s.churned[0]
 		s.churned = s.churned[1:]
 		s.mu.Unlock()
-		obj := p.Object()
-		if err := s.o.Client.Delete(ctx, obj, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete pod %s/%s: %w", p.Namespace, p.Name, err)
+		if err := s.deletePod(ctx, p); err != nil {
+			return err
 		}
 		for _, n := range s.nodes {
 			if n.name == p.Node {
@@ -123,12 +121,7 @@ func (c *churn) event(ctx context.Context, k int) error {
 		if i%3 == 2 {
 			i-- // client pods keep their labels: the probes use them
 		}
-		pod := &corev1.Pod{}
-		pod.Namespace, pod.Name = Namespace(i%s.o.Namespaces), fmt.Sprintf("p-%05d", i)
-		patch := client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, `{"metadata":{"labels":{"app":"a%d"}}}`, app))
-		if err := s.o.Client.Patch(ctx, pod, patch); err != nil {
-			return fmt.Errorf("label pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
+		return s.labelPod(ctx, Namespace(i%s.o.Namespaces), fmt.Sprintf("p-%05d", i), map[string]string{"app": fmt.Sprintf("a%d", app)})
 	case 3: // an endpoint moved to another backend pod
 		s.mu.Lock()
 		i := s.rng.IntN(s.o.Services)

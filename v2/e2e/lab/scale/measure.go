@@ -2,12 +2,14 @@ package scale
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/e2e/lab/bench"
 	"github.com/vcoil/vcoil/v2/e2e/lab/netnsdial"
 	"github.com/vcoil/vcoil/v2/e2e/lab/topology"
@@ -172,8 +175,15 @@ func (s *Sim) measureUnderChurn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	one, err := startWatchers(ctx, s.o.Rest, 1)
+	// One simulated vcoild with today's watch set, one with the set before
+	// PodEndpoints (every Pod of the cluster), side by side.
+	one, err := startWatchers(ctx, s.o.Rest, 1, false)
 	if err != nil {
+		return err
+	}
+	before, err := startWatchers(ctx, s.o.Rest, 1, true)
+	if err != nil {
+		one.stop()
 		return err
 	}
 	smp = startSampler(ctx, s.o.Client)
@@ -182,6 +192,7 @@ func (s *Sim) measureUnderChurn(ctx context.Context) error {
 	c = smp.stop()
 	wall := time.Since(t0).Seconds()
 	one.stop()
+	before.stop()
 	cpu, rss, hwm, err := use.since()
 	if err != nil {
 		return err
@@ -198,7 +209,12 @@ func (s *Sim) measureUnderChurn(ctx context.Context) error {
 		{Phase: PhaseNode, Metric: "vcoild_rss_mb", Value: rss, Unit: "MB", Target: "≤ 250 MB", Met: rss <= 250, Status: StatusOK, Detail: fmt.Sprintf("peak %.0f MB", hwm)},
 		{Phase: PhaseAPIServer, Metric: "one_vcoild_watch_events_per_s", Value: float64(one.events.Load()) / wall, Unit: "events/s", Status: StatusOK,
 			Detail: fmt.Sprintf("%d watch errors", one.errs.Load())},
-		{Phase: PhaseAPIServer, Metric: "one_vcoild_watch_kb_per_s", Value: float64(one.bytes.Load()) / wall / 1024, Unit: "KB/s", Status: StatusOK},
+		{Phase: PhaseAPIServer, Metric: "one_vcoild_watch_kb_per_s", Value: float64(one.bytes.Load()) / wall / 1024, Unit: "KB/s", Status: StatusOK,
+			Detail: "by resource: " + byResource(one, wall)},
+		{Phase: PhaseAPIServer, Metric: "one_vcoild_watch_events_per_s_all_pods", Value: float64(before.events.Load()) / wall, Unit: "events/s", Status: StatusOK,
+			Detail: fmt.Sprintf("the watch set before PodEndpoints (every Pod); %d watch errors", before.errs.Load())},
+		{Phase: PhaseAPIServer, Metric: "one_vcoild_watch_kb_per_s_all_pods", Value: float64(before.bytes.Load()) / wall / 1024, Unit: "KB/s", Status: StatusOK,
+			Detail: "by resource: " + byResource(before, wall)},
 	} {
 		r.Context = c
 		s.add(r)
@@ -211,7 +227,10 @@ func (s *Sim) measureUnderChurn(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.apiserverCost(ctx, apiPID); err != nil {
+	if err := s.apiserverCost(ctx, apiPID, false); err != nil {
+		return err
+	}
+	if err := s.apiserverCost(ctx, apiPID, true); err != nil {
 		return err
 	}
 	events, errs, last := ch.stop()
@@ -260,9 +279,7 @@ func (s *Sim) changes(ctx context.Context, mon *kernelWatch) (svc, pol []time.Du
 			s.mu.Unlock()
 			addr = p.IP
 			change = func(ctx context.Context) error {
-				pod := p.Object()
-				patch := client.RawPatch("application/merge-patch+json", fmt.Appendf(nil, `{"metadata":{"labels":{%q:"yes"}}}`, ProbeLabel))
-				return s.o.Client.Patch(ctx, pod, patch)
+				return s.labelPod(ctx, p.Namespace, p.Name, map[string]string{ProbeLabel: "yes"})
 			}
 		}
 		wait := mon.Expect(addr)
@@ -295,20 +312,23 @@ func (s *Sim) changes(ctx context.Context, mon *kernelWatch) (svc, pol []time.Du
 // apiserverCost measures the apiserver's CPU and memory under the churn
 // with 0 and each number of simulated vcoild watch sets, and extrapolates
 // linearly to 1,000 and 5,000 nodes.
-func (s *Sim) apiserverCost(ctx context.Context, apiPID int) error {
+func (s *Sim) apiserverCost(ctx context.Context, apiPID int, allPods bool) error {
 	type point struct{ n, cpu, rss, kbps float64 }
 	var pts []point
+	suffix, set := "", "today's watch set (the node's Pods, every PodEndpoint)"
+	if allPods {
+		suffix, set = "_all_pods", "the watch set before PodEndpoints (every Pod)"
+	}
 	for _, n := range append([]int{0}, s.o.Watchers...) {
 		var w *watchers
 		if n > 0 {
 			var err error
-			if w, err = startWatchers(ctx, s.o.Rest, n); err != nil {
+			if w, err = startWatchers(ctx, s.o.Rest, n, allPods); err != nil {
 				return err
 			}
 			// The new streams settle first.
 			time.Sleep(3 * time.Second)
-			w.events.Store(0)
-			w.bytes.Store(0)
+			w.reset()
 		}
 		u, err := startUsage(apiPID)
 		if err != nil {
@@ -334,9 +354,9 @@ func (s *Sim) apiserverCost(ctx context.Context, apiPID int) error {
 			w.stop()
 		}
 		pts = append(pts, point{float64(n), cpu, rss, kb})
-		detail := fmt.Sprintf("%d simulated vcoild watch sets: %.0f events/s, %.0f KB/s sent to them in all; %d watch errors", n, ev, kb, werrs)
-		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_cpu_pct_%d_watchers", n), Value: cpu, Unit: "% of a core", Count: n, Detail: detail, Context: c, Status: StatusOK})
-		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_rss_mb_%d_watchers", n), Value: rss, Unit: "MB", Count: n, Context: c, Status: StatusOK})
+		detail := fmt.Sprintf("%d simulated vcoild watch sets, %s: %.0f events/s, %.0f KB/s sent to them in all; %d watch errors", n, set, ev, kb, werrs)
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_cpu_pct_%d_watchers%s", n, suffix), Value: cpu, Unit: "% of a core", Count: n, Detail: detail, Context: c, Status: StatusOK})
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_rss_mb_%d_watchers%s", n, suffix), Value: rss, Unit: "MB", Count: n, Context: c, Status: StatusOK})
 	}
 	if len(pts) < 2 {
 		return nil
@@ -354,15 +374,36 @@ func (s *Sim) apiserverCost(ctx context.Context, apiPID int) error {
 	ca, cb := fit(func(p point) float64 { return p.cpu })
 	ra, rb := fit(func(p point) float64 { return p.rss })
 	ka, kb := fit(func(p point) float64 { return p.kbps })
-	s.add(Record{Phase: PhaseAPIServer, Metric: "apiserver_cpu_pct_per_node", Value: cb, Unit: "% of a core", Status: StatusOK, Detail: fmt.Sprintf("fit over %d points, base %.1f %%", len(pts), ca)})
-	s.add(Record{Phase: PhaseAPIServer, Metric: "apiserver_rss_mb_per_node", Value: rb, Unit: "MB", Status: StatusOK, Detail: fmt.Sprintf("base %.0f MB", ra)})
-	s.add(Record{Phase: PhaseAPIServer, Metric: "watch_kb_per_s_per_node", Value: kb, Unit: "KB/s", Status: StatusOK, Detail: fmt.Sprintf("base %.1f", ka)})
+	s.add(Record{Phase: PhaseAPIServer, Metric: "apiserver_cpu_pct_per_node" + suffix, Value: cb, Unit: "% of a core", Status: StatusOK, Detail: fmt.Sprintf("%s; fit over %d points, base %.1f %%", set, len(pts), ca)})
+	s.add(Record{Phase: PhaseAPIServer, Metric: "apiserver_rss_mb_per_node" + suffix, Value: rb, Unit: "MB", Status: StatusOK, Detail: fmt.Sprintf("%s; base %.0f MB", set, ra)})
+	s.add(Record{Phase: PhaseAPIServer, Metric: "watch_kb_per_s_per_node" + suffix, Value: kb, Unit: "KB/s", Status: StatusOK, Detail: fmt.Sprintf("%s; base %.1f", set, ka)})
 	for _, nodes := range []float64{1000, 5000} {
-		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_cpu_cores_at_%.0f_nodes", nodes), Value: (ca + cb*nodes) / 100, Unit: "cores", Status: StatusOK, Detail: "extrapolated linearly"})
-		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_rss_gb_at_%.0f_nodes", nodes), Value: (ra + rb*nodes) / 1024, Unit: "GB", Status: StatusOK, Detail: "extrapolated linearly"})
-		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("watch_mb_per_s_at_%.0f_nodes", nodes), Value: kb * nodes / 1024, Unit: "MB/s", Status: StatusOK, Detail: "the apiserver's watch traffic to the nodes' vcoilds"})
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_cpu_cores_at_%.0f_nodes%s", nodes, suffix), Value: (ca + cb*nodes) / 100, Unit: "cores", Status: StatusOK, Detail: set + "; extrapolated linearly"})
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("apiserver_rss_gb_at_%.0f_nodes%s", nodes, suffix), Value: (ra + rb*nodes) / 1024, Unit: "GB", Status: StatusOK, Detail: set + "; extrapolated linearly"})
+		s.add(Record{Phase: PhaseAPIServer, Metric: fmt.Sprintf("watch_mb_per_s_at_%.0f_nodes%s", nodes, suffix), Value: kb * nodes / 1024, Unit: "MB/s", Status: StatusOK, Detail: set + "; the apiserver's watch traffic to the nodes' vcoilds"})
 	}
 	return nil
+}
+
+// byResource tells a watch set's traffic per resource over wall seconds,
+// the largest first, leaving out resources that sent nothing.
+func byResource(w *watchers, wall float64) string {
+	type row struct {
+		name       string
+		events, kb float64
+	}
+	var rows []row
+	for name, c := range w.byResource {
+		if b := c.bytes.Load(); b > 0 {
+			rows = append(rows, row{name, float64(c.events.Load()) / wall, float64(b) / wall / 1024})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.kb, a.kb) })
+	parts := make([]string, len(rows))
+	for i, r := range rows {
+		parts[i] = fmt.Sprintf("%s %.1f events/s %.1f KB/s", r.name, r.events, r.kb)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Cleanup removes everything the benchmark made (also what an earlier,
@@ -381,7 +422,7 @@ func Cleanup(ctx context.Context, o Options) error {
 	}
 	for _, ns := range nsl.Items {
 		in := client.InNamespace(ns.Name)
-		for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}} {
+		for _, obj := range []client.Object{&corev1.Pod{}, &vcoilv2.PodEndpoint{}, &corev1.Service{}} {
 			if err := cl.DeleteAllOf(ctx, obj, in, client.GracePeriodSeconds(0)); err != nil {
 				errs = append(errs, fmt.Errorf("delete %T in %s: %w", obj, ns.Name, err))
 			}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/podendpoint"
 )
 
 // The simulated cluster's objects and addresses. Every object carries the
@@ -254,4 +255,15 @@ func NewServiceCIDR() *networkingv1.ServiceCIDR {
 		ObjectMeta: metav1.ObjectMeta{Name: ServiceCIDRName, Labels: benchLabels(nil)},
 		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{ServiceCIDR.String()}},
 	}
+}
+
+// Endpoint is the PodEndpoint the simulated node's vcoild would publish
+// for the pod once it has its address (uid: the created pod's).
+func (p PodSpec) Endpoint(uid types.UID) *vcoilv2.PodEndpoint {
+	pod := p.Object()
+	pod.UID = uid
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: p.IP.String()}}}
+	ep := podendpoint.For(pod)
+	ep.Labels = benchLabels(ep.Labels)
+	return ep
 }

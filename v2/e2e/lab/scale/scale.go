@@ -404,7 +404,7 @@ func (s *Sim) populate(ctx context.Context) error {
 			return err
 		}
 		pods[i].IP = ip
-		return createRetry(ctx, s.o.Client, pods[i].Object())
+		return s.createPod(ctx, pods[i])
 	})
 	if err != nil {
 		return err

@@ -22,9 +22,19 @@ import (
 // selectors vcoild uses. A simulated vcoild opens these watches and counts
 // what the apiserver sends, without decoding or caching it: 1,000 real
 // informer caches of 30,000 pods would not fit in this machine.
-func watchSet(node string) []string {
-	return []string{
-		"/api/v1/pods",
+//
+// allPods is the set before vcoild read the other nodes' pods from
+// PodEndpoints: every Pod of the cluster instead of the node's own Pods
+// and every PodEndpoint.
+func watchSet(node string, allPods bool) []string {
+	pods := []string{
+		"/api/v1/pods?fieldSelector=" + url.QueryEscape("spec.nodeName="+node),
+		"/apis/vcoil.io/v2/podendpoints",
+	}
+	if allPods {
+		pods = []string{"/api/v1/pods"}
+	}
+	return append(pods,
 		"/api/v1/namespaces",
 		"/api/v1/services",
 		"/apis/discovery.k8s.io/v1/endpointslices",
@@ -32,12 +42,18 @@ func watchSet(node string) []string {
 		"/api/v1/nodes",
 		"/apis/vcoil.io/v2/addressblocks",
 		"/apis/vcoil.io/v2/addresspools",
-		"/apis/vcoil.io/v2/blockrequests?labelSelector=" + url.QueryEscape("vcoil.io/node="+node),
+		"/apis/vcoil.io/v2/blockrequests?labelSelector="+url.QueryEscape("vcoil.io/node="+node),
 		"/apis/vcoil.io/v2/egresses",
 		"/apis/networking.k8s.io/v1/servicecidrs",
 		// Watched only where the API is served; skipped otherwise.
 		"/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies",
-	}
+	)
+}
+
+// resourceOf is the resource a watch path names ("pods", "podendpoints").
+func resourceOf(path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	return path[strings.LastIndexByte(path, '/')+1:]
 }
 
 // errNotServed: the apiserver does not serve the resource.
@@ -47,14 +63,28 @@ var errNotServed = errors.New("not served")
 type watchers struct {
 	events, bytes atomic.Int64
 	errs          atomic.Int64
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup
+	// byResource counts the same per resource (keys fixed at the start).
+	byResource map[string]*counts
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
-// startWatchers opens n simulated vcoilds' watch sets, each from the
-// current resource version (no initial listing: the steady state is
-// measured).
-func startWatchers(ctx context.Context, cfg *rest.Config, n int) (*watchers, error) {
+type counts struct{ events, bytes atomic.Int64 }
+
+// reset zeroes every count.
+func (w *watchers) reset() {
+	w.events.Store(0)
+	w.bytes.Store(0)
+	for _, c := range w.byResource {
+		c.events.Store(0)
+		c.bytes.Store(0)
+	}
+}
+
+// startWatchers opens n simulated vcoilds' watch sets (allPods: the set
+// before PodEndpoints), each from the current resource version (no initial
+// listing: the steady state is measured).
+func startWatchers(ctx context.Context, cfg *rest.Config, n int, allPods bool) (*watchers, error) {
 	// Each simulated node has connections of its own, as a real one has
 	// (a Dial of its own keeps client-go from sharing the transport), and
 	// no request timeout: a watch lasts.
@@ -75,10 +105,11 @@ func startWatchers(ctx context.Context, cfg *rest.Config, n int) (*watchers, err
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	w := &watchers{cancel: cancel}
-	paths := watchSet(NodeName(0))
+	w := &watchers{cancel: cancel, byResource: map[string]*counts{}}
+	paths := watchSet(NodeName(0), allPods)
 	rvs := make([]string, len(paths))
 	for i, p := range paths {
+		w.byResource[resourceOf(p)] = &counts{}
 		rv, err := currentRV(ctx, hc, cfg.Host, p)
 		switch {
 		case errors.Is(err, errNotServed):
@@ -96,14 +127,14 @@ func startWatchers(ctx context.Context, cfg *rest.Config, n int) (*watchers, err
 			cancel()
 			return nil, err
 		}
-		for i, p := range watchSet(NodeName(k)) {
+		for i, p := range watchSet(NodeName(k), allPods) {
 			if rvs[i] == "" {
 				continue
 			}
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()
-				if err := w.watch(ctx, hc, cfg.Host, p, rvs[i]); err != nil && ctx.Err() == nil {
+				if err := w.watch(ctx, hc, cfg.Host, p, rvs[i], w.byResource[resourceOf(p)]); err != nil && ctx.Err() == nil {
 					w.errs.Add(1)
 				}
 			}()
@@ -158,7 +189,7 @@ func sep(path string) string {
 
 // watch reads one watch stream until ctx ends, counting its events (one
 // JSON object per line) and bytes.
-func (w *watchers) watch(ctx context.Context, hc *http.Client, host, path, rv string) error {
+func (w *watchers) watch(ctx context.Context, hc *http.Client, host, path, rv string, res *counts) error {
 	u := host + path + sep(path) + "watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&resourceVersion=" + url.QueryEscape(rv)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -190,12 +221,16 @@ func (w *watchers) watch(ctx context.Context, hc *http.Client, host, path, rv st
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			w.bytes.Add(int64(n))
+			var ev int64
 			if proto {
-				w.events.Add(frames.feed(buf[:n]))
+				ev = frames.feed(buf[:n])
 			} else {
-				w.events.Add(int64(bytes.Count(buf[:n], []byte{'\n'})))
+				ev = int64(bytes.Count(buf[:n], []byte{'\n'}))
 			}
+			w.bytes.Add(int64(n))
+			w.events.Add(ev)
+			res.bytes.Add(int64(n))
+			res.events.Add(ev)
 		}
 		if err != nil {
 			if err == io.EOF {

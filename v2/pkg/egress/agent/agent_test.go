@@ -85,7 +85,7 @@ func TestAgentSetsUpClientPodsAndFollowsTheirEgresses(t *testing.T) {
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: policyagent.CacheOptions()},
+		Cache:                  cache.Options{ByObject: policyagent.CacheOptions(nodeName)},
 	})
 	if err != nil {
 		t.Fatal(err)

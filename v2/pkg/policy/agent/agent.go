@@ -1,7 +1,10 @@
 // Package agent runs vcoil's NetworkPolicy stack in vcoild: informers (the
-// manager's cache: Pods, Namespaces, NetworkPolicies and the node's own
-// Node) feed the policy cache, whose processor and configurator hand each
-// change to the dataplane's renderer as one transaction (docs/policy.md).
+// manager's cache: the node's own Pods, the other nodes' pods as
+// PodEndpoints, Namespaces, NetworkPolicies and the node's own Node) feed
+// the policy cache, whose processor and configurator hand each change to
+// the dataplane's renderer as one transaction (docs/policy.md). It
+// publishes the node's own pods as PodEndpoints for the other nodes
+// (package podendpoint).
 //
 // It also closes the window between a pod's creation and its first
 // packet: the kubelet reports a pod's addresses in its status only after
@@ -23,6 +26,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -32,18 +36,25 @@ import (
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/podendpoint"
 	pcache "github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
-// vcoild reads what NetworkPolicies select (role "daemon").
+// vcoild reads what NetworkPolicies select (role "daemon"): its node's
+// Pods, the others' PodEndpoints.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vcoil.io,resources=podendpoints,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies,verbs=get;list;watch
+
+// publishWorkers write PodEndpoints concurrently: a node's pods come and
+// go a few at a time, but a restarted vcoild may find many to write.
+const publishWorkers = 4
 
 // Options configure the agent of one node.
 type Options struct {
@@ -55,6 +66,9 @@ type Options struct {
 	// Reader reads a pod that the informer has not delivered yet, at its
 	// CNI ADD (the manager's API reader: not cached).
 	Reader client.Reader
+	// Endpoints reads and writes the PodEndpoints of this node's pods
+	// (the manager's client: reads from its cache); nil: the manager's.
+	Endpoints client.Client
 	// Known, when set, lists the local pods this node's vcoild gave
 	// addresses to (its checkpoint), read once before the first sync: a
 	// restarted vcoild must not drop the rules of pods whose status does
@@ -87,6 +101,7 @@ type Agent struct {
 	synced   chan struct{}
 	repair   *repair
 	after    func(context.Context) error
+	publish  *podendpoint.Publisher
 
 	// The fields below are guarded by the feed's lock (Feed.Locked): the
 	// informers' callbacks and PodAdded/PodReleased run under it.
@@ -119,6 +134,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 	rd := newRendered(opts.RendererName, opts.Renderer)
 	conf.Register(opts.RendererName, rd)
 	c := pcache.New()
+	if opts.Endpoints == nil {
+		opts.Endpoints = mgr.GetClient()
+	}
 	a := &Agent{
 		nodeName: opts.NodeName, reader: opts.Reader, log: opts.Log,
 		conf: conf, rendered: rd, synced: make(chan struct{}),
@@ -140,6 +158,8 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 	c.Watch(a.proc)
 	a.feed = pcache.NewFeed(ctx, c, opts.Log)
 	a.feed.SetPodFilter(a.filterPod)
+	a.publish = podendpoint.NewPublisher(opts.NodeName, a.localPod, opts.Endpoints, opts.Endpoints, opts.Log.WithName("podendpoints"))
+	a.feed.SetPodChanged(a.publish.Enqueue)
 	informers := mgr.GetCache()
 	// ClusterNetworkPolicies are watched when their API is served: vcoil's
 	// manifests install its CRD; a cluster without it gets a log line
@@ -152,6 +172,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 	}
 	if err := a.feed.Register(ctx, informers, clusterPolicies); err != nil {
 		return nil, fmt.Errorf("policy agent: %w", err)
+	}
+	// The other nodes' pods, as their vcoilds publish them.
+	epInf, err := informers.GetInformer(ctx, &vcoilv2.PodEndpoint{})
+	if err != nil {
+		return nil, fmt.Errorf("policy agent: PodEndpoint informer: %w", err)
+	}
+	if _, err := epInf.AddEventHandler(a.feed.PeerHandler(opts.NodeName)); err != nil {
+		return nil, fmt.Errorf("policy agent: PodEndpoint informer: %w", err)
 	}
 	podInf, err := informers.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
@@ -192,6 +220,12 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Agent, erro
 			a.repair.failed(err)
 		}
 		close(a.synced)
+		// The cache knows every pod of this node now: the publisher may
+		// delete the endpoints whose pod is gone.
+		if err := a.publish.EnqueueOwn(ctx); err != nil {
+			a.log.Error(err, "cannot list this node's PodEndpoints; those of pods gone while vcoild was down stay until their pods' garbage collection")
+		}
+		go a.publish.Run(ctx, publishWorkers)
 		a.repair.run(ctx, a.Resync, func(err error, retryIn time.Duration) {
 			if err != nil {
 				a.log.Error(err, "the resync repairing a failed policy render failed", "retryIn", retryIn.String())
@@ -227,7 +261,9 @@ func (a *Agent) PodAdded(ctx context.Context, namespace, name string, ips []neti
 			}
 			pod = p
 		}
-		if err := c.SetPod(ctx, a.filterPod(pod)); err != nil {
+		err := c.SetPod(ctx, a.filterPod(pod))
+		a.publish.Enqueue(key)
+		if err != nil {
 			return fmt.Errorf("apply the network policies of pod %s: %w", key, err)
 		}
 		return nil
@@ -241,7 +277,9 @@ func (a *Agent) PodReleased(ctx context.Context, namespace, name string) {
 	err := a.feed.Locked(func(c *pcache.Cache) error {
 		a.overlay[key] = podOverlay{released: true}
 		if pod := c.Pod(namespace, name); pod != nil && a.hasSynced {
-			return c.SetPod(ctx, a.filterPod(pod))
+			err := c.SetPod(ctx, a.filterPod(pod))
+			a.publish.Enqueue(key)
+			return err
 		}
 		return nil
 	})
@@ -269,6 +307,19 @@ func (a *Agent) filterPod(pod *corev1.Pod) *corev1.Pod {
 	if len(want) > 0 {
 		pod.Status.PodIP = want[0].IP
 	}
+	return pod
+}
+
+// localPod is a pod of this node as the policy cache holds it (with the
+// addresses of its CNI calls), or nil: what the publisher publishes.
+func (a *Agent) localPod(key types.NamespacedName) *corev1.Pod {
+	var pod *corev1.Pod
+	_ = a.feed.Locked(func(c *pcache.Cache) error {
+		if p := c.Pod(key.Namespace, key.Name); p != nil && p.Spec.NodeName == a.nodeName {
+			pod = p
+		}
+		return nil
+	})
 	return pod
 }
 
@@ -369,15 +420,17 @@ func (a *Agent) nodeChanged(ctx context.Context, obj any) {
 }
 
 // CacheOptions are the cache settings the agent needs, to merge into the
-// manager's: Pods trimmed to what policies read (every pod of the cluster
-// is a possible peer). The agent reads its own Node from whatever the
-// manager caches of Nodes (all of them for direct routing, only this one
-// for the service proxy): it sets nothing for them, since a cache has one
-// setting per type and a narrower one would hide the other nodes from
-// direct routing.
-func CacheOptions() map[client.Object]ctrlcache.ByObject {
+// manager's: the Pods of node only, trimmed to what policies read. Every
+// pod of the cluster is a possible peer, but the other nodes' pods come as
+// PodEndpoints, which change less and weigh less than Pods (package
+// podendpoint). The agent reads its own Node from whatever the manager
+// caches of Nodes (all of them for direct routing, only this one for the
+// service proxy): it sets nothing for them, since a cache has one setting
+// per type and a narrower one would hide the other nodes from direct
+// routing.
+func CacheOptions(node string) map[client.Object]ctrlcache.ByObject {
 	return map[client.Object]ctrlcache.ByObject{
-		&corev1.Pod{}: {Transform: TrimPod},
+		&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", node), Transform: TrimPod},
 	}
 }
 

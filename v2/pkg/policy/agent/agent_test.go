@@ -13,10 +13,12 @@ import (
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
@@ -103,7 +105,7 @@ func TestStateSourceHoldsThePodsRulesAfterItsADD(t *testing.T) {
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: agent.CacheOptions()},
+		Cache:                  cache.Options{ByObject: agent.CacheOptions(nodeName)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestAFailedRenderIsRetriedWithoutAnyNewEvent(t *testing.T) {
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: agent.CacheOptions()},
+		Cache:                  cache.Options{ByObject: agent.CacheOptions(nodeName)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -253,4 +255,145 @@ func TestAFailedRenderIsRetriedWithoutAnyNewEvent(t *testing.T) {
 		return a.Ready(nil)
 	})
 	afterResyncs.Wait() // AfterResync ran once, after the sync that succeeded
+}
+
+// TestNodesSeeEachOthersPodsThroughTheirEndpoints runs two nodes' agents
+// against one apiserver. Each watches only its own node's Pods: node A
+// learns of node B's pod through the PodEndpoint B's agent publishes, so
+// a label change on B's pod reaches A's rules, and B's CNI DEL takes the
+// pod's address out of them.
+func TestNodesSeeEachOthersPodsThroughTheirEndpoints(t *testing.T) {
+	env, err := testenv.Start(testenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	c := env.Client
+	ctx, cancel := context.WithCancel(t.Context())
+	const nodeA, nodeB = "pol-node-a", "pol-node-b"
+	env.CreateNode(t, nodeA, "198.18.0.2")
+	env.CreateNode(t, nodeB, "198.18.0.3")
+	pod := func(name, node, app string) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"app": app}},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+		}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pod("web", nodeA, "web")
+	cli := pod("cli", nodeB, "other")
+	tcp := corev1.ProtocolTCP
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-from-clients"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: new(intstr.FromInt32(80))}},
+			}},
+		},
+	}
+	if err := c.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+
+	agents := map[string]*agent.Agent{}
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for _, node := range []string{nodeA, nodeB} {
+		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+			Scheme:                 env.Scheme,
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			Cache:                  cache.Options{ByObject: agent.CacheOptions(node)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := agent.Setup(ctx, mgr, agent.Options{NodeName: node, Renderer: &countingRenderer{}, RendererName: "test", Reader: mgr.GetAPIReader(), Log: testr.New(t).WithName(node)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[node] = a
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := mgr.Start(ctx); err != nil {
+				t.Errorf("manager of %s: %v", node, err)
+			}
+		}()
+	}
+	added := func(node, name, ip string) {
+		t.Helper()
+		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+		defer acancel()
+		if err := agents[node].PodAdded(actx, "default", name, []netip.Addr{netip.MustParseAddr(ip)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	added(nodeA, "web", "10.64.0.5")
+	added(nodeB, "cli", "10.64.1.7")
+	webIngress := func(want string) {
+		t.Helper()
+		poll.Eventually(t, 30*time.Second, func() error {
+			var st nodestate.State
+			if err := agents[nodeA].StateSource().Fill(ctx, &st); err != nil {
+				return err
+			}
+			if len(st.Policies.Pods) != 1 {
+				return fmt.Errorf("node A renders %d pods, want web only", len(st.Policies.Pods))
+			}
+			var rules []string
+			for _, r := range st.Policies.Pods[0].Ingress {
+				if r.Action == "permit" && r.Protocol == "tcp" || r.Action == "deny" {
+					rules = append(rules, ruleText(r))
+				}
+			}
+			if got := strings.Join(rules, ", "); got != want {
+				return fmt.Errorf("web's ingress on node A: %s, want %s", got, want)
+			}
+			return nil
+		})
+	}
+
+	// cli is no client yet: web admits nobody on port 80.
+	webIngress("deny any")
+	ep := &vcoilv2.PodEndpoint{}
+	poll.Eventually(t, 30*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cli), ep); err != nil {
+			return err
+		}
+		if ep.Spec.NodeName != nodeB || len(ep.Spec.Addresses) != 1 || ep.Spec.Addresses[0] != "10.64.1.7" {
+			return fmt.Errorf("cli's endpoint: %+v", ep.Spec)
+		}
+		return nil
+	})
+
+	// cli becomes a client on node B: node A, which never sees that Pod,
+	// admits its address.
+	cli.Labels["app"] = "client"
+	if err := c.Update(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	webIngress("permit tcp from 10.64.1.7/32 port 80-80, deny any")
+
+	// Its CNI DEL on node B: the address leaves node A's rules.
+	agents[nodeB].PodReleased(ctx, "default", "cli")
+	webIngress("deny any")
+	poll.Eventually(t, 30*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cli), &vcoilv2.PodEndpoint{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("cli's endpoint after its DEL: %v, want not found", err)
+		}
+		return nil
+	})
 }

@@ -148,7 +148,7 @@ func TestARenderFailureIsAnEventOnTheNode(t *testing.T) {
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: CacheOptions()},
+		Cache:                  cache.Options{ByObject: CacheOptions(nodeName)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,11 +14,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/pkg/policy/cache"
 )
 
@@ -308,5 +310,91 @@ func TestRegisteringFailsWhenAnInformerCannotBeHad(t *testing.T) {
 	err := feed.Register(context.Background(), &fakeInformers{fail: true}, false)
 	if err == nil || !strings.Contains(err.Error(), "no such kind") {
 		t.Fatalf("Register = %v, want the informer's error", err)
+	}
+}
+
+// The other nodes' pods come as PodEndpoints. A pod of this node wins
+// over another node's endpoint of the same name (a StatefulSet's pod that
+// moved here), and a deletion of either source removes only the pod it
+// stood for.
+func TestTheFeedTakesOtherNodesPodsFromTheirEndpoints(t *testing.T) {
+	ctx := context.Background()
+	c := cache.New()
+	r := &recorder{}
+	c.Watch(r)
+	feed := cache.NewFeed(ctx, c, logr.Discard())
+	var published []string
+	feed.SetPodChanged(func(k types.NamespacedName) { published = append(published, k.String()) })
+	must(t, feed.Synced())
+	const here = "node-a"
+	pods, peers := feed.PodHandler(), feed.PeerHandler(here)
+	endpoint := func(name, node, uid string, l map[string]string) *vcoilv2.PodEndpoint {
+		return &vcoilv2.PodEndpoint{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name},
+			Spec: vcoilv2.PodEndpointSpec{
+				PodUID: types.UID(uid), NodeName: node, PodLabels: l, Addresses: []string{"10.1.0.9"},
+				NamedPorts: []vcoilv2.NamedPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}},
+			},
+		}
+	}
+	local := func(name, uid string) *corev1.Pod {
+		p := newPod("a", name, map[string]string{"here": "yes"})
+		p.UID, p.Spec.NodeName = types.UID(uid), here
+		return p
+	}
+
+	peers.OnAdd(endpoint("web", "node-b", "u1", map[string]string{"app": "web"}), false)
+	got := c.Pod("a", "web")
+	if got == nil || got.UID != "u1" || got.Spec.NodeName != "node-b" || len(got.Status.PodIPs) != 1 || got.Status.PodIPs[0].IP != "10.1.0.9" ||
+		len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Ports[0].Name != "http" {
+		t.Fatalf("another node's endpoint is cached as %+v", got)
+	}
+	peers.OnAdd(endpoint("self", here, "u9", nil), false) // this node's own: from the pod informer
+	if c.Pod("a", "self") != nil {
+		t.Fatal("this node's own endpoint was cached")
+	}
+
+	// web moves here: the local pod replaces the stale endpoint, whose
+	// update and deletion then leave it.
+	pods.OnAdd(local("web", "u2"), false)
+	peers.OnUpdate(nil, endpoint("web", "node-b", "u1", map[string]string{"app": "stale"}))
+	peers.OnDelete(endpoint("web", "node-b", "u1", nil))
+	if got := c.Pod("a", "web"); got == nil || got.UID != "u2" {
+		t.Fatalf("the local pod was lost to a stale endpoint: %+v", got)
+	}
+
+	// db leaves here for node-b: the new endpoint replaces the local pod,
+	// whose deletion (an older UID) then leaves it.
+	pods.OnAdd(local("db", "u3"), false)
+	peers.OnDelete(endpoint("db", "node-b", "u4", nil)) // not its pod: ignored
+	if c.Pod("a", "db") == nil {
+		t.Fatal("another pod's endpoint deletion removed the local pod")
+	}
+	pods.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a/db"}) // no object: removed
+	peers.OnAdd(endpoint("db", "node-b", "u4", map[string]string{"app": "db"}), false)
+	pods.OnDelete(local("db", "u3"))
+	if got := c.Pod("a", "db"); got == nil || got.UID != "u4" {
+		t.Fatalf("an old local pod's deletion removed its successor's endpoint: %+v", got)
+	}
+	peers.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a/db", Obj: endpoint("db", "node-b", "u4", nil)})
+	if c.Pod("a", "db") != nil {
+		t.Fatal("an endpoint's deletion left its pod")
+	}
+
+	want := []string{
+		"resync",
+		"pod - -> a/web{app=web}",
+		"pod a/web{app=web} -> a/web{here=yes}",
+		"pod - -> a/db{here=yes}",
+		"pod a/db{here=yes} -> -",
+		"pod - -> a/db{app=db}",
+		"pod a/db{app=db} -> -",
+	}
+	if !slices.Equal(r.events, want) {
+		t.Fatalf("events:\n%q\nwant\n%q", r.events, want)
+	}
+	// The publisher hears of every local pod change that reached the cache.
+	if want := []string{"a/web", "a/db", "a/db"}; !slices.Equal(published, want) {
+		t.Fatalf("local pod changes told: %q, want %q", published, want)
 	}
 }

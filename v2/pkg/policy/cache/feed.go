@@ -8,10 +8,14 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/pkg/podendpoint"
 )
 
 // Informers is the part of a controller-runtime cache that Feed needs;
@@ -33,6 +37,9 @@ type Feed struct {
 	// podFilter, when set, sees every pod of the informer before the
 	// cache stores it (SetPodFilter).
 	podFilter func(*corev1.Pod) *corev1.Pod
+	// podChanged, when set, is told of every pod the pod informer set or
+	// deleted, after the cache (SetPodChanged).
+	podChanged func(types.NamespacedName)
 }
 
 // SetPodFilter makes every pod of the pod informer pass through filter
@@ -41,6 +48,11 @@ type Feed struct {
 // new pod the address its CNI ADD allocated before the kubelet reports it
 // in the pod's status. Call it before Register.
 func (f *Feed) SetPodFilter(filter func(*corev1.Pod) *corev1.Pod) { f.podFilter = filter }
+
+// SetPodChanged makes the feed call fn, with its lock held, after each
+// change of the pod informer reached the cache: vcoild publishes its
+// node's pods from what the cache holds. Call it before Register.
+func (f *Feed) SetPodChanged(fn func(types.NamespacedName)) { f.podChanged = fn }
 
 // Locked runs fn with the feed's lock held, serialized with the informers'
 // changes: for changes that come from elsewhere (a CNI ADD or DEL).
@@ -91,8 +103,15 @@ func (f *Feed) Synced() error {
 	return f.cache.Synced(f.ctx)
 }
 
-// PodHandler handles Pod events.
+// PodHandler handles Pod events. A deletion removes the cached pod only
+// when it is the deleted one (same UID): another source (PeerHandler) may
+// have stored a newer pod of the same name.
 func (f *Feed) PodHandler() toolscache.ResourceEventHandler {
+	changed := func(namespace, name string) {
+		if f.podChanged != nil {
+			f.podChanged(types.NamespacedName{Namespace: namespace, Name: name})
+		}
+	}
 	return handler[corev1.Pod]{
 		f:    f,
 		kind: "pod",
@@ -100,9 +119,50 @@ func (f *Feed) PodHandler() toolscache.ResourceEventHandler {
 			if f.podFilter != nil {
 				pod = f.podFilter(pod)
 			}
-			return f.cache.SetPod(ctx, pod)
+			err := f.cache.SetPod(ctx, pod)
+			changed(pod.Namespace, pod.Name)
+			return err
 		},
-		del: f.cache.DeletePod,
+		del: func(ctx context.Context, namespace, name string, gone *corev1.Pod) error {
+			if cur := f.cache.Pod(namespace, name); cur != nil && gone != nil && cur.UID != gone.UID {
+				return nil
+			}
+			err := f.cache.DeletePod(ctx, namespace, name)
+			changed(namespace, name)
+			return err
+		},
+	}
+}
+
+// PeerHandler handles PodEndpoint events: the pods of the nodes other
+// than node, which the cache stores as the pods they stand for
+// (podendpoint.ToPod). Endpoints of node itself are skipped: its own pods
+// come from the pod informer, and a pod of node wins over another node's
+// endpoint of the same name, which is stale (a StatefulSet's pod that
+// moved here). A deletion removes only the pod it stood for.
+func (f *Feed) PeerHandler(node string) toolscache.ResourceEventHandler {
+	local := func(namespace, name string) bool {
+		cur := f.cache.Pod(namespace, name)
+		return cur != nil && cur.Spec.NodeName == node
+	}
+	return handler[vcoilv2.PodEndpoint]{
+		f:    f,
+		kind: "podendpoint",
+		set: func(ctx context.Context, ep *vcoilv2.PodEndpoint) error {
+			if ep.Spec.NodeName == node || local(ep.Namespace, ep.Name) {
+				return nil
+			}
+			return f.cache.SetPod(ctx, podendpoint.ToPod(ep))
+		},
+		del: func(ctx context.Context, namespace, name string, gone *vcoilv2.PodEndpoint) error {
+			if local(namespace, name) {
+				return nil
+			}
+			if cur := f.cache.Pod(namespace, name); cur != nil && gone != nil && cur.UID != gone.Spec.PodUID {
+				return nil
+			}
+			return f.cache.DeletePod(ctx, namespace, name)
+		},
 	}
 }
 
@@ -112,7 +172,7 @@ func (f *Feed) NamespaceHandler() toolscache.ResourceEventHandler {
 		f:    f,
 		kind: "namespace",
 		set:  f.cache.SetNamespace,
-		del: func(ctx context.Context, _, name string) error {
+		del: func(ctx context.Context, _, name string, _ *corev1.Namespace) error {
 			return f.cache.DeleteNamespace(ctx, name)
 		},
 	}
@@ -124,7 +184,9 @@ func (f *Feed) PolicyHandler() toolscache.ResourceEventHandler {
 		f:    f,
 		kind: "networkpolicy",
 		set:  f.cache.SetPolicy,
-		del:  f.cache.DeletePolicy,
+		del: func(ctx context.Context, namespace, name string, _ *networkingv1.NetworkPolicy) error {
+			return f.cache.DeletePolicy(ctx, namespace, name)
+		},
 	}
 }
 
@@ -134,7 +196,7 @@ func (f *Feed) ClusterPolicyHandler() toolscache.ResourceEventHandler {
 		f:    f,
 		kind: "clusternetworkpolicy",
 		set:  f.cache.SetClusterPolicy,
-		del: func(ctx context.Context, _, name string) error {
+		del: func(ctx context.Context, _, name string, _ *cnp.ClusterNetworkPolicy) error {
 			return f.cache.DeleteClusterPolicy(ctx, name)
 		},
 	}
@@ -145,7 +207,8 @@ type handler[T any] struct {
 	f    *Feed
 	kind string
 	set  func(context.Context, *T) error
-	del  func(ctx context.Context, namespace, name string) error
+	// del is given the deleted object, or nil when a tombstone has none.
+	del func(ctx context.Context, namespace, name string, gone *T) error
 }
 
 func (h handler[T]) OnAdd(obj interface{}, _ bool) { h.onSet(obj) }
@@ -169,10 +232,11 @@ func (h handler[T]) onSet(obj interface{}) {
 // tombstone.
 func (h handler[T]) OnDelete(obj interface{}) {
 	var namespace, name string
+	var gone *T
 	switch v := obj.(type) {
 	case *T:
 		o := any(v).(client.Object)
-		namespace, name = o.GetNamespace(), o.GetName()
+		namespace, name, gone = o.GetNamespace(), o.GetName(), v
 	case toolscache.DeletedFinalStateUnknown:
 		ns, n, err := toolscache.SplitMetaNamespaceKey(v.Key)
 		if err != nil {
@@ -180,13 +244,14 @@ func (h handler[T]) OnDelete(obj interface{}) {
 			return
 		}
 		namespace, name = ns, n
+		gone, _ = v.Obj.(*T)
 	default:
 		h.f.log.Info("ignoring a deleted object of an unexpected type", "kind", h.kind, "type", fmt.Sprintf("%T", obj))
 		return
 	}
 	h.f.mu.Lock()
 	defer h.f.mu.Unlock()
-	if err := h.del(h.f.ctx, namespace, name); err != nil {
+	if err := h.del(h.f.ctx, namespace, name, gone); err != nil {
 		h.f.log.Error(err, "applying a deletion failed", "kind", h.kind, "object", namespace+"/"+name)
 	}
 }
