@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -409,21 +410,27 @@ func benchCommand(cfg *cluster.Config) *cobra.Command {
 }
 
 func writeBench(dir string, recs []bench.Record) error {
+	return writeReport(dir, "services", func(w io.Writer) error { return bench.WriteJSONLines(w, recs) }, bench.Markdown(recs))
+}
+
+// writeReport writes a benchmark's records into dir as NAME.json (by
+// writeJSON, one JSON object per line) and its table as NAME.md.
+func writeReport(dir, name string, writeJSON func(io.Writer) error, markdown string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(dir, "services.json"))
+	f, err := os.Create(filepath.Join(dir, name+".json"))
 	if err != nil {
 		return err
 	}
-	if err := bench.WriteJSONLines(f, recs); err != nil {
+	if err := writeJSON(f); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "services.md"), []byte(bench.Markdown(recs)), 0o644)
+	return os.WriteFile(filepath.Join(dir, name+".md"), []byte(markdown), 0o644)
 }
 
 // vppCommands reach a VPP node's VPP and keep it running.

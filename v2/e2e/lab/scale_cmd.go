@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -148,19 +149,5 @@ func scaleCommands(cfg *cluster.Config) []*cobra.Command {
 }
 
 func writeScale(dir string, o scale.Options, recs []scale.Record) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "scale.json"))
-	if err != nil {
-		return err
-	}
-	if err := scale.WriteJSONLines(f, recs); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "scale.md"), []byte(scale.Markdown(o, recs)), 0o644)
+	return writeReport(dir, "scale", func(w io.Writer) error { return scale.WriteJSONLines(w, recs) }, scale.Markdown(o, recs))
 }
