@@ -434,7 +434,10 @@ func Cleanup(ctx context.Context, o Options) error {
 	// Nodes last but one: their pods are gone, and the controller's
 	// node GC releases their blocks.
 	if err := cl.DeleteAllOf(ctx, &corev1.Node{}, client.HasLabels{BenchLabel}); err != nil {
-		errs = append(errs, fmt.Errorf("delete the simulated nodes: %w", err))
+		// A collection delete of a thousand nodes can outlast the client's
+		// timeout or lose its stream part way: the wait below deletes the
+		// rest one by one, and only what is left then fails the cleanup.
+		fmt.Fprintf(o.Log, "==> deleting the simulated nodes at once failed (%v); deleting the rest one by one\n", err)
 	}
 	for _, obj := range []client.Object{NewPool(), NewServiceCIDR(), nodeRuntimeClass.DeepCopy()} {
 		if err := cl.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
@@ -449,8 +452,6 @@ func Cleanup(ctx context.Context, o Options) error {
 		}
 		if len(nodes.Items) > 0 {
 			left = append(left, fmt.Sprintf("%d nodes", len(nodes.Items)))
-			// A collection delete of a thousand nodes outlasts the
-			// client's timeout and stops part way: the rest one by one.
 			for i := range nodes.Items {
 				if err := cl.Delete(ctx, &nodes.Items[i]); client.IgnoreNotFound(err) != nil {
 					return fmt.Errorf("delete node %s: %w", nodes.Items[i].Name, err)
