@@ -15,14 +15,15 @@ import (
 // Monitor watches what a proxy writes into the kernel the way the
 // benchmark measures both proxies alike: `nft monitor` in the node's network
 // namespace prints every object a transaction adds, then a "# new
-// generation" line when the transaction is over. The monitor notes, for
-// every benchmark endpoint address, when it first appeared:
-//
-//   - at (the time the line naming it was read), for one endpoint change;
-//   - txn (the time the first line of its transaction was read): the kernel
-//     applies a transaction at once, and nft prints a transaction of 100,000
-//     elements over about two seconds, which would otherwise be counted
-//     against the proxy.
+// generation N" line when the transaction is over. The monitor notes, for
+// every benchmark endpoint address, when its transaction was committed:
+// the time of generation N's notice from the kernel (GenClock), read as
+// it comes. nft prints a transaction of 100,000 elements over seconds, and
+// a proxy that writes a table in many transactions (vcoil's, over
+// netlink) would otherwise be charged for the time nft takes to print all
+// but the last. Without a clock's time, the time the transaction's first
+// line was read stands in for it, and the time a line was read for one
+// change.
 //
 // It recognises addresses only, not the proxy's rule forms, so that the
 // same reading serves kube-proxy's chains and rules and vcoil's map
@@ -34,6 +35,11 @@ type Monitor struct {
 	// txnStart is when the current transaction's first line was read; zero
 	// between transactions.
 	txnStart time.Time
+	// cur are the addresses the current transaction brought, with the time
+	// their line was read: they count once the transaction is over.
+	cur map[netip.Addr]time.Time
+	// clock dates transactions by the kernel's notices; nil: by nft's lines.
+	clock *GenClock
 	// waiters are woken when an address they wait for shows.
 	waiters map[netip.Addr]chan sighting
 	// err is why the monitor stopped reading.
@@ -41,11 +47,30 @@ type Monitor struct {
 	done chan struct{}
 }
 
-type sighting struct{ at, txn time.Time }
+// sighting: when an address's line was read (at), and when its
+// transaction was committed (txn; kernel tells whether the kernel dated it).
+type sighting struct {
+	at, txn time.Time
+	kernel  bool
+}
+
+// when is the best date of a sighting: the kernel's, else the line's.
+func (s sighting) when() time.Time {
+	if s.kernel {
+		return s.txn
+	}
+	return s.at
+}
 
 // StartMonitor runs `nft monitor` in the network namespace at netnsPath
 // until ctx ends.
 func StartMonitor(ctx context.Context, netnsPath string) (*Monitor, error) {
+	// The clock listens before nft does, so that it has every generation
+	// nft prints.
+	clock, err := StartGenClock(ctx, netnsPath)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(ctx, "nsenter", "--net="+netnsPath, "--", "nft", "monitor")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -57,6 +82,7 @@ func StartMonitor(ctx context.Context, netnsPath string) (*Monitor, error) {
 		return nil, fmt.Errorf("nft monitor in %s: %w", netnsPath, err)
 	}
 	m := NewMonitor()
+	m.clock = clock
 	go func() {
 		err := m.Read(out)
 		if werr := cmd.Wait(); err == nil && werr != nil && ctx.Err() == nil {
@@ -69,7 +95,7 @@ func StartMonitor(ctx context.Context, netnsPath string) (*Monitor, error) {
 
 // NewMonitor is a monitor fed by Read (StartMonitor feeds it from nft).
 func NewMonitor() *Monitor {
-	return &Monitor{seen: map[netip.Addr]sighting{}, waiters: map[netip.Addr]chan sighting{}, done: make(chan struct{})}
+	return &Monitor{seen: map[netip.Addr]sighting{}, cur: map[netip.Addr]time.Time{}, waiters: map[netip.Addr]chan sighting{}, done: make(chan struct{})}
 }
 
 // Read consumes nft monitor's output until it ends.
@@ -91,12 +117,20 @@ func (m *Monitor) stop(err error) {
 
 // line takes one line of nft monitor read at now.
 func (m *Monitor) line(l string, now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if strings.HasPrefix(l, "# new generation") {
-		m.txnStart = time.Time{}
+		var gen uint32
+		var committed time.Time
+		var kernel bool
+		if _, err := fmt.Sscanf(l, "# new generation %d", &gen); err == nil && m.clock != nil {
+			// The kernel's notice is read as it comes, nft's line later:
+			// the wait is for a notice the socket lost.
+			committed, kernel = m.clock.At(gen, time.Second)
+		}
+		m.commit(committed, kernel)
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.txnStart.IsZero() {
 		m.txnStart = now
 	}
@@ -104,13 +138,30 @@ func (m *Monitor) line(l string, now time.Time) {
 		if _, ok := m.seen[a]; ok {
 			continue
 		}
-		s := sighting{at: now, txn: m.txnStart}
+		if _, ok := m.cur[a]; !ok {
+			m.cur[a] = now
+		}
+	}
+}
+
+// commit ends the current transaction: its addresses count, dated
+// committed when kernel is set, else by the transaction's first line.
+func (m *Monitor) commit(committed time.Time, kernel bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !kernel {
+		committed = m.txnStart
+	}
+	for a, at := range m.cur {
+		s := sighting{at: at, txn: committed, kernel: kernel}
 		m.seen[a] = s
 		if w, ok := m.waiters[a]; ok {
 			w <- s
 			delete(m.waiters, a)
 		}
 	}
+	m.cur = map[netip.Addr]time.Time{}
+	m.txnStart = time.Time{}
 }
 
 // benchAddrs returns the addresses of EndpointRange that the line names
@@ -184,7 +235,8 @@ func (m *Monitor) WaitCount(ctx context.Context, want int) (time.Time, error) {
 }
 
 // Expect registers an address before the change that brings it; the
-// returned function waits for it and returns when its first line was read.
+// returned function waits for it and returns when its transaction was
+// committed (without the kernel's date: when its line was read).
 func (m *Monitor) Expect(a netip.Addr) func(ctx context.Context) (time.Time, error) {
 	ch := make(chan sighting, 1)
 	m.mu.Lock()
@@ -197,7 +249,7 @@ func (m *Monitor) Expect(a netip.Addr) func(ctx context.Context) (time.Time, err
 	return func(ctx context.Context) (time.Time, error) {
 		select {
 		case s := <-ch:
-			return s.at, nil
+			return s.when(), nil
 		case <-m.done:
 			return time.Time{}, fmt.Errorf("nft monitor stopped before %s showed: %v", a, m.err)
 		case <-ctx.Done():

@@ -6,14 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vcoil/vcoil/v2/e2e/lab/bench"
 )
 
 // kernelWatch tells when an address first appears in an element added to
@@ -33,79 +33,16 @@ type kernelWatch struct {
 	err  error
 }
 
-// nfnetlink: the nftables subsystem, its multicast group, and the message
-// that adds set elements.
-const (
-	nfnlSubsysNFTables = 10
-	nfnlGroupNFTables  = 7
-	nftMsgNewSetElem   = 12
-)
-
 // startKernelWatch listens in the network namespace at nsPath until ctx
 // ends.
 func startKernelWatch(ctx context.Context, nsPath string) (*kernelWatch, error) {
-	fd, err := netlinkSocketIn(nsPath)
+	fd, err := bench.NFTablesSocket(nsPath)
 	if err != nil {
 		return nil, err
 	}
 	k := &kernelWatch{fd: fd, waiters: map[netip.Addr]chan time.Time{}, done: make(chan struct{})}
 	go k.read(ctx)
 	return k, nil
-}
-
-// netlinkSocketIn opens a netfilter netlink socket in the namespace,
-// subscribed to nftables' events; a socket stays in the namespace it was
-// made in.
-func netlinkSocketIn(nsPath string) (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread is thrown away (never unlocked) if it cannot go back
-		// to its namespace.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			ch <- result{-1, err}
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(nsPath)
-		if err != nil {
-			ch <- result{-1, err}
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			ch <- result{-1, fmt.Errorf("enter %s: %w", nsPath, err)}
-			return
-		}
-		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
-		if err == nil {
-			err = unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlGroupNFTables - 1)})
-		}
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		if err != nil {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			ch <- result{-1, fmt.Errorf("netfilter netlink socket in %s: %w", nsPath, err)}
-			return
-		}
-		ch <- result{fd, nil}
-	}()
-	r := <-ch
-	if r.err != nil {
-		return -1, r.err
-	}
-	// A large buffer, and a timeout so that the reader sees ctx end.
-	_ = unix.SetsockoptInt(r.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
-	_ = unix.SetsockoptTimeval(r.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1})
-	return r.fd, nil
 }
 
 func (k *kernelWatch) read(ctx context.Context) {
@@ -131,7 +68,7 @@ func (k *kernelWatch) read(ctx context.Context) {
 		}
 		k.mu.Lock()
 		for _, m := range msgs {
-			if m.Header.Type != nfnlSubsysNFTables<<8|nftMsgNewSetElem {
+			if m.Header.Type != bench.NFNLSubsysNFTables<<8|bench.NFTMsgNewSetElem {
 				continue
 			}
 			for a, ch := range k.waiters {
