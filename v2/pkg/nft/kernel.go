@@ -229,7 +229,9 @@ func encodeOps(layout func(string) (Layout, error), ops []ElementOp) ([]gnft.Set
 	if err != nil {
 		return nil, err
 	}
-	var elems []gnft.SetElement
+	// One element per operation (two for an interval's ends): the list
+	// grown by appends would be garbage of many times its size.
+	elems := make([]gnft.SetElement, 0, len(ops))
 	for _, op := range ops {
 		value := op.Value
 		if op.Delete {

@@ -228,6 +228,12 @@ func (r *renderer) full(ctx context.Context, state *service.State, haveObjs tabl
 	want, claims := r.render(&state.Node, state.Services)
 	wantObjs := r.layout.objects(&state.Node, want.uses)
 	p := &plan{}
+	if len(have.frontends) == 0 {
+		// Every element is added: room for them at once, since growing
+		// the list of 110,000 elements of ten thousand services is
+		// garbage that a memory-limited vcoild collects at its first sync.
+		p.addElems = make([]nft.ElementOp, 0, want.elements+len(want.hairpin))
+	}
 	p.objectsDiff(haveObjs, wantObjs)
 	for _, e := range have.stray {
 		name := e.Set + e.Map
