@@ -185,6 +185,10 @@ func (p *plan) elementOps() []nft.ElementOp {
 	sortBySet(p.delElems)
 	sortBySet(p.addElems)
 	sortBySet(p.purge)
+	if len(p.delElems) == 0 && len(p.purge) == 0 {
+		// Additions only (a new table's 110,000 elements): no copy.
+		return p.addElems
+	}
 	ops := make([]nft.ElementOp, 0, len(p.delElems)+len(p.addElems)+2*len(p.purge))
 	ops = append(append(append(ops, p.delElems...), p.addElems...), p.purge...)
 	for _, op := range p.purge {
