@@ -3,6 +3,7 @@ package podendpoint
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -83,17 +84,14 @@ func (p *Publisher) Run(ctx context.Context, workers int) {
 		<-ctx.Done()
 		p.queue.ShutDown()
 	}()
-	done := make(chan struct{})
+	var wg sync.WaitGroup
 	for range max(workers, 1) {
-		go func() {
-			defer func() { done <- struct{}{} }()
+		wg.Go(func() {
 			for p.next(ctx) {
 			}
-		}()
+		})
 	}
-	for range max(workers, 1) {
-		<-done
-	}
+	wg.Wait()
 }
 
 func (p *Publisher) next(ctx context.Context) bool {

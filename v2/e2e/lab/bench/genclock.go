@@ -56,33 +56,7 @@ func StartGenClock(ctx context.Context, nsPath string) (*GenClock, error) {
 }
 
 func (g *GenClock) read(ctx context.Context) {
-	defer func() {
-		unix.Close(g.fd)
-		g.mu.Lock()
-		g.done = true
-		g.cond.Broadcast()
-		g.mu.Unlock()
-	}()
-	buf := make([]byte, 1<<20)
-	for ctx.Err() == nil {
-		n, _, err := unix.Recvfrom(g.fd, buf, 0)
-		switch {
-		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.ENOBUFS):
-			g.lost.Add(1)
-			continue
-		case err != nil:
-			g.mu.Lock()
-			g.err = err
-			g.mu.Unlock()
-			return
-		}
-		now := time.Now()
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			continue
-		}
+	err := ReadNotices(ctx, g.fd, &g.lost, func(now time.Time, msgs []syscall.NetlinkMessage) {
 		for _, m := range msgs {
 			if m.Header.Type != NFNLSubsysNFTables<<8|nftMsgNewGen {
 				continue
@@ -94,7 +68,39 @@ func (g *GenClock) read(ctx context.Context) {
 				g.mu.Unlock()
 			}
 		}
+	})
+	unix.Close(g.fd)
+	g.mu.Lock()
+	g.err, g.done = err, true
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// ReadNotices reads an nftables notice socket (NFTablesSocket) until ctx
+// ends or the socket fails, and hands each datagram's messages to fn with
+// the time it was read; lost counts the socket's overflows (notices the
+// kernel dropped). The caller closes fd.
+func ReadNotices(ctx context.Context, fd int, lost *atomic.Int64, fn func(now time.Time, msgs []syscall.NetlinkMessage)) error {
+	buf := make([]byte, 1<<20)
+	for ctx.Err() == nil {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		switch {
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ENOBUFS):
+			lost.Add(1)
+			continue
+		case err != nil:
+			return err
+		}
+		now := time.Now()
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			continue
+		}
+		fn(now, msgs)
 	}
+	return nil
 }
 
 // genID reads NFTA_GEN_ID from a NEWGEN message's payload: a 4-byte

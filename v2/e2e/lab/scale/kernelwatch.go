@@ -3,7 +3,6 @@ package scale
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -48,25 +47,9 @@ func startKernelWatch(ctx context.Context, nsPath string) (*kernelWatch, error) 
 func (k *kernelWatch) read(ctx context.Context) {
 	defer close(k.done)
 	defer unix.Close(k.fd)
-	buf := make([]byte, 1<<20)
-	for ctx.Err() == nil {
-		n, _, err := unix.Recvfrom(k.fd, buf, 0)
-		switch {
-		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.ENOBUFS):
-			k.lost.Add(1)
-			continue
-		case err != nil:
-			k.err = err
-			return
-		}
-		now := time.Now()
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			continue
-		}
+	k.err = bench.ReadNotices(ctx, k.fd, &k.lost, func(now time.Time, msgs []syscall.NetlinkMessage) {
 		k.mu.Lock()
+		defer k.mu.Unlock()
 		for _, m := range msgs {
 			if m.Header.Type != bench.NFNLSubsysNFTables<<8|bench.NFTMsgNewSetElem {
 				continue
@@ -79,8 +62,7 @@ func (k *kernelWatch) read(ctx context.Context) {
 				}
 			}
 		}
-		k.mu.Unlock()
-	}
+	})
 }
 
 // Expect registers an address before the change that brings it; the
