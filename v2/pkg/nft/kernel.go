@@ -232,16 +232,15 @@ func encodeOps(layout func(string) (Layout, error), ops []ElementOp) ([]gnft.Set
 	// One element per operation (two for an interval's ends): the list
 	// grown by appends would be garbage of many times its size.
 	elems := make([]gnft.SetElement, 0, len(ops))
+	var a byteArena
 	for _, op := range ops {
 		value := op.Value
 		if op.Delete {
 			value = nil
 		}
-		e, err := l.encode(op.Key, value)
-		if err != nil {
+		if elems, err = l.appendEncoded(elems, &a, op.Key, value); err != nil {
 			return nil, fmt.Errorf("set %s: %w", op.Set, err)
 		}
-		elems = append(elems, e...)
 	}
 	return elems, nil
 }

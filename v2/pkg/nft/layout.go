@@ -82,13 +82,6 @@ func (f Field) size(concat bool) int {
 	return n
 }
 
-func pad(b []byte, concat bool) []byte {
-	for concat && len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
-
 func (f Field) interval() bool { return f == IPv4Interval || f == IPv6Interval }
 
 // interval is true for a layout whose key ends with a range.
@@ -117,91 +110,148 @@ func splitConcat(s string) []string {
 // one, or for a single-field interval two (the range's start, and the end
 // marker after it unless it reaches the family's last address).
 func (l Layout) encode(key, value []string) ([]gnft.SetElement, error) {
-	if len(key) != len(l.Key) {
-		return nil, fmt.Errorf("key %q: %d fields, want %d", strings.Join(key, " . "), len(key), len(l.Key))
+	return l.appendEncoded(nil, &byteArena{}, key, value)
+}
+
+// byteArena hands out the bytes of many elements from shared chunks: a
+// first sync writes some 100,000 elements, and a slice per field of each
+// was as many objects for the garbage collector (vcoild's first sync runs
+// near its memory limit, where every collection scans the whole live
+// heap). The elements live until their transaction is sent.
+type byteArena struct{ chunk []byte }
+
+const arenaChunk = 64 << 10
+
+// take returns an empty slice with room for exactly n bytes; appending
+// more than n would reallocate it rather than run into its neighbour.
+func (a *byteArena) take(n int) []byte {
+	if cap(a.chunk)-len(a.chunk) < n {
+		a.chunk = make([]byte, 0, max(arenaChunk, n))
 	}
-	var k, kend []byte
+	at := len(a.chunk)
+	a.chunk = a.chunk[:at+n]
+	return a.chunk[at : at : at+n]
+}
+
+// width is the bytes of fields encoded one after another.
+func width(fields []Field) int {
+	n := 0
+	for _, f := range fields {
+		n += f.size(len(fields) > 1)
+	}
+	return n
+}
+
+// appendEncoded appends the element's encoding (see encode) to out, its
+// bytes taken from a.
+func (l Layout) appendEncoded(out []gnft.SetElement, a *byteArena, key, value []string) ([]gnft.SetElement, error) {
+	if len(key) != len(l.Key) {
+		return out, fmt.Errorf("key %q: %d fields, want %d", strings.Join(key, " . "), len(key), len(l.Key))
+	}
+	concat := len(l.Key) > 1
+	kw := width(l.Key)
+	k := a.take(kw)
+	var kend []byte
+	if concat && l.interval() {
+		kend = a.take(kw)
+	}
 	for i, f := range l.Key {
 		if f.interval() {
 			lo, hi, err := parseRange(key[i], f)
 			if err != nil {
-				return nil, err
+				return out, err
 			}
-			if len(l.Key) == 1 {
-				out := []gnft.SetElement{{Key: lo.AsSlice()}}
+			if !concat {
+				out = append(out, gnft.SetElement{Key: appendAddr(k, lo)})
 				if next := hi.Next(); next.IsValid() {
-					out = append(out, gnft.SetElement{Key: next.AsSlice(), IntervalEnd: true})
+					out = append(out, gnft.SetElement{Key: appendAddr(a.take(kw), next), IntervalEnd: true})
 				}
 				return out, nil
 			}
-			k, kend = append(k, lo.AsSlice()...), append(kend, hi.AsSlice()...)
+			k, kend = appendAddr(k, lo), appendAddr(kend, hi)
 			continue
 		}
-		b, err := encodeField(f, key[i])
-		if err != nil {
-			return nil, err
+		at := len(k)
+		var err error
+		if k, err = appendField(k, f, key[i], concat); err != nil {
+			return out, err
 		}
-		b = pad(b, len(l.Key) > 1)
-		k, kend = append(k, b...), append(kend, b...)
+		if kend != nil {
+			kend = append(kend, k[at:]...)
+		}
 	}
-	e := gnft.SetElement{Key: k}
-	if l.interval() {
-		e.KeyEnd = kend
-	}
+	e := gnft.SetElement{Key: k, KeyEnd: kend}
 	if l.Value == nil || value == nil {
-		return []gnft.SetElement{e}, nil
+		return append(out, e), nil
 	}
 	if len(value) != len(l.Value) {
-		return nil, fmt.Errorf("value %q: %d fields, want %d", strings.Join(value, " . "), len(value), len(l.Value))
+		return out, fmt.Errorf("value %q: %d fields, want %d", strings.Join(value, " . "), len(value), len(l.Value))
 	}
 	if len(l.Value) == 1 && l.Value[0] == Verdict {
 		v, err := parseVerdict(value[0])
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		e.VerdictData = v
-		return []gnft.SetElement{e}, nil
+		return append(out, e), nil
 	}
+	v := a.take(width(l.Value))
 	for i, f := range l.Value {
-		b, err := encodeField(f, value[i])
-		if err != nil {
-			return nil, err
+		var err error
+		if v, err = appendField(v, f, value[i], len(l.Value) > 1); err != nil {
+			return out, err
 		}
-		e.Val = append(e.Val, pad(b, len(l.Value) > 1)...)
 	}
-	return []gnft.SetElement{e}, nil
+	e.Val = v
+	return append(out, e), nil
 }
 
-func encodeField(f Field, s string) ([]byte, error) {
+func appendAddr(dst []byte, a netip.Addr) []byte {
+	if a.Is4() {
+		b := a.As4()
+		return append(dst, b[:]...)
+	}
+	b := a.As16()
+	return append(dst, b[:]...)
+}
+
+// appendField appends the field's bytes, padded to whole registers in a
+// concatenation.
+func appendField(dst []byte, f Field, s string, concat bool) ([]byte, error) {
+	at := len(dst)
 	switch f {
 	case IPv4Addr, IPv6Addr:
 		a, err := netip.ParseAddr(s)
 		if err != nil || a.Is4() != (f == IPv4Addr) {
-			return nil, fmt.Errorf("address %q of the wrong family or unreadable", s)
+			return dst, fmt.Errorf("address %q of the wrong family or unreadable", s)
 		}
-		return a.AsSlice(), nil
+		dst = appendAddr(dst, a)
 	case Proto:
 		p, ok := protoNumber(s)
 		if !ok {
-			return nil, fmt.Errorf("protocol %q", s)
+			return dst, fmt.Errorf("protocol %q", s)
 		}
-		return []byte{p}, nil
+		dst = append(dst, p)
 	case Port:
 		p, err := strconv.ParseUint(s, 10, 16)
 		if err != nil {
-			return nil, fmt.Errorf("port %q", s)
+			return dst, fmt.Errorf("port %q", s)
 		}
-		return binary.BigEndian.AppendUint16(nil, uint16(p)), nil
+		dst = binary.BigEndian.AppendUint16(dst, uint16(p))
 	case IfName:
 		name := strings.TrimSuffix(strings.TrimPrefix(s, `"`), `"`)
 		if name == "" || len(name) >= ifNameSize || strings.ContainsAny(name, "\x00\"*") {
-			return nil, fmt.Errorf("interface name %q", s)
+			return dst, fmt.Errorf("interface name %q", s)
 		}
-		b := make([]byte, ifNameSize)
-		copy(b, name)
-		return b, nil
+		dst = append(dst, name...)
+		dst = append(dst, make([]byte, ifNameSize-len(name))...)
+	default:
+		return dst, fmt.Errorf("field %d cannot be encoded alone", f)
 	}
-	return nil, fmt.Errorf("field %d cannot be encoded alone", f)
+	for n := f.size(concat); len(dst)-at < n; {
+		dst = append(dst, 0)
+	}
+	return dst, nil
 }
 
 var protoNames = map[byte]string{1: "icmp", 6: "tcp", 17: "udp", 58: "ipv6-icmp", 132: "sctp"}
