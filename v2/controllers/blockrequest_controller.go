@@ -63,6 +63,7 @@ type BlockRequestReconciler struct {
 	// still decides who gets a block.
 	chosenMu sync.Mutex
 	chosen   map[string]map[int64]time.Time // pool -> index -> chosen at
+	cursors  map[string]*poolCursor         // pool -> this instance's cursor
 }
 
 // chosenFor is how long a chosen index is skipped: longer than the cache
@@ -133,19 +134,20 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	br = fresh
 
-	node := &corev1.Node{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: br.Spec.NodeName}, node); err != nil {
+	if err := r.checkNode(ctx, br); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonNodeNotFound, fmt.Sprintf("node %q does not exist", br.Spec.NodeName))
 		}
-		return ctrl.Result{}, fmt.Errorf("get node %q of block request %q: %w", br.Spec.NodeName, br.Name, err)
-	}
-	if err := r.ensureNodeOwner(ctx, br, node); err != nil {
 		return ctrl.Result{}, err
 	}
 
+	// The pool from the cache: its spec only grows (the webhook refuses
+	// other changes; a pool found exhausted is read again from the
+	// apiserver below), a deletion seen late makes a block that the
+	// pool's finalizer waits for like any other, and the cursor this
+	// instance moved is kept in memory (see advanceCursor).
 	pool := &vcoilv2.AddressPool{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: br.Spec.PoolName}, pool); err != nil {
+	if err := r.getPool(ctx, br.Spec.PoolName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonPoolNotFound, fmt.Sprintf("address pool %q does not exist", br.Spec.PoolName))
 		}
@@ -177,6 +179,16 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		defer mu.(*sync.Mutex).Unlock()
 	}
 	block, created, err := r.allocate(ctx, br, pool, parsed)
+	if errors.Is(err, ipam.ErrNoSuchBlock) {
+		// A subnet added to the pool may not be in the cache yet.
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return ctrl.Result{}, fmt.Errorf("get address pool %q for block request %q: %w", br.Spec.PoolName, br.Name, err)
+		}
+		if parsed, err = parsePool(pool); err != nil {
+			return ctrl.Result{}, r.fail(ctx, br, "PoolInvalid", err.Error())
+		}
+		block, created, err = r.allocate(ctx, br, pool, parsed)
+	}
 	switch {
 	case errors.Is(err, ipam.ErrNoSuchBlock):
 		msg := fmt.Sprintf("all %d blocks of address pool %q are allocated", parsed.NumBlocks(), pool.Name)
@@ -385,7 +397,7 @@ func (r *BlockRequestReconciler) nextIndex(ctx context.Context, pool *vcoilv2.Ad
 		return 0, ipam.ErrNoSuchBlock
 	}
 	start := int64(0)
-	if last := pool.Status.LastBlockIndex; last != nil && *last >= 0 && *last < n-1 {
+	if last := r.cursorOf(pool); last != nil && *last >= 0 && *last < n-1 {
 		start = *last + 1
 	}
 	// At most n steps: an index is skipped when used, or chosen lately
@@ -411,17 +423,68 @@ func (r *BlockRequestReconciler) nextIndex(ctx context.Context, pool *vcoilv2.Ad
 	return 0, ipam.ErrNoSuchBlock
 }
 
-// advanceCursor records index as the pool's last carved block. Losing this
-// write only risks an early reuse of a freed block, never a double
-// allocation, so failures are logged, not returned.
+// poolCursor is this instance's cursor of one pool: the index it carved
+// last, and whether a write of it to the pool's status is under way.
+type poolCursor struct {
+	index   int64
+	writing bool
+	dirty   bool
+}
+
+// cursorOf is the pool's cursor: this instance's, else the pool's status.
+func (r *BlockRequestReconciler) cursorOf(pool *vcoilv2.AddressPool) *int64 {
+	r.chosenMu.Lock()
+	defer r.chosenMu.Unlock()
+	if c, ok := r.cursors[pool.Name]; ok {
+		return ptr.To(c.index)
+	}
+	return pool.Status.LastBlockIndex
+}
+
+// advanceCursor records index as the pool's last carved block: at once in
+// this instance, in the pool's status by one write at a time, carrying the
+// latest index: with sixteen requests answered at once, a write each was a
+// sixth of the controller's apiserver writes. The request whose reconcile
+// writes waits for the write; the others are answered before their index
+// is in the status, which a restart in between sees an older cursor in.
+// Losing this write only
+// risks an early reuse of a freed block, never a double allocation, so
+// failures are logged, not returned.
 func (r *BlockRequestReconciler) advanceCursor(ctx context.Context, pool *vcoilv2.AddressPool, index int64) {
-	if pool.Status.LastBlockIndex != nil && *pool.Status.LastBlockIndex == index {
+	r.chosenMu.Lock()
+	if r.cursors == nil {
+		r.cursors = map[string]*poolCursor{}
+	}
+	c := r.cursors[pool.Name]
+	if c == nil {
+		c = &poolCursor{index: -1}
+		r.cursors[pool.Name] = c
+	}
+	c.index = index
+	if c.writing {
+		c.dirty = true
+		r.chosenMu.Unlock()
 		return
 	}
-	patch := client.MergeFrom(pool.DeepCopy())
-	pool.Status.LastBlockIndex = ptr.To(index)
-	if err := r.Client.Status().Patch(ctx, pool, patch); err != nil {
-		log.FromContext(ctx).Error(err, "cannot record the last block index of the pool", "pool", pool.Name, "index", index)
+	c.writing = true
+	r.chosenMu.Unlock()
+	for {
+		if pool.Status.LastBlockIndex == nil || *pool.Status.LastBlockIndex != index {
+			patch := client.MergeFrom(pool.DeepCopy())
+			pool.Status.LastBlockIndex = ptr.To(index)
+			if err := r.Client.Status().Patch(ctx, pool, patch); err != nil {
+				log.FromContext(ctx).Error(err, "cannot record the last block index of the pool", "pool", pool.Name, "index", index)
+			}
+		}
+		r.chosenMu.Lock()
+		if !c.dirty {
+			c.writing = false
+			r.chosenMu.Unlock()
+			return
+		}
+		c.dirty = false
+		index = c.index
+		r.chosenMu.Unlock()
 	}
 }
 
@@ -441,9 +504,58 @@ func (r *BlockRequestReconciler) undoClaim(ctx context.Context, br *vcoilv2.Bloc
 	return releaseBlock(ctx, r.Client, block)
 }
 
-// ensureNodeOwner makes the Node an owner (not the controller) of the
-// request, so that Kubernetes collects the request with the Node even when
-// vcoild created it without one.
+// checkNode makes sure the request's Node exists and owns the request
+// (not as its controller), so that Kubernetes collects the request with
+// the Node even when vcoild created it without that owner. A NotFound
+// error means the node does not exist.
+//
+// A request that names its node as owner, as vcoild's do, is checked
+// against the cache of Node metadata that the node GC keeps: a thousand
+// nodes asking at once made every answer wait for three apiserver reads in
+// a row, this one among them. A request without the owner reads the Node
+// from the apiserver: a stale cache could hand out the UID of a Node
+// deleted and created again, and the collection of that old owner would
+// take the request along.
+func (r *BlockRequestReconciler) checkNode(ctx context.Context, br *vcoilv2.BlockRequest) error {
+	key := client.ObjectKey{Name: br.Spec.NodeName}
+	for _, ref := range br.OwnerReferences {
+		if ref.Kind == "Node" && ref.APIVersion == "v1" && ref.Name == br.Spec.NodeName {
+			cached := &metav1.PartialObjectMetadata{}
+			cached.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+			err := r.Client.Get(ctx, key, cached)
+			if err == nil && cached.UID == ref.UID {
+				return nil
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("get node %q of block request %q: %w", br.Spec.NodeName, br.Name, err)
+			}
+			// Not (yet) in the cache, or another UID: the apiserver
+			// decides.
+			break
+		}
+	}
+	node := &corev1.Node{}
+	if err := r.APIReader.Get(ctx, key, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return err
+		}
+		return fmt.Errorf("get node %q of block request %q: %w", br.Spec.NodeName, br.Name, err)
+	}
+	return r.ensureNodeOwner(ctx, br, node)
+}
+
+// getPool reads the pool from the cache, and from the apiserver when the
+// cache does not have it (yet): a pool created a moment before the request
+// is no reason to fail it.
+func (r *BlockRequestReconciler) getPool(ctx context.Context, name string, pool *vcoilv2.AddressPool) error {
+	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, pool)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, client.ObjectKey{Name: name}, pool)
+	}
+	return err
+}
+
+// ensureNodeOwner adds node to the request's owners unless it is one.
 func (r *BlockRequestReconciler) ensureNodeOwner(ctx context.Context, br *vcoilv2.BlockRequest, node *corev1.Node) error {
 	for _, ref := range br.OwnerReferences {
 		if ref.UID == node.UID {

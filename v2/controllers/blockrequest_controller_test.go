@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -466,5 +467,81 @@ func TestConcurrentReconcilesChooseDifferentBlocks(t *testing.T) {
 	}
 	if _, err := r.nextIndex(ctx, pool, parsed, map[int64]bool{0: true, 1: true, 2: true, 3: true}); !errors.Is(err, ipam.ErrNoSuchBlock) {
 		t.Fatalf("a pool whose blocks are all tried: %v, want ipam.ErrNoSuchBlock", err)
+	}
+}
+
+// A request's Node owner is checked against the cache of Node metadata
+// only when the UIDs agree: an owner of another UID (a Node deleted and
+// created again under the name) is looked up in the apiserver, which adds
+// the live Node as an owner, and a request whose named owner does not
+// exist fails.
+func TestNodeOwnerOfTheRequestIsCheckedByUID(t *testing.T) {
+	cleanAPIServer(t)
+	startController(t, time.Hour)
+	createPool(t, "p", 5, v4("10.75.0.0/24"))
+	n := env.CreateNode(t, "node-1", "")
+	ctx := context.Background()
+	withOwner := func(node string, uid types.UID) *vcoilv2.BlockRequest {
+		t.Helper()
+		r := &vcoilv2.BlockRequest{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: node + "-p-", OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: node, UID: uid,
+			}}},
+			Spec: vcoilv2.BlockRequestSpec{NodeName: node, PoolName: "p"},
+		}
+		if err := env.Client.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	if r := waitDone(t, withOwner("node-1", n.UID)); !r.Completed() || len(r.OwnerReferences) != 1 {
+		t.Errorf("request owned by its node: status %+v, owners %+v; want answered, owners unchanged", r.Status, r.OwnerReferences)
+	}
+	r := waitDone(t, withOwner("node-1", "00000000-0000-0000-0000-00000000dead"))
+	if !r.Completed() {
+		t.Fatalf("request owned by an earlier node of the name: %+v, want answered", r.Status)
+	}
+	live := false
+	for _, ref := range r.OwnerReferences {
+		live = live || ref.UID == n.UID
+	}
+	if !live {
+		t.Errorf("owners %+v: the live node %s is not among them", r.OwnerReferences, n.UID)
+	}
+	failed := waitDone(t, withOwner("node-gone", "00000000-0000-0000-0000-00000000beef"))
+	if c := failed.FailedCondition(); c == nil || c.Reason != vcoilv2.ReasonNodeNotFound {
+		t.Errorf("request of a node that does not exist: %+v, want Failed with reason %s", failed.Status, vcoilv2.ReasonNodeNotFound)
+	}
+}
+
+// Concurrent reconciles move one pool's cursor: the status ends with the
+// index this instance carved last, however the writes were merged.
+func TestCursorWritesEndWithTheLastIndex(t *testing.T) {
+	cleanAPIServer(t)
+	pool := createPool(t, "cursor", 5, v4("10.76.0.0/24"))
+	r := &BlockRequestReconciler{Client: env.Client, APIReader: env.Client}
+	ctx := context.Background()
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.advanceCursor(ctx, pool.DeepCopy(), int64(round*16+i))
+			}()
+		}
+		wg.Wait()
+		got := &vcoilv2.AddressPool{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), got); err != nil {
+			t.Fatal(err)
+		}
+		want := r.cursorOf(pool)
+		if want == nil || got.Status.LastBlockIndex == nil || *got.Status.LastBlockIndex != *want {
+			t.Fatalf("round %d: status cursor %v, this instance's %v", round, got.Status.LastBlockIndex, want)
+		}
+		if *want < int64(round*16) || *want >= int64(round*16+16) {
+			t.Fatalf("round %d: cursor %d is not one of the round's indexes", round, *want)
+		}
 	}
 }
