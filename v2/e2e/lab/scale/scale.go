@@ -247,30 +247,45 @@ func (s *Sim) createNodes(ctx context.Context) error {
 	// New nodes set the DaemonSet controller and kwok going (a vcoild pod
 	// per node): the blocks are timed once that has settled, so that
 	// their figures measure vcoil-controller rather than the rush.
-	if err := s.waitDaemonSet(ctx, 10*time.Minute); err != nil {
+	ready, desired, err := s.waitDaemonSet(ctx, 10*time.Minute)
+	if err != nil {
 		return err
 	}
 	s.add(Record{Phase: PhaseCluster, Metric: "daemonset_settled_s", Value: time.Since(start).Seconds(), Unit: "s", Count: s.o.Nodes, Status: StatusOK,
-		Detail: "vcoild's DaemonSet ready on every node, simulated ones included"})
+		Detail: fmt.Sprintf("vcoild's DaemonSet: %d of %d pods ready, simulated ones included", ready, desired)})
 	return nil
 }
 
 // waitDaemonSet waits until vcoild's DaemonSet has a ready pod on every
-// node.
-func (s *Sim) waitDaemonSet(ctx context.Context, timeout time.Duration) error {
+// node, or until the count of ready pods has not moved for a minute with
+// nearly all of them ready: kwok has left a few simulated pods unready in
+// a run (25 of 1,002), and those load nothing. It returns the pods ready
+// and desired.
+func (s *Sim) waitDaemonSet(ctx context.Context, timeout time.Duration) (ready, desired int32, err error) {
+	const still = time.Minute
 	deadline := time.Now().Add(timeout)
+	last, since := int32(-1), time.Now()
 	for {
 		ds := &appsv1.DaemonSet{}
 		err := s.o.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "vcoil-daemon"}, ds)
-		if err == nil && ds.Status.DesiredNumberScheduled >= int32(s.o.Nodes) && ds.Status.NumberReady == ds.Status.DesiredNumberScheduled {
-			return nil
+		ready, desired = ds.Status.NumberReady, ds.Status.DesiredNumberScheduled
+		if err == nil && desired >= int32(s.o.Nodes) {
+			if ready == desired {
+				return ready, desired, nil
+			}
+			if ready != last {
+				last, since = ready, time.Now()
+			} else if time.Since(since) >= still && ready*100 >= desired*97 {
+				s.logf("vcoild's DaemonSet: %d of %d pods ready, unchanged for %s: settled", ready, desired, still)
+				return ready, desired, nil
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("vcoild's DaemonSet not ready on every node after %s: %d of %d (%v)", timeout, ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, err)
+			return ready, desired, fmt.Errorf("vcoild's DaemonSet not ready on every node after %s: %d of %d (%v)", timeout, ready, desired, err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return ready, desired, ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
 	}
