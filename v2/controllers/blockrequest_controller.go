@@ -124,19 +124,28 @@ func (r *BlockRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	// The cache may lag behind a request that an earlier reconcile
 	// answered and vcoild has consumed (deleted, its block released, when
 	// it no longer needed it): answered again from the cache, it would get
-	// a block nobody reads. The apiserver's copy decides.
-	fresh := &vcoilv2.BlockRequest{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	// a block nobody reads. A cached copy without a claim needs no read to
+	// find out: every write before the block is made (the owner, the
+	// claim, a failure) carries the copy's resourceVersion, and a stale
+	// copy's conflicts or is not found, which requeues. A copy with a
+	// claim goes on to create its block, so the apiserver's copy decides.
+	if br.Status.AddressBlockName != "" {
+		fresh := &vcoilv2.BlockRequest{}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		if !fresh.DeletionTimestamp.IsZero() || fresh.Done() {
+			return ctrl.Result{}, nil
+		}
+		br = fresh
 	}
-	if !fresh.DeletionTimestamp.IsZero() || fresh.Done() {
-		return ctrl.Result{}, nil
-	}
-	br = fresh
 
 	if err := r.checkNode(ctx, br); err != nil {
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return ctrl.Result{}, r.fail(ctx, br, vcoilv2.ReasonNodeNotFound, fmt.Sprintf("node %q does not exist", br.Spec.NodeName))
+		case errors.Is(err, errClaimLost):
+			return ctrl.Result{Requeue: true}, nil
 		}
 		return ctrl.Result{}, err
 	}

@@ -334,6 +334,75 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 			t.Fatalf("blocks %v made for a request that is gone", names)
 		}
 	})
+	// An answered request that the cache still shows as created: the
+	// claim's write must conflict rather than claim a second block.
+	t.Run("an answered request seen before its claim from a stale cache keeps its block", func(t *testing.T) {
+		// Owned by its node already, as vcoild makes it: the claim is
+		// the first write.
+		node := &corev1.Node{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-1"}, node); err != nil {
+			t.Fatal(err)
+		}
+		br := &vcoilv2.BlockRequest{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "node-1-p-", OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+			}}},
+			Spec: vcoilv2.BlockRequestSpec{NodeName: "node-1", PoolName: "p"},
+		}
+		if err := env.Client.Create(ctx, br); err != nil {
+			t.Fatal(err)
+		}
+		stale := get(t, br).DeepCopy()
+		reconcileN(t, br, 1)
+		got := get(t, br)
+		if !got.Completed() {
+			t.Fatalf("status %+v, want the request answered", got.Status)
+		}
+		cached := &BlockRequestReconciler{Client: staleReader{Client: env.Client, obj: stale}, APIReader: env.Client}
+		if _, err := cached.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(br)}); err != nil {
+			t.Fatal(err)
+		}
+		if names := blocksOf(t, br); len(names) != 1 || names[0] != got.Status.AddressBlockName {
+			t.Fatalf("blocks %v, want only %s", names, got.Status.AddressBlockName)
+		}
+		if now := get(t, br); now.Status.AddressBlockName != got.Status.AddressBlockName || !now.Completed() {
+			t.Fatalf("status %+v, was %+v", now.Status, got.Status)
+		}
+	})
+
+	// The same without a claim: the cache still shows the request as it
+	// was created. No read of the apiserver is made for such a copy; the
+	// claim's write, carrying the copy's resourceVersion, must fail.
+	t.Run("a consumed request seen before its claim from a stale cache gets no block", func(t *testing.T) {
+		br := createRequest(t, "node-1", "p")
+		stale := get(t, br).DeepCopy()
+		reconcileN(t, br, 1)
+		got := get(t, br)
+		if !got.Completed() {
+			t.Fatalf("status %+v, want the request answered", got.Status)
+		}
+		if err := env.Client.Delete(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		block := &vcoilv2.AddressBlock{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: got.Status.AddressBlockName}, block); err != nil {
+			t.Fatal(err)
+		}
+		block.Finalizers = nil
+		if err := env.Client.Update(ctx, block); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Delete(ctx, block); err != nil {
+			t.Fatal(err)
+		}
+		cached := &BlockRequestReconciler{Client: staleReader{Client: env.Client, obj: stale}, APIReader: env.Client}
+		if _, err := cached.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(br)}); err != nil {
+			t.Fatal(err)
+		}
+		if names := blocksOf(t, br); len(names) != 0 {
+			t.Fatalf("blocks %v made for a request that is gone", names)
+		}
+	})
 }
 
 // staleReader is a cache that still holds obj as it was.
