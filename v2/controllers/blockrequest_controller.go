@@ -391,7 +391,10 @@ func (r *BlockRequestReconciler) needsNodeSubnet(ctx context.Context, br *vcoilv
 // means the pool is exhausted.
 func (r *BlockRequestReconciler) nextIndex(ctx context.Context, pool *vcoilv2.AddressPool, parsed ipam.Pool, tried map[int64]bool) (int64, error) {
 	blocks := &vcoilv2.AddressBlockList{}
-	if err := r.Client.List(ctx, blocks, client.MatchingLabels{vcoilv2.LabelPool: pool.Name}); err != nil {
+	// Only the indexes are read: the cache's objects without copies (a
+	// thousand nodes asking at once made every answer copy up to a
+	// thousand blocks).
+	if err := r.Client.List(ctx, blocks, client.MatchingLabels{vcoilv2.LabelPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("list blocks of address pool %q: %w", pool.Name, err)
 	}
 	used := make(map[int64]bool, len(blocks.Items)+len(tried))
