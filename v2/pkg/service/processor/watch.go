@@ -3,11 +3,13 @@ package processor
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -153,7 +155,17 @@ func Setup(mgr manager.Manager, opts Options) (*Processor, error) {
 		return nil, fmt.Errorf("service processor: %w", err)
 	}
 	run := func(ctx context.Context) error {
-		if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+		// Polled every 10 ms, not client-go's 100 ms (WaitForCacheSync):
+		// the first sync of a restarted vcoild is timed from its start.
+		err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+			for _, ok := range synced {
+				if !ok() {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
 			return nil // the manager is stopping
 		}
 		p.log.Info("Service caches synced; syncing the renderers")
