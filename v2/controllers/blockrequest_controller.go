@@ -458,10 +458,9 @@ func (r *BlockRequestReconciler) cursorOf(pool *vcoilv2.AddressPool) *int64 {
 // latest index: with sixteen requests answered at once, a write each was a
 // sixth of the controller's apiserver writes. The request whose reconcile
 // writes waits for the write; the others are answered before their index
-// is in the status, which a restart in between sees an older cursor in.
-// Losing this write only
-// risks an early reuse of a freed block, never a double allocation, so
-// failures are logged, not returned.
+// is in the status, so a restart in between starts from an older cursor.
+// Losing this write only risks an early reuse of a freed block, never a
+// double allocation, so failures are logged, not returned.
 func (r *BlockRequestReconciler) advanceCursor(ctx context.Context, pool *vcoilv2.AddressPool, index int64) {
 	r.chosenMu.Lock()
 	if r.cursors == nil {
