@@ -223,6 +223,35 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 		return got
 	}
 
+	// consume does what vcoild does with an answer it no longer needs:
+	// the request goes, then the block.
+	consume := func(t *testing.T, got *vcoilv2.BlockRequest) {
+		t.Helper()
+		if err := env.Client.Delete(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		block := &vcoilv2.AddressBlock{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: got.Status.AddressBlockName}, block); err != nil {
+			t.Fatal(err)
+		}
+		block.Finalizers = nil
+		if err := env.Client.Update(ctx, block); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Delete(ctx, block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// reconcileStale reconciles the request with a cache that still
+	// holds stale.
+	reconcileStale := func(t *testing.T, stale *vcoilv2.BlockRequest) {
+		t.Helper()
+		cached := &BlockRequestReconciler{Client: staleReader{Client: env.Client, obj: stale}, APIReader: env.Client}
+		if _, err := cached.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	t.Run("a completed request is left alone", func(t *testing.T) {
 		br := createRequest(t, "node-1", "p")
 		reconcileN(t, br, 5)
@@ -311,25 +340,8 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 		// The cache saw the claim, not the answer.
 		stale := got.DeepCopy()
 		stale.Status.Conditions = nil
-		// vcoild: the request goes, then the block.
-		if err := env.Client.Delete(ctx, got); err != nil {
-			t.Fatal(err)
-		}
-		block := &vcoilv2.AddressBlock{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: got.Status.AddressBlockName}, block); err != nil {
-			t.Fatal(err)
-		}
-		block.Finalizers = nil
-		if err := env.Client.Update(ctx, block); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Delete(ctx, block); err != nil {
-			t.Fatal(err)
-		}
-		cached := &BlockRequestReconciler{Client: staleReader{Client: env.Client, obj: stale}, APIReader: env.Client}
-		if _, err := cached.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(br)}); err != nil {
-			t.Fatal(err)
-		}
+		consume(t, got)
+		reconcileStale(t, stale)
 		if names := blocksOf(t, br); len(names) != 0 {
 			t.Fatalf("blocks %v made for a request that is gone", names)
 		}
@@ -358,10 +370,7 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 		if !got.Completed() {
 			t.Fatalf("status %+v, want the request answered", got.Status)
 		}
-		cached := &BlockRequestReconciler{Client: staleReader{Client: env.Client, obj: stale}, APIReader: env.Client}
-		if _, err := cached.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(br)}); err != nil {
-			t.Fatal(err)
-		}
+		reconcileStale(t, stale)
 		if names := blocksOf(t, br); len(names) != 1 || names[0] != got.Status.AddressBlockName {
 			t.Fatalf("blocks %v, want only %s", names, got.Status.AddressBlockName)
 		}
@@ -381,24 +390,8 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 		if !got.Completed() {
 			t.Fatalf("status %+v, want the request answered", got.Status)
 		}
-		if err := env.Client.Delete(ctx, got); err != nil {
-			t.Fatal(err)
-		}
-		block := &vcoilv2.AddressBlock{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: got.Status.AddressBlockName}, block); err != nil {
-			t.Fatal(err)
-		}
-		block.Finalizers = nil
-		if err := env.Client.Update(ctx, block); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Delete(ctx, block); err != nil {
-			t.Fatal(err)
-		}
-		cached := &BlockRequestReconciler{Client: staleReader{Client: env.Client, obj: stale}, APIReader: env.Client}
-		if _, err := cached.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(br)}); err != nil {
-			t.Fatal(err)
-		}
+		consume(t, got)
+		reconcileStale(t, stale)
 		if names := blocksOf(t, br); len(names) != 0 {
 			t.Fatalf("blocks %v made for a request that is gone", names)
 		}
