@@ -63,7 +63,7 @@ type BlockRequestReconciler struct {
 	// still decides who gets a block.
 	chosenMu sync.Mutex
 	chosen   map[string]map[int64]time.Time // pool -> index -> chosen at
-	cursors  map[string]*poolCursor         // pool -> this instance's cursor
+	cursors  map[string]*poolCursor         // pool -> this instance's cursor (also under chosenMu)
 }
 
 // chosenFor is how long a chosen index is skipped: longer than the cache

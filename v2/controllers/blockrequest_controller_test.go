@@ -242,6 +242,18 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// answeredAfter answers br and returns its copy from before the
+	// answer (a stale cache's) and the answered one.
+	answeredAfter := func(t *testing.T, br *vcoilv2.BlockRequest) (stale, got *vcoilv2.BlockRequest) {
+		t.Helper()
+		stale = get(t, br).DeepCopy()
+		reconcileN(t, br, 1)
+		got = get(t, br)
+		if !got.Completed() {
+			t.Fatalf("status %+v, want the request answered", got.Status)
+		}
+		return stale, got
+	}
 	// reconcileStale reconciles the request with a cache that still
 	// holds stale.
 	reconcileStale := func(t *testing.T, stale *vcoilv2.BlockRequest) {
@@ -364,12 +376,7 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 		if err := env.Client.Create(ctx, br); err != nil {
 			t.Fatal(err)
 		}
-		stale := get(t, br).DeepCopy()
-		reconcileN(t, br, 1)
-		got := get(t, br)
-		if !got.Completed() {
-			t.Fatalf("status %+v, want the request answered", got.Status)
-		}
+		stale, got := answeredAfter(t, br)
 		reconcileStale(t, stale)
 		if names := blocksOf(t, br); len(names) != 1 || names[0] != got.Status.AddressBlockName {
 			t.Fatalf("blocks %v, want only %s", names, got.Status.AddressBlockName)
@@ -384,12 +391,7 @@ func TestReconcilingAgainKeepsOneBlockPerRequest(t *testing.T) {
 	// claim's write, carrying the copy's resourceVersion, must fail.
 	t.Run("a consumed request seen before its claim from a stale cache gets no block", func(t *testing.T) {
 		br := createRequest(t, "node-1", "p")
-		stale := get(t, br).DeepCopy()
-		reconcileN(t, br, 1)
-		got := get(t, br)
-		if !got.Completed() {
-			t.Fatalf("status %+v, want the request answered", got.Status)
-		}
+		stale, got := answeredAfter(t, br)
 		consume(t, got)
 		reconcileStale(t, stale)
 		if names := blocksOf(t, br); len(names) != 0 {

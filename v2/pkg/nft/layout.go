@@ -110,7 +110,9 @@ func splitConcat(s string) []string {
 // one, or for a single-field interval two (the range's start, and the end
 // marker after it unless it reaches the family's last address).
 func (l Layout) encode(key, value []string) ([]gnft.SetElement, error) {
-	return l.appendEncoded(nil, &byteArena{}, key, value)
+	// One element's bytes at most: a key and its interval end, a value.
+	a := byteArena{chunk: make([]byte, 0, 2*width(l.Key)+width(l.Value))}
+	return l.appendEncoded(nil, &a, key, value)
 }
 
 // byteArena hands out the bytes of many elements from shared chunks: a
