@@ -22,6 +22,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/constants"
 	"github.com/vcoil/vcoil/v2/pkg/daemon"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
+	"github.com/vcoil/vcoil/v2/pkg/informerlist"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
@@ -93,6 +94,11 @@ func main() {
 		SilenceUsage: true,
 		RunE: func(*cobra.Command, []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			// Before any client exists: the informers fill their caches
+			// with a LIST, which brings a node's Services into the kernel
+			// about a second sooner after a restart (package informerlist).
+			lists := informerlist.UseLists(os.LookupEnv)
+			ctrl.Log.WithName("setup").Info("how the informers fill their caches", "list", lists, "switch", informerlist.EnvVar)
 			return run(ctrl.SetupSignalHandler(), f)
 		},
 	}
