@@ -96,6 +96,12 @@ func TestPodsGetAddressesRoutesAndTalk(t *testing.T) {
 	if n.metric(`vcoil_node_addresses_in_use{pool="default"}`) != "2" {
 		t.Fatalf("metrics: %q", n.metric(`vcoil_node_addresses_in_use{pool="default"}`))
 	}
+	// Each ADD timed each of its phases once (CHECK times none).
+	for _, phase := range []string{"read", "allocate", "wire", "policies", "egress"} {
+		if got := n.metric(`vcoil_cni_add_phase_duration_seconds_count{phase="` + phase + `"}`); got != "2" {
+			t.Errorf("ADDs timed in phase %s: %q, want 2", phase, got)
+		}
+	}
 	for _, p := range []*pod{a, b} {
 		if err := n.del(p); err != nil {
 			t.Fatalf("DEL %s: %v", p.name, err)

@@ -155,6 +155,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	if err != nil {
 		return nil, cniError(cnirpc.ErrorCode_IO_FAILURE, "", "read checkpoint of %s: %v", key(args.ContainerId, args.Ifname), err)
 	}
+	since := time.Now()
 	if !found {
 		if err := s.ipam.Ready(); err != nil {
 			return nil, cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "vcoild on node %s is not ready: %v", s.nodeName, err)
@@ -167,6 +168,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 		if err != nil {
 			return nil, err
 		}
+		s.metrics.phase(PhaseRead, &since)
 		a, err := s.ipam.Allocate(ctx, pool)
 		if err != nil {
 			cerr := allocationError(pool, args.Args[argPodNamespace], err)
@@ -185,6 +187,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 			return nil, cniError(cnirpc.ErrorCode_IO_FAILURE, "", "checkpoint allocation of %s: %v", key(args.ContainerId, args.Ifname), err)
 		}
 		log.Info("allocated address", "pool", a.Pool, "block", a.Block, "ipv4", addrString(a.IPv4), "ipv6", addrString(a.IPv6))
+		s.metrics.phase(PhaseAllocate, &since)
 	}
 
 	pod := podOf(entry)
@@ -193,6 +196,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 	pod.MTU = conf.MTU
 	pod.PortMappings = portMappings
 	ifs, err := s.dp.SetupPod(ctx, pod)
+	s.metrics.phase(PhaseWire, &since)
 	var ips []netip.Addr
 	for _, a := range []netip.Addr{entry.IPv4, entry.IPv6} {
 		if a.IsValid() {
@@ -208,6 +212,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 			}
 			err = fmt.Errorf("%w: %w", errPolicies, perr)
 		}
+		s.metrics.phase(PhasePolicies, &since)
 	}
 	if err == nil && s.egress != nil {
 		if eerr := s.egress.PodAdded(ctx, pod.Namespace, pod.Name, args.Netns, ips); eerr != nil {
@@ -219,6 +224,7 @@ func (s *Server) Add(ctx context.Context, args *cnirpc.CNIArgs) (resp *cnirpc.Ad
 			}
 			err = fmt.Errorf("%w: %w", errEgress, eerr)
 		}
+		s.metrics.phase(PhaseEgress, &since)
 	}
 	if err != nil {
 		if !found {

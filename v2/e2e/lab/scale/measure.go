@@ -50,6 +50,10 @@ func nodeRoute(ctx context.Context, n topology.Node, add bool) error {
 
 // measureCNI times Probes CNI ADDs on the measured node.
 func (s *Sim) measureCNI(ctx context.Context, run, metric string) error {
+	hc := httpIn(s.o.Node)
+	// vcoild's own histograms around the probe tell its share of an ADD
+	// (absent, the probe's figures stand alone).
+	before, berr := addTimes(ctx, hc)
 	smp := startSampler(ctx, s.o.Client)
 	res, err := s.cniProbe(ctx, run, s.o.Probes)
 	c := smp.stop()
@@ -60,6 +64,14 @@ func (s *Sim) measureCNI(ctx context.Context, run, metric string) error {
 	add := msDurations(res.AddMS)
 	s.add(Record{Phase: PhaseNode, Metric: metric + "_p50_ms", Value: percentileMS(add, 50), Unit: "ms", Count: len(add), Context: c, Status: StatusOK, Samples: res.AddMS})
 	s.add(Record{Phase: PhaseNode, Metric: metric + "_p99_ms", Value: percentileMS(add, 99), Unit: "ms", Count: len(add), Context: c, Status: StatusOK})
+	after, aerr := addTimes(ctx, hc)
+	if err := errors.Join(berr, aerr); err != nil {
+		s.add(Record{Phase: PhaseNode, Metric: metric + "_vcoild_mean_ms", Status: StatusFailed, Detail: err.Error(), Context: c})
+		return nil
+	}
+	if mean, detail, ok := addShares(before, after); ok {
+		s.add(Record{Phase: PhaseNode, Metric: metric + "_vcoild_mean_ms", Value: mean, Unit: "ms", Count: len(add), Context: c, Status: StatusOK, Detail: detail})
+	}
 	return nil
 }
 
@@ -77,22 +89,89 @@ func httpIn(n topology.Node) *http.Client {
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: netnsdial.Dialer("/run/netns/" + n.Netns), DisableKeepAlives: true}}
 }
 
-// metricValue reads one unlabelled sample of vcoild's metrics.
+// metricValue reads one sample of vcoild's metrics.
 func metricValue(ctx context.Context, hc *http.Client, name string) (float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:9388/metrics", nil)
-	resp, err := hc.Do(req)
+	v, err := metricValues(ctx, hc, name)
 	if err != nil {
 		return 0, err
 	}
+	return v[0], nil
+}
+
+// metricValues reads samples of vcoild's metrics from one scrape, each
+// named as exposed (with its labels: name{label="value"}).
+func metricValues(ctx context.Context, hc *http.Client, names ...string) ([]float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:9388/metrics", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
+	found := make(map[string]float64, len(names))
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 1<<16), 1<<22)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric %s of vcoild: %w", name, err)
+		}
+		found[name] = f
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("vcoild's metrics: %w", err)
+	}
+	out := make([]float64, len(names))
+	for i, name := range names {
+		f, ok := found[name]
+		if !ok {
+			return nil, fmt.Errorf("no metric %s in vcoild's metrics", name)
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+// addPhases are the phases of vcoild's CNI ADD, as its metric
+// vcoil_cni_add_phase_duration_seconds names them.
+var addPhases = []string{"read", "allocate", "wire", "policies", "egress"}
+
+// addTimes are the sums and counts of vcoild's ADD histograms: the whole
+// request, then each of addPhases.
+func addTimes(ctx context.Context, hc *http.Client) ([]float64, error) {
+	names := []string{`vcoil_cni_request_duration_seconds_sum{verb="ADD"}`, `vcoil_cni_request_duration_seconds_count{verb="ADD"}`}
+	for _, p := range addPhases {
+		names = append(names, `vcoil_cni_add_phase_duration_seconds_sum{phase="`+p+`"}`, `vcoil_cni_add_phase_duration_seconds_count{phase="`+p+`"}`)
+	}
+	return metricValues(ctx, hc, names...)
+}
+
+// addShares tells, from vcoild's ADD histograms before and after a probe,
+// the mean time vcoild took to answer an ADD and each phase's mean, in
+// ms: the rest of the probe's ADD is the CNI binary's start, its gRPC
+// call and the runtime's side.
+func addShares(before, after []float64) (mean float64, detail string, ok bool) {
+	meanOf := func(i int) (float64, bool) {
+		n := after[i+1] - before[i+1]
+		if n <= 0 {
+			return 0, false
+		}
+		return (after[i] - before[i]) / n * 1000, true
+	}
+	mean, ok = meanOf(0)
+	if !ok {
+		return 0, "", false
+	}
+	parts := make([]string, 0, len(addPhases))
+	for j, p := range addPhases {
+		if m, ok := meanOf(2 + 2*j); ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f", p, m))
 		}
 	}
-	return 0, fmt.Errorf("no metric %s in vcoild's metrics", name)
+	return mean, "vcoild's mean by phase (ms): " + strings.Join(parts, ", "), true
 }
 
 // restartVcoild kills the measured node's vcoild (its pod starts it

@@ -141,3 +141,22 @@ func TestFrameCounterCountsFramesAcrossReads(t *testing.T) {
 		}
 	}
 }
+
+// vcoild's share of the probe's ADDs is the difference of its histograms
+// over the ADDs the probe made; a phase no ADD reached is left out.
+func TestAddSharesAreMeansOverTheProbesADDs(t *testing.T) {
+	// sum, count of the request; then sum, count of each phase.
+	before := []float64{1.0, 10, 0.1, 10, 0.2, 10, 0.3, 10, 0.4, 10, 0, 0}
+	after := []float64{1.5, 20, 0.12, 20, 0.25, 20, 0.4, 20, 0.6, 20, 0, 0}
+	mean, detail, ok := addShares(before, after)
+	if !ok || mean != 50 {
+		t.Fatalf("mean %v (ok %v), want 50 ms", mean, ok)
+	}
+	want := "vcoild's mean by phase (ms): read 2.0, allocate 5.0, wire 10.0, policies 20.0"
+	if detail != want {
+		t.Errorf("detail %q, want %q", detail, want)
+	}
+	if _, _, ok := addShares(after, after); ok {
+		t.Error("no ADD between the two scrapes, yet a mean")
+	}
+}
