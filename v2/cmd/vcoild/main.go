@@ -281,7 +281,7 @@ func run(ctx context.Context, f flags) error {
 		Dataplane: dp, Exporter: exporter, Local: local, Direct: direct,
 		BlockRequestTimeout: f.blockRequestTimeout, BlockLowWatermark: f.blockLowWatermark, Registry: metrics.Registry,
 		SweepInterval: f.podSweepInterval, SweepGrace: f.podSweepGrace,
-		Policies: parts.policies, Egress: parts.egress,
+		Policies: parts.policies, Egress: parts.egress, CachesPods: f.cachesPods(),
 	})
 	if err != nil {
 		return err

@@ -94,6 +94,10 @@ func (f flags) serviceProxyOn(ctx context.Context, cfg *rest.Config, scheme *run
 	return proxy.ServesNode(ctx, c, f.nodeName, log)
 }
 
+// cachesPods says the manager caches the node's own Pods: the policies
+// and the egress side read them (and an ADD, from the same cache).
+func (f flags) cachesPods() bool { return f.policies.enabled || f.egress }
+
 // newManager is the controller manager with a cache of what the parts
 // that run on this node read.
 func (f flags) newManager(cfg *rest.Config, scheme *runtime.Scheme, services bool) (ctrl.Manager, error) {
@@ -101,7 +105,7 @@ func (f flags) newManager(cfg *rest.Config, scheme *runtime.Scheme, services boo
 		// Only this node's requests; every block (for direct routes).
 		&vcoilv2.BlockRequest{}: {Label: labels.SelectorFromSet(labels.Set{vcoilv2.LabelNode: f.nodeName})},
 	}
-	if f.policies.enabled || f.egress {
+	if f.cachesPods() {
 		// The node's own Pods, trimmed to what the policies and the egress
 		// side read (the other nodes' pods come as PodEndpoints).
 		maps.Copy(byObject, agent.CacheOptions(f.nodeName))

@@ -36,12 +36,15 @@ func (s *Server) podOptionsOf(ctx context.Context, args *cnirpc.CNIArgs) (podOpt
 	if s.pods == nil || name == "" {
 		return podOptions{}, nil
 	}
-	pod := &corev1.Pod{}
-	if err := s.pods.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
-		if apierrors.IsNotFound(err) {
-			return podOptions{}, nil
+	pod := s.cachedPod(ctx, namespace, name, args.Args[argPodUID])
+	if pod == nil {
+		pod = &corev1.Pod{}
+		if err := s.pods.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				return podOptions{}, nil
+			}
+			return podOptions{}, cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "read pod %s/%s for its annotations %s and %s: %v", namespace, name, vcoilv2.AnnotationAllowedSourcePrefixes, vcoilv2.AnnotationChecksumOffload, err)
 		}
-		return podOptions{}, cniError(cnirpc.ErrorCode_TRY_AGAIN_LATER, "", "read pod %s/%s for its annotations %s and %s: %v", namespace, name, vcoilv2.AnnotationAllowedSourcePrefixes, vcoilv2.AnnotationChecksumOffload, err)
 	}
 	if uid := args.Args[argPodUID]; uid != "" && string(pod.UID) != uid {
 		// Another pod of the same name: its annotations are not this sandbox's.
@@ -56,6 +59,23 @@ func (s *Server) podOptionsOf(ctx context.Context, args *cnirpc.CNIArgs) (podOpt
 		return podOptions{}, cniError(cnirpc.ErrorCode_INVALID_NETWORK_CONFIG, "", "annotation %s of pod %s/%s: %v", vcoilv2.AnnotationChecksumOffload, namespace, name, err)
 	}
 	return podOptions{sourcePrefixes: prefixes, noChecksumOffload: noOffload}, nil
+}
+
+// cachedPod is the pod from the node's pod cache when the cache holds it
+// under uid, else nil. Without a UID from the runtime the cache is not
+// asked: a pod deleted and made again under the same name would pass for
+// the new one until the watch brings the change. The allowed source
+// prefixes are immutable once admitted, so the cached pod of the right
+// UID carries exactly the apiserver's.
+func (s *Server) cachedPod(ctx context.Context, namespace, name, uid string) *corev1.Pod {
+	if s.podCache == nil || uid == "" {
+		return nil
+	}
+	pod := &corev1.Pod{}
+	if err := s.podCache.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil || string(pod.UID) != uid {
+		return nil
+	}
+	return pod
 }
 
 // noChecksumOffload is the pod's checksum choice: its checksum-offload

@@ -5,15 +5,21 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
+	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/pkg/cnicontract"
 	"github.com/vcoil/vcoil/v2/pkg/cnirpc"
 	"github.com/vcoil/vcoil/v2/pkg/dataplane"
+	"github.com/vcoil/vcoil/v2/pkg/policy/agent"
 )
 
 func createAnnotatedPod(t *testing.T, namespace, name string, annotations map[string]string) {
@@ -184,5 +190,88 @@ func TestChecksumChoiceReachesTheDataplaneAndTheCheckpoint(t *testing.T) {
 	}
 	if want := map[string]bool{"c0000001": true, "c0000002": false, "c0000003": true, "c0000004": true, "c0000005": false}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a restart the dataplane is given %v, want %v", got, want)
+	}
+}
+
+// countingReader counts the reads that reach the apiserver.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int32
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.gets.Add(1)
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// An ADD reads its pod from the node's pod cache (as vcoild's policies
+// cache it, trimmed) when the cache holds it under the sandbox's UID, and
+// the annotations it reads survive the trim; without a UID from the
+// runtime, or when the cache holds another pod of the name, it asks the
+// apiserver.
+func TestAddReadsItsPodFromTheNodesCacheUnderItsUID(t *testing.T) {
+	const nodeName = "node-pc"
+	ensureNode(t, nodeName)
+	dp := newFakeDataplane()
+	n := startNode(t, nodeName, t.TempDir(), dp)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	podCache, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, ByObject: agent.CacheOptions(nodeName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := podCache.GetInformer(ctx, &corev1.Pod{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = podCache.Start(ctx) }()
+	podCache.WaitForCacheSync(ctx)
+	api := &countingReader{Reader: n.srv.pods}
+	n.srv.pods, n.srv.podCache = api, podCache
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: "pod-p0000001", Annotations: map[string]string{
+			vcoilv2.AnnotationAllowedSourcePrefixes: "198.51.100.0/24",
+			vcoilv2.AnnotationChecksumOffload:       "off",
+		}},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c"}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	poll.Eventually(t, 30*time.Second, func() error {
+		return podCache.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+	})
+
+	for _, c := range []struct {
+		id, uid   string
+		apiReads  int32
+		prefixes  []netip.Prefix
+		noOffload bool
+	}{
+		{"p0000001", string(pod.UID), 0, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, true},
+		{"p0000001", "", 1, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, true},
+		// The runtime's pod is another one of the name: neither copy is
+		// its, so it gets no prefixes.
+		{"p0000001", "6b1f0c2e-0000-4000-8000-000000000001", 1, nil, false},
+	} {
+		before := api.gets.Load()
+		args := n.args(c.id, "plain")
+		if c.uid != "" {
+			args.Args[argPodUID] = c.uid
+		}
+		if _, err := n.srv.Add(ctx, args); err != nil {
+			t.Fatalf("ADD with UID %q: %v", c.uid, err)
+		}
+		if got := api.gets.Load() - before; got != c.apiReads {
+			t.Errorf("ADD with UID %q read the pod from the apiserver %d times, want %d", c.uid, got, c.apiReads)
+		}
+		got := dp.pods[dataplane.PodKey{ContainerID: c.id, IfName: "eth0"}]
+		if !reflect.DeepEqual(got.SourcePrefixes, c.prefixes) || got.NoChecksumOffload != c.noOffload {
+			t.Errorf("ADD with UID %q wired source prefixes %v, no checksum offload %t; want %v, %t", c.uid, got.SourcePrefixes, got.NoChecksumOffload, c.prefixes, c.noOffload)
+		}
+		if _, err := n.srv.Del(ctx, args); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
 	}
 }

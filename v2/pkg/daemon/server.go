@@ -77,6 +77,7 @@ type Server struct {
 	log        logr.Logger
 	recorder   events.EventRecorder
 	pods       client.Reader
+	podCache   client.Reader
 	keys       *keyLock
 	now        func() time.Time
 	// events records on the Node what concerns no single live pod: the
@@ -108,6 +109,13 @@ type Config struct {
 	// manager's API reader: vcoild caches pods only for the policies).
 	Recorder events.EventRecorder
 	Pods     client.Reader
+	// PodCache, when set, reads the node's pods from the manager's cache
+	// (trimmed by the policy agent's TrimPod, which keeps the annotations
+	// an ADD reads): an ADD whose pod it holds under the sandbox's UID
+	// spares the apiserver a read, a round trip that a busy apiserver
+	// makes the slowest part of an ADD. Nil: vcoild caches no pods (its
+	// policies and egress side are off), and every ADD reads Pods.
+	PodCache client.Reader
 	// NodeEvents, when set, records Events on the Node (checkpoint files
 	// that cannot be decoded).
 	NodeEvents *nodeevents.Recorder
@@ -118,7 +126,7 @@ func NewServer(cfg Config) *Server {
 	return &Server{
 		ipam: cfg.IPAM, dp: cfg.Dataplane, store: cfg.Store, namespaces: cfg.Namespaces, policies: cfg.Policies, egress: cfg.Egress,
 		nodeName: cfg.NodeName, metrics: cfg.Metrics, log: cfg.Log,
-		recorder: cfg.Recorder, pods: cfg.Pods,
+		recorder: cfg.Recorder, pods: cfg.Pods, podCache: cfg.PodCache,
 		keys: newKeyLock(), now: time.Now, events: cfg.NodeEvents,
 		held: heldFiles{byPath: map[string]*heldFile{}}, gone: goneSince{first: map[string]time.Time{}},
 	}

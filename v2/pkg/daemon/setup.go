@@ -48,6 +48,12 @@ type Options struct {
 	// Egress, when set, sets up the tunnels of the Egresses a new pod
 	// names before its ADD returns (package egress/agent).
 	Egress PodEgress
+	// CachesPods says the manager's cache holds the node's own Pods
+	// (vcoild's policies or egress side configured it, with the policy
+	// agent's TrimPod): an ADD then reads its pod from there first
+	// (Config.PodCache). Unset, reading a Pod through the manager's client
+	// would start a cache of every pod of the cluster.
+	CachesPods bool
 	// SweepInterval and SweepGrace run the sweep of pods whose network
 	// namespace is gone (sweep.go); zero takes DefaultSweepInterval and
 	// DefaultSweepGrace, a negative interval turns the sweep off.
@@ -109,6 +115,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 		Policies: opts.Policies, Egress: opts.Egress,
 		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(), NodeEvents: nodeEvents,
 	})
+	if opts.CachesPods {
+		srv.podCache = mgr.GetClient()
+	}
 	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{}),
 		recovered: make(chan struct{}), events: nodeEvents}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}

@@ -437,8 +437,9 @@ func CacheOptions(node string) map[client.Object]ctrlcache.ByObject {
 // TrimPod is the cache transform of Pods: it keeps what the policy
 // processor reads (labels, node, host network, named ports, phase,
 // addresses), the annotations naming Egresses (vcoild's egress side
-// shares this cache) and the pod's allowed source prefixes (which the
-// renderers let the pod send from), a small part of a pod's size.
+// shares this cache), the pod's allowed source prefixes (which the
+// renderers let the pod send from) and its checksum choice (a CNI ADD
+// reads those two from this cache), a small part of a pod's size.
 func TrimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -470,12 +471,12 @@ func TrimPod(obj any) (any, error) {
 	return t, nil
 }
 
-// keptAnnotations are the annotations egress.vcoil.io/<namespace> and
-// the allowed source prefixes of a pod, or nil.
+// keptAnnotations are the annotations egress.vcoil.io/<namespace>, the
+// allowed source prefixes and the checksum choice of a pod, or nil.
 func keptAnnotations(in map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if strings.HasPrefix(k, vcoilv2.AnnotationEgressPrefix) || k == vcoilv2.AnnotationAllowedSourcePrefixes {
+		if strings.HasPrefix(k, vcoilv2.AnnotationEgressPrefix) || k == vcoilv2.AnnotationAllowedSourcePrefixes || k == vcoilv2.AnnotationChecksumOffload {
 			if out == nil {
 				out = map[string]string{}
 			}

@@ -9,13 +9,16 @@ import (
 )
 
 // TestTrimPodKeepsWhatPoliciesAndEgressRead: the shared Pod cache keeps the
-// labels and the egress.vcoil.io annotations, and drops other annotations.
+// labels, the egress.vcoil.io annotations and the two a CNI ADD reads
+// (allowed source prefixes, checksum choice), and drops other annotations.
 func TestTrimPodKeepsWhatPoliciesAndEgressRead(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Name: "p", Namespace: "ns", Labels: map[string]string{"app": "web"},
 		Annotations: map[string]string{
 			"egress.vcoil.io/internet":                         "nat",
 			"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+			"vcoil.io/allowed-source-prefixes":                 "198.51.100.0/24",
+			"vcoil.io/checksum-offload":                        "off",
 		},
 	}}
 	got, err := TrimPod(pod)
@@ -23,7 +26,8 @@ func TestTrimPodKeepsWhatPoliciesAndEgressRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := got.(*corev1.Pod)
-	if want := map[string]string{"egress.vcoil.io/internet": "nat"}; !maps.Equal(p.Annotations, want) {
+	want := map[string]string{"egress.vcoil.io/internet": "nat", "vcoil.io/allowed-source-prefixes": "198.51.100.0/24", "vcoil.io/checksum-offload": "off"}
+	if !maps.Equal(p.Annotations, want) {
 		t.Fatalf("annotations %v, want %v", p.Annotations, want)
 	}
 	if !maps.Equal(p.Labels, pod.Labels) {
