@@ -37,6 +37,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/netnstest"
 	"github.com/vcoil/vcoil/v2/internal/poll"
 	"github.com/vcoil/vcoil/v2/internal/testenv"
+	"github.com/vcoil/vcoil/v2/pkg/informerlist"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
 )
@@ -55,9 +56,13 @@ const (
 	envChildNetns       = "VCOIL_MEMORY_CHILD_NETNS"
 	envChildServices    = "VCOIL_MEMORY_CHILD_SERVICES"
 	envChildHeapProfile = "VCOIL_MEMORY_CHILD_HEAP_PROFILE"
+	envChildCPUProfile  = "VCOIL_MEMORY_CHILD_CPU_PROFILE"
 	// VCOIL_MEMORY_HEAP_PROFILE, set by whoever runs the benchmark, names
 	// the file the child writes its heap profile to, after the sync.
 	envHeapProfile = "VCOIL_MEMORY_HEAP_PROFILE"
+	// VCOIL_MEMORY_CPU_PROFILE names the file the child writes its CPU
+	// profile to, from its start until its first sync completed.
+	envCPUProfile = "VCOIL_MEMORY_CPU_PROFILE"
 	// VCOIL_MEMORY_SERVICES overrides the number of Services (10,000).
 	envServices = "VCOIL_MEMORY_SERVICES"
 	// VCOIL_MEMORY_KUBECONFIG names the kubeconfig of an apiserver that
@@ -256,7 +261,7 @@ func runMemoryChild(b *testing.B, kubeconfig, netns string, n int) memoryReport 
 	cmd := exec.CommandContext(b.Context(), os.Args[0], "-test.run=^TestMemoryChild$", "-test.v")
 	cmd.Env = append(os.Environ(),
 		envChildKubeconfig+"="+kubeconfig, envChildNetns+"="+netns, envChildServices+"="+strconv.Itoa(n),
-		envChildHeapProfile+"="+os.Getenv(envHeapProfile))
+		envChildHeapProfile+"="+os.Getenv(envHeapProfile), envChildCPUProfile+"="+os.Getenv(envCPUProfile))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		b.Fatalf("memory child: %v\n%s", err, out)
@@ -285,6 +290,24 @@ func TestMemoryChild(t *testing.T) {
 	n, err := strconv.Atoi(os.Getenv(envChildServices))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// As vcoild: its informers fill their caches with a LIST.
+	informerlist.UseLists(os.LookupEnv)
+	stopProfile := func() {}
+	if path := os.Getenv(envChildCPUProfile); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		stopProfile = func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 	data, err := os.ReadFile(kubeconfig)
 	if err != nil {
@@ -331,6 +354,7 @@ func TestMemoryChild(t *testing.T) {
 		t.Fatal("no sync within 5 minutes")
 	}
 	r := memoryReport{SyncSeconds: time.Since(start).Seconds()}
+	stopProfile()
 	st := procStatus(t)
 	r.RSS, r.HWM, r.RSSAnon, r.RSSFile = st["VmRSS"], st["VmHWM"], st["RssAnon"], st["RssFile"]
 
