@@ -101,6 +101,13 @@ func metricValue(ctx context.Context, hc *http.Client, name string) (float64, er
 // metricValues reads samples of vcoild's metrics from one scrape, each
 // named as exposed (with its labels: name{label="value"}).
 func metricValues(ctx context.Context, hc *http.Client, names ...string) ([]float64, error) {
+	return scrape(ctx, hc, false, names)
+}
+
+// scrape reads the samples names from vcoild's metrics; a sample that is
+// absent is an error, or 0 when absentIsZero (a labelled series appears
+// with its first observation: a vcoild just restarted has no ADD yet).
+func scrape(ctx context.Context, hc *http.Client, absentIsZero bool, names []string) ([]float64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:9388/metrics", nil)
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -127,7 +134,7 @@ func metricValues(ctx context.Context, hc *http.Client, names ...string) ([]floa
 	out := make([]float64, len(names))
 	for i, name := range names {
 		f, ok := found[name]
-		if !ok {
+		if !ok && !absentIsZero {
 			return nil, fmt.Errorf("no metric %s in vcoild's metrics", name)
 		}
 		out[i] = f
@@ -146,7 +153,7 @@ func addTimes(ctx context.Context, hc *http.Client) ([]float64, error) {
 	for _, p := range addPhases {
 		names = append(names, `vcoil_cni_add_phase_duration_seconds_sum{phase="`+p+`"}`, `vcoil_cni_add_phase_duration_seconds_count{phase="`+p+`"}`)
 	}
-	return metricValues(ctx, hc, names...)
+	return scrape(ctx, hc, true, names)
 }
 
 // addShares tells, from vcoild's ADD histograms before and after a probe,
