@@ -130,13 +130,14 @@ func scaleCommands(cfg *cluster.Config) []*cobra.Command {
 	}
 	var run string
 	var count int
+	var uids []string
 	probe := &cobra.Command{
-		Use:    "cni-probe --run ID --count N",
+		Use:    "cni-probe --run ID --count N [--uids UID,...]",
 		Short:  "time CNI ADD and DEL as a container runtime would, on the node it runs in (run by bench-scale in a node's namespaces)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := scale.RunCNIProbe(cmd.Context(), run, count, "/etc/cni/net.d", "/opt/cni/bin")
+			res, err := scale.RunCNIProbe(cmd.Context(), run, count, uids, "/etc/cni/net.d", "/opt/cni/bin")
 			if err != nil {
 				return err
 			}
@@ -145,6 +146,7 @@ func scaleCommands(cfg *cluster.Config) []*cobra.Command {
 	}
 	probe.Flags().StringVar(&run, "run", "x", "names the probe pods (probe-RUN-I)")
 	probe.Flags().IntVar(&count, "count", 10, "ADD/DEL pairs")
+	probe.Flags().StringSliceVar(&uids, "uids", nil, "the probe pods' UIDs, in order, passed as K8S_POD_UID as containerd and CRI-O do")
 	return []*cobra.Command{benchCmd, up, down, probe}
 }
 

@@ -46,8 +46,9 @@ func ProbePodName(run string, i int) string { return fmt.Sprintf("probe-%s-%d", 
 // runs it in the node's network and mount namespaces): count times, a
 // fresh network namespace, CNI ADD through libcni with the node's conflist
 // and plugin directory, CNI DEL, the namespace removed. Each is timed as
-// the runtime would see it.
-func RunCNIProbe(ctx context.Context, run string, count int, confDir, binDir string) (ProbeResult, error) {
+// the runtime would see it. uids are the probe pods' UIDs, passed as
+// containerd and CRI-O pass them (K8S_POD_UID); a missing one is left out.
+func RunCNIProbe(ctx context.Context, run string, count int, uids []string, confDir, binDir string) (ProbeResult, error) {
 	var res ProbeResult
 	files, err := filepath.Glob(filepath.Join(confDir, "*.conflist"))
 	if err != nil || len(files) == 0 {
@@ -82,6 +83,9 @@ func RunCNIProbe(ctx context.Context, run string, count int, confDir, binDir str
 				{"K8S_POD_INFRA_CONTAINER_ID", hex.EncodeToString(id)},
 			},
 		}
+		if i < len(uids) && uids[i] != "" {
+			rt.Args = append(rt.Args, [2]string{"K8S_POD_UID", uids[i]})
+		}
 		start := time.Now()
 		_, addErr := cni.AddNetworkList(ctx, conf, rt)
 		add := time.Since(start)
@@ -107,6 +111,7 @@ func RunCNIProbe(ctx context.Context, run string, count int, confDir, binDir str
 // in the node's network and mount namespaces.
 func (s *Sim) cniProbe(ctx context.Context, run string, count int) (ProbeResult, error) {
 	var res ProbeResult
+	var uids []string
 	n := s.o.Node
 	for i := range count {
 		p := &corev1.Pod{
@@ -120,12 +125,20 @@ func (s *Sim) cniProbe(ctx context.Context, run string, count int) (ProbeResult,
 		if err := createRetry(ctx, s.o.Client, p); err != nil {
 			return res, err
 		}
+		if p.UID == "" {
+			// A retried create that had landed: the pod is there, its
+			// UID unread.
+			if err := s.o.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return res, fmt.Errorf("read probe pod %s: %w", p.Name, err)
+			}
+		}
+		uids = append(uids, string(p.UID))
 	}
 	defer func() {
 		_ = s.o.Client.DeleteAllOf(context.WithoutCancel(ctx), &corev1.Pod{}, client.InNamespace(ProbeNamespace), client.GracePeriodSeconds(0))
 	}()
 	out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+n.Netns, "--mount="+s.o.Lab.NodeMountNS(n), "--",
-		s.o.Self, "cni-probe", "--run", run, "--count", fmt.Sprint(count)).Output()
+		s.o.Self, "cni-probe", "--run", run, "--count", fmt.Sprint(count), "--uids", strings.Join(uids, ",")).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			return res, fmt.Errorf("CNI probe on %s: %w: %s", n.Name, err, strings.TrimSpace(string(ee.Stderr)))
