@@ -261,8 +261,10 @@ type pod struct {
 	labels map[string]string
 	ports  []corev1.ContainerPort
 	// onNode is the node its Pod object is scheduled to ("" before one
-	// exists).
+	// exists), uid that object's UID, which ADD passes as K8S_POD_UID as
+	// containerd and CRI-O do.
 	onNode string
+	uid    string
 }
 
 func newPod(t *testing.T, name string) *pod {
@@ -281,6 +283,9 @@ func (n *node) runtimeConf(p *pod, portMappings []map[string]any) *libcni.Runtim
 			{"K8S_POD_NAME", p.name},
 			{"K8S_POD_INFRA_CONTAINER_ID", p.id},
 		},
+	}
+	if p.uid != "" {
+		rc.Args = append(rc.Args, [2]string{"K8S_POD_UID", p.uid})
 	}
 	if portMappings != nil {
 		rc.CapabilityArgs = map[string]any{"portMappings": portMappings}
@@ -314,7 +319,7 @@ func (n *node) ensurePodObject(p *pod) error {
 	have := &corev1.Pod{}
 	err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), have)
 	if err == nil && have.Spec.NodeName == n.name {
-		p.onNode = n.name
+		p.onNode, p.uid = n.name, string(have.UID)
 		return nil
 	}
 	if err == nil {
@@ -325,7 +330,7 @@ func (n *node) ensurePodObject(p *pod) error {
 	if err := env.Client.Create(ctx, obj); err != nil {
 		return fmt.Errorf("create the Pod object of %s: %w", p.name, err)
 	}
-	p.onNode = n.name
+	p.onNode, p.uid = n.name, string(obj.UID)
 	n.t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj, client.GracePeriodSeconds(0)) })
 	return nil
 }
