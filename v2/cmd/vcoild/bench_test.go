@@ -68,6 +68,7 @@ func TestBenchCNI(t *testing.T) {
 		{plugin: "ptp+host-local", family: "ipv4", dataplane: "linux"},
 		{plugin: "vcoil", family: "dual", dataplane: "linux"},
 		{plugin: "vcoil", family: "ipv4", dataplane: "linux", noPrefetch: true},
+		{plugin: "vcoil", family: "ipv4", dataplane: "linux", policiesOff: true},
 	}
 	// Not vpptest.Binary: it would skip the whole test, Linux rows too.
 	vppBin := os.Getenv(vpptest.BinEnv)
@@ -138,6 +139,8 @@ func TestBenchCNI(t *testing.T) {
 				}
 			} else if v.noPrefetch {
 				n = newNode(t, f, 10+len(rows), "--block-low-watermark=0")
+			} else if v.policiesOff {
+				n = newNode(t, f, 10+len(rows), "--network-policies=false", "--egress=false")
 			} else {
 				n = newNode(t, f, 10+len(rows))
 			}
@@ -168,13 +171,20 @@ func TestBenchCNI(t *testing.T) {
 				}
 			}
 			row := benchRow{Plugin: plugin, Dataplane: v.dataplane, PodInterface: podIf, Family: v.family, Scenario: sc.name, Pods: sc.pods,
-				Renderer: v.renderer, Services: v.services, NoPrefetch: v.noPrefetch}
+				Renderer: v.renderer, Services: v.services, NoPrefetch: v.noPrefetch, PoliciesOff: v.policiesOff}
 			start := time.Now()
 			adds := timeEach(t, n, pods, sc.concurrent, func(p *pod) error { return n.add(p) })
 			if plugin == "vcoil" {
 				pool := `pool="` + pods[0].namespace + `"`
 				waits, ahead := n.sumMetric(t, "vcoil_node_allocation_waits_total", pool), n.sumMetric(t, "vcoil_node_block_prefetches_total", pool, `result="ok"`)
 				row.AllocationWaits, row.Prefetches = &waits, &ahead
+				// vcoild's own share of the row's ADDs (its node is new).
+				sum, _ := strconv.ParseFloat(n.metric(`vcoil_cni_request_duration_seconds_sum{verb="ADD"}`), 64)
+				count, _ := strconv.ParseFloat(n.metric(`vcoil_cni_request_duration_seconds_count{verb="ADD"}`), 64)
+				if count > 0 {
+					mean := sum / count * 1000
+					row.VcoildAddMean = &mean
+				}
 			}
 			dels := timeEach(t, n, pods, sc.concurrent, n.del)
 			row.TotalSeconds = time.Since(start).Seconds()
@@ -208,14 +218,18 @@ func TestBenchCNI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| plugin | dataplane | pod interface | family | Services (renderer) | scenario | pods | ADD p50 | ADD p99 | ADD max | DEL p50 | DEL p99 | ADD+DEL p50 | ADD+DEL p99 | total |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| plugin | dataplane | pod interface | family | Services (renderer) | scenario | pods | ADD p50 | ADD p99 | ADD max | DEL p50 | DEL p99 | ADD+DEL p50 | ADD+DEL p99 | total | vcoild's mean share of an ADD |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		svc := "off"
 		if r.Renderer != "" {
 			svc = fmt.Sprintf("%d (%s)", r.Services, r.Renderer)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f s |\n",
-			r.Plugin, r.Dataplane, r.PodInterface, r.Family, svc, r.Scenario, r.Pods, r.AddP50, r.AddP99, r.AddMax, r.DelP50, r.DelP99, r.AddDelP50, r.AddDelP99, r.TotalSeconds)
+		share := ""
+		if r.VcoildAddMean != nil {
+			share = fmt.Sprintf("%.1f ms", *r.VcoildAddMean)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f s | %s |\n",
+			r.Plugin, r.Dataplane, r.PodInterface, r.Family, svc, r.Scenario, r.Pods, r.AddP50, r.AddP99, r.AddMax, r.DelP50, r.DelP99, r.AddDelP50, r.AddDelP99, r.TotalSeconds, share)
 	}
 	t.Log(b.String())
 }
@@ -232,6 +246,10 @@ type benchVariant struct {
 	// asked for only when the pool is full (the reference for the
 	// watermark's effect, in the same run).
 	noPrefetch bool
+	// policiesOff runs vcoild without its policies and egress side: what
+	// they cost an ADD (the pod's rules put in, its PodEndpoint
+	// published, the informer events that follow), in the same run.
+	policiesOff bool
 }
 
 type benchRow struct {
@@ -262,9 +280,15 @@ type benchRow struct {
 	// vcoil_node_allocation_waits_total, both kinds), and Prefetches the
 	// blocks vcoild asked for ahead; vcoil rows only.
 	AllocationWaits *int `json:"allocation_waits,omitempty"`
+	// VcoildAddMean is the mean time vcoild took to answer the row's ADDs
+	// (its vcoil_cni_request_duration_seconds); the rest of an ADD is the
+	// plugin binaries' start and libcni's side. vcoil rows only.
+	VcoildAddMean *float64 `json:"vcoild_add_mean_ms,omitempty"`
 	// NoPrefetch: vcoild ran with --block-low-watermark=0.
 	NoPrefetch bool `json:"no_prefetch,omitempty"`
-	Prefetches *int `json:"block_prefetches,omitempty"`
+	// PoliciesOff: vcoild ran with --network-policies=false --egress=false.
+	PoliciesOff bool `json:"policies_off,omitempty"`
+	Prefetches  *int `json:"block_prefetches,omitempty"`
 }
 
 // sumMetric sums the samples of a counter of vcoild's /metrics whose
