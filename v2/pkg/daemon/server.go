@@ -105,8 +105,8 @@ type Config struct {
 	// Egress may be nil: no Egress client side.
 	Egress PodEgress
 	// Recorder, when set, records Warning Events on pods whose pool gives
-	// them no address (pool_events.go); Pods reads those pods (the
-	// manager's API reader: vcoild caches pods only for the policies).
+	// them no address (pool_events.go); Pods reads those pods, and an
+	// ADD's pod that PodCache does not hold (the manager's API reader).
 	Recorder events.EventRecorder
 	Pods     client.Reader
 	// PodCache, when set, reads the node's pods from the manager's cache

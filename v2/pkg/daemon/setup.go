@@ -109,15 +109,16 @@ func Setup(mgr ctrl.Manager, opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	nodeEvents := nodeevents.New(mgr.GetEventRecorder("vcoild"), opts.NodeName)
+	var podCache client.Reader
+	if opts.CachesPods {
+		podCache = mgr.GetClient()
+	}
 	srv := NewServer(Config{
 		IPAM: im, Dataplane: opts.Dataplane, Store: store, Namespaces: mgr.GetClient(),
 		NodeName: opts.NodeName, Metrics: metrics, Log: log.WithName("cni"),
 		Policies: opts.Policies, Egress: opts.Egress,
-		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(), NodeEvents: nodeEvents,
+		Recorder: mgr.GetEventRecorder("vcoild"), Pods: mgr.GetAPIReader(), PodCache: podCache, NodeEvents: nodeEvents,
 	})
-	if opts.CachesPods {
-		srv.podCache = mgr.GetClient()
-	}
 	d := &Daemon{IPAM: im, Server: srv, reader: mgr.GetAPIReader(), opts: opts, log: log, loaded: make(chan struct{}),
 		recovered: make(chan struct{}), events: nodeEvents}
 	d.Listener = &Listener{Server: srv, Socket: opts.Socket, Before: d.start}
