@@ -332,6 +332,13 @@ func latencyRecord(metric string, d []time.Duration, p int, target string) Recor
 	r := Record{Phase: PhaseNode, Metric: metric, Value: percentileMS(d, p), Unit: "ms", Count: len(d), Target: target, Status: StatusOK}
 	if target != "" {
 		r.Met = r.Value <= 100
+	} else {
+		// The record without a target (the median) carries the single
+		// latencies, in order: an outlier shows where it fell.
+		r.Samples = make([]float64, len(d))
+		for i, x := range d {
+			r.Samples[i] = float64(x.Microseconds()) / 1000
+		}
 	}
 	if len(d) == 0 {
 		r.Status, r.Detail = StatusFailed, "no change showed in the kernel"
