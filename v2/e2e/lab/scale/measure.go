@@ -91,20 +91,15 @@ func httpIn(n topology.Node) *http.Client {
 
 // metricValue reads one sample of vcoild's metrics.
 func metricValue(ctx context.Context, hc *http.Client, name string) (float64, error) {
-	v, err := metricValues(ctx, hc, name)
+	v, err := scrape(ctx, hc, false, []string{name})
 	if err != nil {
 		return 0, err
 	}
 	return v[0], nil
 }
 
-// metricValues reads samples of vcoild's metrics from one scrape, each
-// named as exposed (with its labels: name{label="value"}).
-func metricValues(ctx context.Context, hc *http.Client, names ...string) ([]float64, error) {
-	return scrape(ctx, hc, false, names)
-}
-
-// scrape reads the samples names from vcoild's metrics; a sample that is
+// scrape reads the samples names from one scrape of vcoild's metrics, each
+// named as exposed (with its labels: name{label="value"}); a sample that is
 // absent is an error, or 0 when absentIsZero (a labelled series appears
 // with its first observation: a vcoild just restarted has no ADD yet).
 func scrape(ctx context.Context, hc *http.Client, absentIsZero bool, names []string) ([]float64, error) {
