@@ -37,6 +37,12 @@ func (f flags) check() error {
 	if err := nodestate.CheckAddr(f.stateAddr); err != nil {
 		return fmt.Errorf("--state-addr %q: %w", f.stateAddr, err)
 	}
+	// vcoild shares the node's network with its pods' gateways: a
+	// profile endpoint on any other address lets a pod read vcoild's
+	// internals and make it spend CPU on profiling.
+	if err := nodestate.CheckAddr(f.pprofAddr); err != nil {
+		return fmt.Errorf("--pprof-addr %q: %w", f.pprofAddr, err)
+	}
 	if w := f.blockLowWatermark; w < 0 || w >= 1 {
 		return fmt.Errorf("--block-low-watermark %v: want a fraction of a block, 0 (off) up to below 1", w)
 	}

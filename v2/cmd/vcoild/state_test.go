@@ -107,14 +107,16 @@ func TestNodeStateAfterAnAdd(t *testing.T) {
 	t.Logf("errors in the state: %q", st.Errors)
 }
 
-// vcoild refuses to serve the node state anywhere but on loopback, naming
-// the flag, before it reads or changes anything.
-func TestStateAddrMustBeALoopbackAddress(t *testing.T) {
+// vcoild refuses to serve the node state or its profiles anywhere but on
+// loopback, naming the flag, before it reads or changes anything.
+func TestStateAndPprofAddrMustBeLoopbackAddresses(t *testing.T) {
 	bin := gobuild.Program(t, vcoildPackage)
-	for _, addr := range []string{"0.0.0.0:9390", ":9390", "198.18.0.1:9390", "localhost:9390"} {
-		out, err := exec.Command(bin, "--node-name", "node-x", "--state-addr", addr).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), fmt.Sprintf("--state-addr %q: ", addr)) || !strings.Contains(string(out), "loopback") {
-			t.Errorf("vcoild --state-addr %s: %v\n%s", addr, err, out)
+	for _, flag := range []string{"--state-addr", "--pprof-addr"} {
+		for _, addr := range []string{"0.0.0.0:9390", ":9390", "198.18.0.1:9390", "localhost:9390"} {
+			out, err := exec.Command(bin, "--node-name", "node-x", flag, addr).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), fmt.Sprintf("%s %q: ", flag, addr)) || !strings.Contains(string(out), "loopback") {
+				t.Errorf("vcoild %s %s: %v\n%s", flag, addr, err, out)
+			}
 		}
 	}
 }

@@ -117,7 +117,16 @@ func (f flags) newManager(cfg *rest.Config, scheme *runtime.Scheme, services boo
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress: f.healthAddr,
-		Cache:                  cache.Options{ByObject: byObject},
+		PprofBindAddress:       f.pprofAddr,
+		Cache: cache.Options{
+			ByObject: byObject,
+			// No part of vcoild reads who wrote which field, and the
+			// managed fields are often the largest part of a small object
+			// (a PodEndpoint, a NetworkPolicy, a Namespace) of which
+			// vcoild caches every one of the cluster. The types with their
+			// own trim above drop them there.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)

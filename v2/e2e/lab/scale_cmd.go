@@ -79,6 +79,7 @@ func scaleCommands(cfg *cluster.Config) []*cobra.Command {
 			if err := prepare(); err != nil {
 				return err
 			}
+			o.ProfileDir = out
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			start := time.Now()
@@ -98,7 +99,7 @@ func scaleCommands(cfg *cluster.Config) []*cobra.Command {
 	bf.IntVar(&o.Probes, "cni-probes", o.Probes, "CNI ADDs timed on the node, in the empty lab and under churn (0: none)")
 	bf.IntSliceVar(&o.Watchers, "watchers", o.Watchers, "numbers of simulated vcoild watch sets for the apiserver's cost")
 	bf.DurationVar(&o.WatchWindow, "watch-window", o.WatchWindow, "how long each apiserver cost is measured")
-	bf.StringVar(&out, "out", "_out/bench", "directory of scale.json (JSON lines) and scale.md")
+	bf.StringVar(&out, "out", "_out/bench", "directory of scale.json (JSON lines), scale.md and vcoild's profiles (vcoild-profile.pb.gz, vcoild-heap.pb.gz)")
 
 	up := &cobra.Command{
 		Use:   "scale-up",

@@ -99,7 +99,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // CheckAddr accepts "" (off) and host:port addresses whose host is a
-// loopback address (127.0.0.0/8 or ::1). The state names every pod, address
+// loopback address (127.0.0.0/8 or ::1); vcoild checks its profiles'
+// address (--pprof-addr) with it too. The state names every pod, address
 // and rule of the node: it is read through the apiserver's port-forward,
 // which authenticates and authorizes each use, so nothing may answer on the
 // node's network. Host names are refused too: "localhost" may resolve to
@@ -117,7 +118,7 @@ func CheckAddr(addr string) error {
 	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil || !ip.Unmap().IsLoopback() || ip.Zone() != "" {
-		return fmt.Errorf("host %q is not a loopback address (127.0.0.0/8 or ::1): the node state is served on the node's loopback only and read through the apiserver", host)
+		return fmt.Errorf("host %q is not a loopback address (127.0.0.0/8 or ::1): served on the node's loopback only (the node state is read through the apiserver's port-forward)", host)
 	}
 	return nil
 }

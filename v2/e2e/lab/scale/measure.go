@@ -267,6 +267,14 @@ func (s *Sim) measureUnderChurn(ctx context.Context) error {
 		one.stop()
 		return err
 	}
+	hc := httpIn(s.o.Node)
+	gc0, gcErr := scrape(ctx, hc, false, gcMetrics)
+	// The CPU profile covers the timed changes' first 30 s, under churn.
+	profiled := make(chan struct{})
+	go func() {
+		defer close(profiled)
+		s.saveProfile(ctx, s.o.Node, "profile", "seconds=30", 30*time.Second)
+	}()
 	smp = startSampler(ctx, s.o.Client)
 	t0 := time.Now()
 	svc, pol := s.changes(ctx, mon)
@@ -278,8 +286,16 @@ func (s *Sim) measureUnderChurn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hc := httpIn(s.o.Node)
 	heap, herr := metricValue(ctx, hc, "go_memstats_heap_inuse_bytes")
+	gc1, err := scrape(ctx, hc, false, gcMetrics)
+	if gcErr == nil && err == nil {
+		s.add(Record{Phase: PhaseNode, Metric: "vcoild_gc_per_s", Value: (gc1[0] - gc0[0]) / wall, Unit: "cycles/s", Context: c, Status: StatusOK,
+			Detail: fmt.Sprintf("%.0f collections in %.0f s; GOMEMLIMIT %.0f MiB", gc1[0]-gc0[0], wall, gc1[1]/(1<<20))})
+	} else {
+		s.add(Record{Phase: PhaseNode, Metric: "vcoild_gc_per_s", Status: StatusFailed, Detail: errors.Join(gcErr, err).Error(), Context: c})
+	}
+	s.saveProfile(ctx, s.o.Node, "heap", "", 5*time.Second)
+	<-profiled
 	for _, r := range []Record{
 		latencyRecord("service_change_p50_ms", svc, 50, ""),
 		latencyRecord("service_change_p99_ms", svc, 99, "≤ 100 ms"),

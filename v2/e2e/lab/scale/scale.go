@@ -75,6 +75,9 @@ type Options struct {
 	// WatchWindow how long each count is measured.
 	Watchers    []int
 	WatchWindow time.Duration
+	// ProfileDir receives vcoild's CPU profile of the timed changes and
+	// its heap profile after them ("": none).
+	ProfileDir string
 	// Keep leaves the simulated cluster in place (make lab-scale).
 	Keep bool
 	Log  io.Writer
