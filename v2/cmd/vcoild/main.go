@@ -24,6 +24,7 @@ import (
 	"github.com/vcoil/vcoil/v2/pkg/dataplane/vpp"
 	"github.com/vcoil/vcoil/v2/pkg/informerlist"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
+	"github.com/vcoil/vcoil/v2/pkg/memlimit"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer/acl"
 	"github.com/vcoil/vcoil/v2/pkg/routes"
 	"github.com/vcoil/vcoil/v2/pkg/service/conntrack"
@@ -264,6 +265,14 @@ func run(ctx context.Context, f flags) error {
 	if err := proxy.CleanUp(ctx, serviceOpts, services); err != nil {
 		return err
 	}
+	// The memory limit follows the live heap once the cluster outgrows
+	// GOMEMLIMIT (package memlimit); the service proxy's first sync gets
+	// twice the room.
+	limit := memlimit.New(ctrl.Log.WithName("memory"))
+	if err := mgr.Add(limit); err != nil {
+		return err
+	}
+	serviceOpts.MemoryLimit = limit
 	// Checkpoint files that cannot be decoded are set aside before the
 	// agents read the checkpoint; the daemon holds their addresses.
 	aside, err := daemon.SetAsideCorrupt(f.stateDir)

@@ -39,6 +39,7 @@ import (
 	"github.com/vcoil/vcoil/v2/internal/testenv"
 	"github.com/vcoil/vcoil/v2/pkg/informerlist"
 	"github.com/vcoil/vcoil/v2/pkg/kubescheme"
+	"github.com/vcoil/vcoil/v2/pkg/memlimit"
 	"github.com/vcoil/vcoil/v2/pkg/service/proxy"
 )
 
@@ -331,8 +332,15 @@ func TestMemoryChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The memory limit as vcoild keeps it (a floor at GOMEMLIMIT, when
+	// the benchmark runs with one).
+	limit := memlimit.New(logr.Discard())
+	if err := mgr.Add(limit); err != nil {
+		t.Fatal(err)
+	}
 	p, err := proxy.Setup(t.Context(), mgr, proxy.Options{
 		NodeName: memNodeName, Netns: os.Getenv(envChildNetns), PodIfPrefix: "mem", Log: logr.Discard(),
+		MemoryLimit: limit,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/netip"
 	"runtime/debug"
@@ -84,8 +83,18 @@ type Options struct {
 	// LoadBalancer protocol (routes.DefaultLBProtocol); its Netns is
 	// Options.Netns.
 	LBExport routes.ExporterConfig
-	Registry prometheus.Registerer
-	Log      logr.Logger
+	// MemoryLimit, when set, gives the first sync more room under the
+	// process's memory limit (vcoild's memlimit.Keeper): see
+	// memoryReturner.
+	MemoryLimit MemoryBooster
+	Registry    prometheus.Registerer
+	Log         logr.Logger
+}
+
+// MemoryBooster raises the process's memory limit until release is
+// called.
+type MemoryBooster interface {
+	Boost() (release func())
 }
 
 // CacheOptions are the cache settings the processor needs (trimmed
@@ -155,7 +164,11 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*processor.P
 		return nil, err
 	}
 	view.p = p
-	runnables := []manager.Runnable{checks, releaser(release), memoryReturner{p: p, limit: liftMemoryLimit()}}
+	ret := memoryReturner{p: p}
+	if opts.MemoryLimit != nil {
+		ret.release = opts.MemoryLimit.Boost()
+	}
+	runnables := []manager.Runnable{checks, releaser(release), ret}
 	if opts.VPP != nil {
 		runnables = append(runnables, resyncOnVPPRestart{dp: opts.VPP, p: p, log: log.WithName("vpp-restarts")})
 	}
@@ -408,12 +421,20 @@ func (v *syncView) PendingSince() time.Time {
 // mapped, returning it only over minutes: without this, vcoild's RSS after
 // a start stays near its peak (at 10,000 Services x 10 endpoints, 229 MB
 // instead of 152 in the memory benchmark). It costs one garbage
-// collection, once. It also puts back the memory limit that
-// liftMemoryLimit raised for that sync.
+// collection, once.
+//
+// It also ends the first sync's boost of the memory limit (release). The
+// limit keeps vcoild's heap near what stays live, but the first sync
+// allocates several times that at once: at 10,000 Services x 10 endpoints
+// 82 MB stay live under the DaemonSet's 120 MiB, and the collector ran
+// again and again during the sync: in the lab's services benchmark the
+// full sync took 3.0 and 3.8 s, and 2.3 s with the limit doubled (peak
+// RSS 208 instead of 156 MB). Doubled, the peak stays bounded; the limit
+// holds again from the end of the sync on.
 type memoryReturner struct {
 	p *processor.Processor
-	// limit is the memory limit to restore, or -1 for none.
-	limit int64
+	// release ends the boost of the memory limit; nil: none.
+	release func()
 }
 
 func (m memoryReturner) Start(ctx context.Context) error {
@@ -421,31 +442,13 @@ func (m memoryReturner) Start(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-m.p.Synced():
 	}
-	if m.limit >= 0 {
-		debug.SetMemoryLimit(m.limit)
+	if m.release != nil {
+		m.release()
 	}
 	if ctx.Err() == nil {
 		debug.FreeOSMemory()
 	}
 	return nil
-}
-
-// liftMemoryLimit doubles the process's memory limit (GOMEMLIMIT) until the
-// first sync completed and returns the limit to restore, -1 if none is set.
-// The limit keeps vcoild's heap near what stays live, but the first sync
-// allocates several times that at once: at 10,000 Services x 10 endpoints
-// 82 MB stay live under the DaemonSet's 120 MiB, and the collector ran
-// again and again during the sync: in the lab's services benchmark the
-// full sync took 3.0 and 3.8 s, and 2.3 s with the limit doubled (peak
-// RSS 208 instead of 156 MB). Doubled, the peak stays bounded; the limit
-// holds again from the end of the sync on.
-func liftMemoryLimit() int64 {
-	limit := debug.SetMemoryLimit(-1)
-	if limit <= 0 || limit >= math.MaxInt64/2 {
-		return -1
-	}
-	debug.SetMemoryLimit(2 * limit)
-	return limit
 }
 
 // releaser releases the renderer (the nftables renderer's namespace) when
