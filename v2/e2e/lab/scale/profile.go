@@ -34,7 +34,11 @@ func (s *Sim) saveProfile(ctx context.Context, n topology.Node, kind, query stri
 		s.logf("no %s profile of vcoild: %v", kind, err)
 		return
 	}
-	s.logf("vcoild's %s profile: %s", kind, path)
+	what := kind
+	if kind == "profile" {
+		what = "CPU"
+	}
+	s.logf("vcoild's %s profile: %s", what, path)
 }
 
 func fetchProfile(ctx context.Context, n topology.Node, kind, query string, wait time.Duration, path string) error {
