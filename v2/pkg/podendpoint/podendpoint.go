@@ -1,5 +1,5 @@
 // Package podendpoint turns a pod into the PodEndpoint that the other
-// nodes' NetworkPolicies read, and back into the pod they see.
+// nodes' NetworkPolicies read.
 //
 // Every vcoild needs every pod of the cluster as a possible policy peer:
 // its labels, addresses, named ports and allowed source prefixes. Watching
@@ -8,7 +8,8 @@
 // change of its containers) and is several times their size. So the vcoild
 // of each node watches the Pods of its node only and publishes what peers
 // need as one PodEndpoint per pod (Publisher); every vcoild watches
-// PodEndpoints and reads them as pods (ToPod).
+// PodEndpoints, and its policy cache keeps the informer's endpoints as the
+// other nodes' pods, without making a Pod of them (policy/cache.PodView).
 package podendpoint
 
 import (
@@ -59,36 +60,6 @@ func For(pod *corev1.Pod) *vcoilv2.PodEndpoint {
 		ep.Spec.PodLabels = nil
 	}
 	return ep
-}
-
-// ToPod is the pod an endpoint stands for, as the policy processor reads
-// it: labels, node, addresses, named ports and allowed source prefixes.
-func ToPod(ep *vcoilv2.PodEndpoint) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ep.Namespace, Name: ep.Name, UID: ep.Spec.PodUID,
-			Labels: ep.Spec.PodLabels,
-		},
-		Spec:   corev1.PodSpec{NodeName: ep.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
-	}
-	for _, a := range ep.Spec.Addresses {
-		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: a})
-	}
-	if len(pod.Status.PodIPs) > 0 {
-		pod.Status.PodIP = pod.Status.PodIPs[0].IP
-	}
-	if len(ep.Spec.SourcePrefixes) > 0 {
-		pod.Annotations = map[string]string{vcoilv2.AnnotationAllowedSourcePrefixes: strings.Join(ep.Spec.SourcePrefixes, ",")}
-	}
-	if len(ep.Spec.NamedPorts) > 0 {
-		c := corev1.Container{Name: "endpoint"}
-		for _, p := range ep.Spec.NamedPorts {
-			c.Ports = append(c.Ports, corev1.ContainerPort{Name: p.Name, Protocol: p.Protocol, ContainerPort: p.Port})
-		}
-		pod.Spec.Containers = []corev1.Container{c}
-	}
-	return pod
 }
 
 // Same reports whether an endpoint already says what want says (same pod,

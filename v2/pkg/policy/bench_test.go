@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/internal/policyoracle"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/processor"
@@ -288,4 +291,73 @@ func benchClusterWithTiers() *policyoracle.Cluster {
 		c.ClusterPolicies = append(c.ClusterPolicies, pol)
 	}
 	return c
+}
+
+// BenchmarkPeerPodHeap measures what the policy stack of one node retains
+// per pod of another node: 10,000 PodEndpoints, as the informer holds them,
+// fed through the feed into the cache and its processor. The endpoints
+// exist before the first measurement (the informer holds them whatever the
+// policy stack does), so retained-B/peer is the stack's own cost of a peer
+// pod: its cache entry and the processor's podInfo.
+func BenchmarkPeerPodHeap(b *testing.B) {
+	const n, node = 10_000, "node-a"
+	var namespaces []*corev1.Namespace
+	for i := range 20 {
+		ns := fmt.Sprintf("ns%02d", i)
+		namespaces = append(namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kubernetes.io/metadata.name": ns}}})
+	}
+	tiers := []string{"frontend", "backend", "db"}
+	endpoints := make([]*vcoilv2.PodEndpoint, n)
+	for k := range endpoints {
+		ns, name := fmt.Sprintf("ns%02d", k%20), fmt.Sprintf("pod%05d", k)
+		ep := &vcoilv2.PodEndpoint{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("ep-%d", k)),
+				Labels: map[string]string{vcoilv2.LabelNode: fmt.Sprintf("node-%d", 1+k%100)}},
+			Spec: vcoilv2.PodEndpointSpec{
+				PodUID: types.UID(fmt.Sprintf("pod-%d", k)), NodeName: fmt.Sprintf("node-%d", 1+k%100),
+				PodLabels: map[string]string{"app": fmt.Sprintf("app%d", k%10), "tier": tiers[k%3]},
+				Addresses: []string{fmt.Sprintf("10.%d.%d.%d", 1+k/62500, k/250%250, k%250+1)},
+			},
+		}
+		if k%2 == 0 { // half the pods name their ports
+			ep.Spec.NamedPorts = []vcoilv2.NamedPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}, {Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090}}
+		}
+		if k%100 == 0 { // a few route other addresses
+			ep.Spec.SourcePrefixes = []string{"198.51.100.0/24"}
+		}
+		endpoints[k] = ep
+	}
+	ctx := context.Background()
+	conf, err := configurator.New(configurator.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conf.Register("acl", &cacheOnly{cache: tables.New(renderer.Ingress)})
+	var perPeer float64
+	b.ReportAllocs()
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		pc := pcache.New()
+		pc.Watch(processor.New(node, pc, conf, logr.Discard()))
+		feed := pcache.NewFeed(ctx, pc, logr.Discard())
+		nsHandler, peers := feed.NamespaceHandler(), feed.PeerHandler(node)
+		for _, ns := range namespaces {
+			nsHandler.OnAdd(ns, true)
+		}
+		for _, ep := range endpoints {
+			peers.OnAdd(ep, true)
+		}
+		if err := feed.Synced(); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perPeer = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+		runtime.KeepAlive(pc)
+		runtime.KeepAlive(feed)
+	}
+	runtime.KeepAlive(endpoints)
+	b.ReportMetric(perPeer, "retained-B/peer")
 }

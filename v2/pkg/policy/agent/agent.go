@@ -252,9 +252,11 @@ func (a *Agent) PodAdded(ctx context.Context, namespace, name string, ips []neti
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	return a.feed.Locked(func(c *pcache.Cache) error {
 		a.overlay[key] = podOverlay{ips: slices.Clone(ips)}
-		pod := c.Pod(namespace, name)
+		pod := c.Pod(namespace, name).Object()
 		if pod == nil {
-			// The informer has not delivered the pod yet.
+			// The informer has not delivered the pod yet (the cache may
+			// hold another node's stale endpoint of its name: the pod
+			// wins over it).
 			p := &corev1.Pod{}
 			if err := a.reader.Get(ctx, key, p); err != nil {
 				return fmt.Errorf("apply the network policies of pod %s: read the pod: %w", key, err)
@@ -276,12 +278,16 @@ func (a *Agent) PodReleased(ctx context.Context, namespace, name string) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	err := a.feed.Locked(func(c *pcache.Cache) error {
 		a.overlay[key] = podOverlay{released: true}
-		if pod := c.Pod(namespace, name); pod != nil && a.hasSynced {
-			err := c.SetPod(ctx, a.filterPod(pod))
-			a.publish.Enqueue(key)
-			return err
+		cur := c.Pod(namespace, name)
+		if cur.IsZero() || !a.hasSynced {
+			return nil
 		}
-		return nil
+		var err error
+		if pod := cur.Object(); pod != nil { // not another node's endpoint
+			err = c.SetPod(ctx, a.filterPod(pod))
+		}
+		a.publish.Enqueue(key)
+		return err
 	})
 	if err != nil {
 		a.log.Error(err, "cannot remove the network policies of a released pod; the next resync will", "pod", key)
@@ -315,7 +321,7 @@ func (a *Agent) filterPod(pod *corev1.Pod) *corev1.Pod {
 func (a *Agent) localPod(key types.NamespacedName) *corev1.Pod {
 	var pod *corev1.Pod
 	_ = a.feed.Locked(func(c *pcache.Cache) error {
-		if p := c.Pod(key.Namespace, key.Name); p != nil && p.Spec.NodeName == a.nodeName {
+		if p := c.Pod(key.Namespace, key.Name).Object(); p != nil && p.Spec.NodeName == a.nodeName {
 			pod = p
 		}
 		return nil

@@ -5,6 +5,11 @@
 // lookups by label selector, and tells its watchers (the processor) about
 // every change, one object at a time, with the object before and after.
 //
+// Pods come in two kinds: this node's own as Pods, the other nodes' as the
+// PodEndpoints their vcoilds publish (package podendpoint). The cache
+// stores either object as it was given, shared with the informer, and
+// shows both as a PodView: what policies read of a pod.
+//
 // It does not interpret policies and does no I/O. It is fed either by the
 // informer adapter (Feed) or, in tests, by plain values. A Cache is not safe
 // for concurrent use; Feed serializes the informers' callbacks.
@@ -23,6 +28,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 )
 
 // Watcher is notified of changes. before is nil for an object that appeared,
@@ -32,7 +39,9 @@ type Watcher interface {
 	// Resync is called when the cache starts (Synced) or its whole content
 	// was replaced (Replace): everything may have changed.
 	Resync(ctx context.Context) error
-	PodChanged(ctx context.Context, before, after *corev1.Pod) error
+	// PodChanged: before or after is the zero PodView for a pod that
+	// appeared or disappeared.
+	PodChanged(ctx context.Context, before, after PodView) error
 	NamespaceChanged(ctx context.Context, before, after *corev1.Namespace) error
 	PolicyChanged(ctx context.Context, before, after *networkingv1.NetworkPolicy) error
 	ClusterPolicyChanged(ctx context.Context, before, after *cnp.ClusterNetworkPolicy) error
@@ -41,7 +50,7 @@ type Watcher interface {
 // Cache is the store. Objects given to it are never modified and must not be
 // modified by the caller afterwards.
 type Cache struct {
-	pods       map[string]map[string]*corev1.Pod // namespace -> name -> pod
+	pods       map[string]map[string]PodView // namespace -> name -> pod
 	namespaces map[string]*corev1.Namespace
 	policies   map[string]map[string]*networkingv1.NetworkPolicy
 	clusters   map[string]*cnp.ClusterNetworkPolicy
@@ -52,7 +61,7 @@ type Cache struct {
 // New returns an empty cache that does not notify until Synced or Replace.
 func New() *Cache {
 	return &Cache{
-		pods:       make(map[string]map[string]*corev1.Pod),
+		pods:       make(map[string]map[string]PodView),
 		namespaces: make(map[string]*corev1.Namespace),
 		policies:   make(map[string]map[string]*networkingv1.NetworkPolicy),
 		clusters:   make(map[string]*cnp.ClusterNetworkPolicy),
@@ -78,7 +87,10 @@ func (c *Cache) Replace(ctx context.Context, pods []*corev1.Pod, namespaces []*c
 
 // Contents is everything the cache holds.
 type Contents struct {
-	Pods            []*corev1.Pod
+	Pods []*corev1.Pod
+	// Endpoints are the pods of other nodes, as their PodEndpoints; a Pod
+	// of the same name wins over one.
+	Endpoints       []*vcoilv2.PodEndpoint
 	Namespaces      []*corev1.Namespace
 	Policies        []*networkingv1.NetworkPolicy
 	ClusterPolicies []*cnp.ClusterNetworkPolicy
@@ -91,11 +103,14 @@ func (c *Cache) ReplaceAll(ctx context.Context, all Contents) error {
 	for _, p := range all.ClusterPolicies {
 		c.clusters[p.Name] = p
 	}
-	c.pods = make(map[string]map[string]*corev1.Pod)
+	c.pods = make(map[string]map[string]PodView)
 	c.namespaces = make(map[string]*corev1.Namespace)
 	c.policies = make(map[string]map[string]*networkingv1.NetworkPolicy)
+	for _, ep := range all.Endpoints {
+		c.putPod(ViewEndpoint(ep))
+	}
 	for _, p := range pods {
-		put(c.pods, p.Namespace, p.Name, p)
+		c.putPod(ViewPod(p))
 	}
 	for _, n := range namespaces {
 		c.namespaces[n.Name] = n
@@ -106,19 +121,53 @@ func (c *Cache) ReplaceAll(ctx context.Context, all Contents) error {
 	return c.Synced(ctx)
 }
 
-// SetPod stores a pod that was added or updated.
+// SetPod stores a pod that was added or updated, in place of whatever pod
+// or endpoint of its name the cache held.
 func (c *Cache) SetPod(ctx context.Context, pod *corev1.Pod) error {
-	before := put(c.pods, pod.Namespace, pod.Name, pod)
-	return c.notify(func(w Watcher) error { return w.PodChanged(ctx, before, pod) })
+	return c.setPod(ctx, ViewPod(pod))
 }
 
-// DeletePod forgets a pod. Deleting an unknown pod does nothing.
+// SetEndpoint stores the pod that another node's endpoint stands for, in
+// place of whatever pod or endpoint of its name the cache held. The cache
+// keeps ep itself: it must not be modified (an informer's object is not).
+// Which of a pod and an endpoint of the same name wins is the feed's
+// choice (PeerHandler).
+func (c *Cache) SetEndpoint(ctx context.Context, ep *vcoilv2.PodEndpoint) error {
+	return c.setPod(ctx, ViewEndpoint(ep))
+}
+
+func (c *Cache) setPod(ctx context.Context, v PodView) error {
+	before := c.putPod(v)
+	return c.notify(func(w Watcher) error { return w.PodChanged(ctx, before, v) })
+}
+
+// DeletePod forgets a pod, or endpoint. Deleting an unknown pod does
+// nothing.
 func (c *Cache) DeletePod(ctx context.Context, namespace, name string) error {
-	before := remove(c.pods, namespace, name)
-	if before == nil {
+	inner := c.pods[namespace]
+	before, ok := inner[name]
+	if !ok {
 		return nil
 	}
-	return c.notify(func(w Watcher) error { return w.PodChanged(ctx, before, nil) })
+	delete(inner, name)
+	if len(inner) == 0 {
+		delete(c.pods, namespace)
+	}
+	return c.notify(func(w Watcher) error { return w.PodChanged(ctx, before, PodView{}) })
+}
+
+// putPod stores v and returns what it replaced (zero: nothing).
+func (c *Cache) putPod(v PodView) PodView {
+	namespace := v.Namespace()
+	inner := c.pods[namespace]
+	if inner == nil {
+		inner = make(map[string]PodView)
+		c.pods[namespace] = inner
+	}
+	name := v.Name()
+	before := inner[name]
+	inner[name] = v
+	return before
 }
 
 // SetNamespace stores a namespace that was added or updated.
@@ -216,8 +265,8 @@ func remove[T any](m map[string]map[string]*T, namespace, name string) *T {
 	return before
 }
 
-// Pod returns a pod, or nil.
-func (c *Cache) Pod(namespace, name string) *corev1.Pod { return c.pods[namespace][name] }
+// Pod returns a pod, or the zero view.
+func (c *Cache) Pod(namespace, name string) PodView { return c.pods[namespace][name] }
 
 // Namespace returns a namespace, or nil.
 func (c *Cache) Namespace(name string) *corev1.Namespace { return c.namespaces[name] }
@@ -229,18 +278,38 @@ func (c *Cache) Policy(namespace, name string) *networkingv1.NetworkPolicy {
 
 // PodsInNamespace returns the pods of a namespace whose labels match sel,
 // ordered by name.
-func (c *Cache) PodsInNamespace(namespace string, sel labels.Selector) []*corev1.Pod {
-	var out []*corev1.Pod
+func (c *Cache) PodsInNamespace(namespace string, sel labels.Selector) []PodView {
+	var out []PodView
 	for _, p := range c.pods[namespace] {
-		if sel.Matches(labels.Set(p.Labels)) {
+		if sel.Matches(labels.Set(p.Labels())) {
 			out = append(out, p)
 		}
 	}
-	return sortByName(out)
+	return sortPods(out)
 }
 
 // Pods returns every pod, ordered by namespace and name.
-func (c *Cache) Pods() []*corev1.Pod { return flatten(c.pods) }
+func (c *Cache) Pods() []PodView {
+	n := 0
+	for _, inner := range c.pods {
+		n += len(inner)
+	}
+	out := make([]PodView, 0, n)
+	for _, inner := range c.pods {
+		for _, p := range inner {
+			out = append(out, p)
+		}
+	}
+	return sortPods(out)
+}
+
+// sortPods orders pods by namespace and name (see sortByName).
+func sortPods(pods []PodView) []PodView {
+	slices.SortFunc(pods, func(a, b PodView) int {
+		return cmp.Or(cmp.Compare(a.Namespace(), b.Namespace()), cmp.Compare(a.Name(), b.Name()))
+	})
+	return pods
+}
 
 // Namespaces returns the namespaces whose labels match sel, ordered by name.
 func (c *Cache) Namespaces(sel labels.Selector) []*corev1.Namespace {

@@ -45,9 +45,17 @@ func (r *recorder) Resync(context.Context) error {
 	return r.err
 }
 
-func (r *recorder) PodChanged(_ context.Context, before, after *corev1.Pod) error {
-	r.events = append(r.events, fmt.Sprintf("pod %s -> %s", objName(before), objName(after)))
+func (r *recorder) PodChanged(_ context.Context, before, after cache.PodView) error {
+	r.events = append(r.events, fmt.Sprintf("pod %s -> %s", podName(before), podName(after)))
 	return r.err
+}
+
+// podName names a pod (or "-"), with its labels.
+func podName(v cache.PodView) string {
+	if l := v.Labels(); len(l) > 0 {
+		return v.String() + "{" + labels.Set(l).String() + "}"
+	}
+	return v.String()
 }
 
 func (r *recorder) NamespaceChanged(_ context.Context, before, after *corev1.Namespace) error {
@@ -167,9 +175,9 @@ func TestTheCacheLooksUpBySelector(t *testing.T) {
 		got  []metav1.Object
 		want []string
 	}{
-		{"pods of a namespace matching a selector, by name", asObjects(c.PodsInNamespace("a", web)), []string{"a/web-1", "a/web-2"}},
-		{"no pods of an unknown namespace", asObjects(c.PodsInNamespace("zzz", labels.Everything())), nil},
-		{"every pod, by namespace and name", asObjects(c.Pods()), []string{"a/db", "a/web-1", "a/web-2", "b/web"}},
+		{"pods of a namespace matching a selector, by name", podObjects(c.PodsInNamespace("a", web)), []string{"a/web-1", "a/web-2"}},
+		{"no pods of an unknown namespace", podObjects(c.PodsInNamespace("zzz", labels.Everything())), nil},
+		{"every pod, by namespace and name", podObjects(c.Pods()), []string{"a/db", "a/web-1", "a/web-2", "b/web"}},
 		{"namespaces matching a selector", asObjects(c.Namespaces(labels.SelectorFromSet(labels.Set{"team": "x"}))), []string{"a", "b"}},
 		{"every policy, by namespace and name", asObjects(c.Policies()), []string{"a/p", "a/q", "b/p"}},
 	}
@@ -180,9 +188,18 @@ func TestTheCacheLooksUpBySelector(t *testing.T) {
 			}
 		})
 	}
-	if c.Pod("a", "db") == nil || c.Namespace("c") == nil || c.Policy("a", "q") == nil || c.Pod("a", "nope") != nil {
+	if c.Pod("a", "db").Object() == nil || c.Namespace("c") == nil || c.Policy("a", "q") == nil || !c.Pod("a", "nope").IsZero() {
 		t.Fatalf("lookups by name are wrong")
 	}
+}
+
+// podObjects are the Pods of views (all of Pods here).
+func podObjects(in []cache.PodView) []metav1.Object {
+	var out []metav1.Object
+	for _, v := range in {
+		out = append(out, v.Object())
+	}
+	return out
 }
 
 func asObjects[T metav1.Object](in []T) []metav1.Object {
@@ -343,14 +360,19 @@ func TestTheFeedTakesOtherNodesPodsFromTheirEndpoints(t *testing.T) {
 		return p
 	}
 
-	peers.OnAdd(endpoint("web", "node-b", "u1", map[string]string{"app": "web"}), false)
+	web := endpoint("web", "node-b", "u1", map[string]string{"app": "web"})
+	peers.OnAdd(web, false)
 	got := c.Pod("a", "web")
-	if got == nil || got.UID != "u1" || got.Spec.NodeName != "node-b" || len(got.Status.PodIPs) != 1 || got.Status.PodIPs[0].IP != "10.1.0.9" ||
-		len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Ports[0].Name != "http" {
-		t.Fatalf("another node's endpoint is cached as %+v", got)
+	if got.Endpoint() != web || got.Object() != nil {
+		t.Fatalf("another node's endpoint is not cached as itself (the informer's object): %+v", got)
+	}
+	if got.UID() != "u1" || got.NodeName() != "node-b" || got.Labels()["app"] != "web" || !slices.Equal(slices.Collect(got.PodIPs()), []string{"10.1.0.9"}) ||
+		!slices.Equal(slices.Collect(got.NamedPorts()), web.Spec.NamedPorts) || got.HostNetworkOrTerminated() {
+		t.Fatalf("another node's endpoint is read as pod %s %s on %s, labels %v, addresses %q, ports %v",
+			got, got.UID(), got.NodeName(), got.Labels(), slices.Collect(got.PodIPs()), slices.Collect(got.NamedPorts()))
 	}
 	peers.OnAdd(endpoint("self", here, "u9", nil), false) // this node's own: from the pod informer
-	if c.Pod("a", "self") != nil {
+	if !c.Pod("a", "self").IsZero() {
 		t.Fatal("this node's own endpoint was cached")
 	}
 
@@ -359,7 +381,7 @@ func TestTheFeedTakesOtherNodesPodsFromTheirEndpoints(t *testing.T) {
 	pods.OnAdd(local("web", "u2"), false)
 	peers.OnUpdate(nil, endpoint("web", "node-b", "u1", map[string]string{"app": "stale"}))
 	peers.OnDelete(endpoint("web", "node-b", "u1", nil))
-	if got := c.Pod("a", "web"); got == nil || got.UID != "u2" {
+	if got := c.Pod("a", "web"); got.Object() == nil || got.UID() != "u2" {
 		t.Fatalf("the local pod was lost to a stale endpoint: %+v", got)
 	}
 
@@ -367,18 +389,29 @@ func TestTheFeedTakesOtherNodesPodsFromTheirEndpoints(t *testing.T) {
 	// whose deletion (an older UID) then leaves it.
 	pods.OnAdd(local("db", "u3"), false)
 	peers.OnDelete(endpoint("db", "node-b", "u4", nil)) // not its pod: ignored
-	if c.Pod("a", "db") == nil {
+	if c.Pod("a", "db").Object() == nil {
 		t.Fatal("another pod's endpoint deletion removed the local pod")
 	}
 	pods.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a/db"}) // no object: removed
 	peers.OnAdd(endpoint("db", "node-b", "u4", map[string]string{"app": "db"}), false)
 	pods.OnDelete(local("db", "u3"))
-	if got := c.Pod("a", "db"); got == nil || got.UID != "u4" {
+	if got := c.Pod("a", "db"); got.Endpoint() == nil || got.UID() != "u4" {
 		t.Fatalf("an old local pod's deletion removed its successor's endpoint: %+v", got)
 	}
 	peers.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a/db", Obj: endpoint("db", "node-b", "u4", nil)})
-	if c.Pod("a", "db") != nil {
+	if !c.Pod("a", "db").IsZero() {
 		t.Fatal("an endpoint's deletion left its pod")
+	}
+
+	// api is recreated on node-c while its old endpoint on node-b is
+	// still there: the new endpoint replaces the old, whose deletion then
+	// leaves it.
+	peers.OnAdd(endpoint("api", "node-b", "u5", map[string]string{"v": "1"}), false)
+	peers.OnAdd(endpoint("api", "node-c", "u6", map[string]string{"v": "2"}), false)
+	peers.OnDelete(endpoint("api", "node-b", "u5", nil))
+	pods.OnDelete(local("api", "u5")) // nor does a pod's deletion of another UID
+	if got := c.Pod("a", "api"); got.UID() != "u6" || got.NodeName() != "node-c" {
+		t.Fatalf("an old endpoint's deletion removed its successor: %s %s on %s", got, got.UID(), got.NodeName())
 	}
 
 	want := []string{
@@ -389,6 +422,8 @@ func TestTheFeedTakesOtherNodesPodsFromTheirEndpoints(t *testing.T) {
 		"pod a/db{here=yes} -> -",
 		"pod - -> a/db{app=db}",
 		"pod a/db{app=db} -> -",
+		"pod - -> a/api{v=1}",
+		"pod a/api{v=1} -> a/api{v=2}",
 	}
 	if !slices.Equal(r.events, want) {
 		t.Fatalf("events:\n%q\nwant\n%q", r.events, want)

@@ -15,7 +15,6 @@ import (
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
-	"github.com/vcoil/vcoil/v2/pkg/podendpoint"
 )
 
 // Informers is the part of a controller-runtime cache that Feed needs;
@@ -124,7 +123,7 @@ func (f *Feed) PodHandler() toolscache.ResourceEventHandler {
 			return err
 		},
 		del: func(ctx context.Context, namespace, name string, gone *corev1.Pod) error {
-			if cur := f.cache.Pod(namespace, name); cur != nil && gone != nil && cur.UID != gone.UID {
+			if cur := f.cache.Pod(namespace, name); !cur.IsZero() && gone != nil && cur.UID() != gone.UID {
 				return nil
 			}
 			err := f.cache.DeletePod(ctx, namespace, name)
@@ -135,15 +134,17 @@ func (f *Feed) PodHandler() toolscache.ResourceEventHandler {
 }
 
 // PeerHandler handles PodEndpoint events: the pods of the nodes other
-// than node, which the cache stores as the pods they stand for
-// (podendpoint.ToPod). Endpoints of node itself are skipped: its own pods
-// come from the pod informer, and a pod of node wins over another node's
-// endpoint of the same name, which is stale (a StatefulSet's pod that
-// moved here). A deletion removes only the pod it stood for.
+// than node, which the cache stores as the informer's endpoints
+// themselves (SetEndpoint), not copied. Endpoints of node itself are
+// skipped: its own pods come from the pod informer, and a pod of node
+// wins over another node's endpoint of the same name, which is stale (a
+// StatefulSet's pod that moved here). A deletion removes only the pod it
+// stood for (same pod UID).
 func (f *Feed) PeerHandler(node string) toolscache.ResourceEventHandler {
 	local := func(namespace, name string) bool {
+		// Never an endpoint: those of node are not stored.
 		cur := f.cache.Pod(namespace, name)
-		return cur != nil && cur.Spec.NodeName == node
+		return !cur.IsZero() && cur.NodeName() == node
 	}
 	return handler[vcoilv2.PodEndpoint]{
 		f:    f,
@@ -152,13 +153,13 @@ func (f *Feed) PeerHandler(node string) toolscache.ResourceEventHandler {
 			if ep.Spec.NodeName == node || local(ep.Namespace, ep.Name) {
 				return nil
 			}
-			return f.cache.SetPod(ctx, podendpoint.ToPod(ep))
+			return f.cache.SetEndpoint(ctx, ep)
 		},
 		del: func(ctx context.Context, namespace, name string, gone *vcoilv2.PodEndpoint) error {
 			if local(namespace, name) {
 				return nil
 			}
-			if cur := f.cache.Pod(namespace, name); cur != nil && gone != nil && cur.UID != gone.Spec.PodUID {
+			if cur := f.cache.Pod(namespace, name); !cur.IsZero() && gone != nil && cur.UID() != gone.Spec.PodUID {
 				return nil
 			}
 			return f.cache.DeletePod(ctx, namespace, name)

@@ -287,8 +287,8 @@ func (p *Processor) addLocalSubjects(affected map[renderer.PodID]struct{}, pc *p
 	}
 	for _, ns := range p.lookup.Namespaces(pc.subject.namespaces) {
 		for _, pod := range p.lookup.PodsInNamespace(ns.Name, sel) {
-			if pod.Spec.NodeName == p.node {
-				affected[renderer.PodID{Namespace: pod.Namespace, Name: pod.Name}] = struct{}{}
+			if pod.NodeName() == p.node {
+				affected[renderer.PodID{Namespace: pod.Namespace(), Name: pod.Name()}] = struct{}{}
 			}
 		}
 	}
@@ -442,8 +442,8 @@ func (p *Processor) clustersOfNamespace(affected map[renderer.PodID]struct{}, na
 	if touched {
 		// Its pods may have become or stopped being subjects.
 		for _, pod := range p.lookup.PodsInNamespace(name, labels.Everything()) {
-			if pod.Spec.NodeName == p.node {
-				affected[renderer.PodID{Namespace: pod.Namespace, Name: pod.Name}] = struct{}{}
+			if pod.NodeName() == p.node {
+				affected[renderer.PodID{Namespace: pod.Namespace(), Name: pod.Name()}] = struct{}{}
 			}
 		}
 	}

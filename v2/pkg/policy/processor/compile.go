@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
@@ -125,7 +126,7 @@ func resolvePorts(r *parsedRule, t *podInfo) []configurator.Port {
 		return out
 	}
 	for _, n := range r.named {
-		if v, ok := t.ports[n.name]; ok && v.protocol == n.protocol {
+		if v, ok := t.port(n.name); ok && v.protocol == n.protocol {
 			out = append(out, configurator.Port{Protocol: n.protocol, Ports: renderer.SinglePort(v.port)})
 		}
 	}
@@ -246,7 +247,7 @@ func (p *Processor) resolvePeers(pp *parsedPolicy, r *parsedRule) (configurator.
 	var m configurator.Match
 	var selected []*podInfo
 	seen := make(map[renderer.PodID]bool)
-	add := func(pods []*corev1.Pod) {
+	add := func(pods []cache.PodView) {
 		for _, pod := range pods {
 			i := p.info(pod)
 			if !i.endpoint() || seen[i.id] {

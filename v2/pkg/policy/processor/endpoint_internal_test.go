@@ -14,10 +14,12 @@ import (
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
 	"github.com/vcoil/vcoil/v2/pkg/podendpoint"
+	"github.com/vcoil/vcoil/v2/pkg/policy/cache"
 )
 
-// A pod of another node reaches the processor as its PodEndpoint read back
-// as a pod (podendpoint.For, then ToPod). The processor must read the same
+// A pod of another node reaches the processor as its PodEndpoint
+// (podendpoint.For), which the cache shows as the view of the pod it stands
+// for (cache.ViewEndpoint). The processor must read the same
 // from it as from the pod itself: labels, node, addresses, named ports and
 // source prefixes; and a pod it does not see as an endpoint has none.
 // Checked over random pods that mix every field the processor reads.
@@ -70,7 +72,7 @@ func TestAPodReadThroughItsEndpointIsTheSamePeer(t *testing.T) {
 			pod.Annotations = map[string]string{vcoilv2.AnnotationAllowedSourcePrefixes: pick("10.9.0.0/24", " 10.9.0.0/24 , fd00:9::/64", "junk,10.9.1.0/24")}
 		}
 
-		direct := newPodInfo(pod)
+		direct := newPodInfo(cache.ViewPod(pod))
 		ep := podendpoint.For(pod)
 		if !direct.endpoint() {
 			if ep != nil {
@@ -81,13 +83,13 @@ func TestAPodReadThroughItsEndpointIsTheSamePeer(t *testing.T) {
 		if ep == nil {
 			t.Fatalf("pod %d: the processor sees an endpoint (%v), but none was made", i, direct.ips)
 		}
-		via := newPodInfo(podendpoint.ToPod(ep))
+		via := newPodInfo(cache.ViewEndpoint(ep))
 		if via.id != direct.id || via.node != direct.node || !maps.Equal(via.labels, direct.labels) ||
-			!slices.Equal(via.ips, direct.ips) || !maps.Equal(via.ports, direct.ports) || !slices.Equal(via.sources, direct.sources) {
+			!slices.Equal(via.ips, direct.ips) || !slices.Equal(via.ports, direct.ports) || !slices.Equal(via.sources, direct.sources) {
 			t.Fatalf("pod %d read through its endpoint:\n%+v\nwant\n%+v", i, via, direct)
 		}
-		if via.pod.UID != pod.UID {
-			t.Fatalf("pod %d: UID %q through its endpoint, want %q", i, via.pod.UID, pod.UID)
+		if via.pod.UID() != pod.UID {
+			t.Fatalf("pod %d: UID %q through its endpoint, want %q", i, via.pod.UID(), pod.UID)
 		}
 	}
 }

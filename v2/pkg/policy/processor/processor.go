@@ -8,9 +8,12 @@
 // configurator transaction.
 //
 // Local pods are those whose spec.nodeName is the processor's node name;
-// pods elsewhere are only peers. The processor keeps policies parsed and
-// their peers resolved between changes, and re-resolves a policy only when
-// something it references changes.
+// pods elsewhere are only peers. The cache shows both kinds as a
+// cache.PodView (a Pod, or the PodEndpoint of another node's pod), from
+// which the processor derives, once per object, what policies read of a
+// pod (podInfo). The processor keeps policies parsed and their peers
+// resolved between changes, and re-resolves a policy only when something
+// it references changes.
 //
 // It does no I/O and starts no goroutines; a Processor is not safe for
 // concurrent use (the cache's Feed serializes calls).
@@ -29,16 +32,18 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	"github.com/vcoil/vcoil/v2/pkg/policy/cache"
 	"github.com/vcoil/vcoil/v2/pkg/policy/configurator"
 	"github.com/vcoil/vcoil/v2/pkg/policy/renderer"
 )
 
 // Lookup is what the processor reads from the policy cache.
 type Lookup interface {
-	Pod(namespace, name string) *corev1.Pod
+	// Pod returns the zero view for an unknown pod.
+	Pod(namespace, name string) cache.PodView
 	Namespace(name string) *corev1.Namespace
-	Pods() []*corev1.Pod
-	PodsInNamespace(namespace string, sel labels.Selector) []*corev1.Pod
+	Pods() []cache.PodView
+	PodsInNamespace(namespace string, sel labels.Selector) []cache.PodView
 	Namespaces(sel labels.Selector) []*corev1.Namespace
 	Policies() []*networkingv1.NetworkPolicy
 	ClusterPolicies() []*cnp.ClusterNetworkPolicy
@@ -129,12 +134,12 @@ func (p *Processor) PolicyChanged(ctx context.Context, before, after *networking
 // PodChanged reconfigures the pod itself, if local, and the local pods with a
 // policy that references the pod before or after the change (through its
 // labels, its namespace's labels, its addresses or its named ports).
-func (p *Processor) PodChanged(ctx context.Context, before, after *corev1.Pod) error {
+func (p *Processor) PodChanged(ctx context.Context, before, after cache.PodView) error {
 	var b, a *podInfo
-	if before != nil {
+	if !before.IsZero() {
 		b = newPodInfo(before)
 	}
-	if after != nil {
+	if !after.IsZero() {
 		a = p.info(after)
 	} else if b != nil {
 		delete(p.infos, b.id)
@@ -221,16 +226,16 @@ func (p *Processor) removePolicy(pp *parsedPolicy) {
 // addLocalPodsSelectedBy adds the local pods that pp applies to.
 func (p *Processor) addLocalPodsSelectedBy(affected map[renderer.PodID]struct{}, pp *parsedPolicy) {
 	for _, pod := range p.lookup.PodsInNamespace(pp.id.Namespace, pp.podSelector) {
-		if pod.Spec.NodeName == p.node {
-			affected[renderer.PodID{Namespace: pod.Namespace, Name: pod.Name}] = struct{}{}
+		if pod.NodeName() == p.node {
+			affected[renderer.PodID{Namespace: pod.Namespace(), Name: pod.Name()}] = struct{}{}
 		}
 	}
 }
 
-// info returns the podInfo of a pod object from the cache, derived once per
-// object.
-func (p *Processor) info(pod *corev1.Pod) *podInfo {
-	id := renderer.PodID{Namespace: pod.Namespace, Name: pod.Name}
+// info returns the podInfo of a pod of the cache, derived once per object
+// (a view is equal to another of the same object).
+func (p *Processor) info(pod cache.PodView) *podInfo {
+	id := renderer.PodID{Namespace: pod.Namespace(), Name: pod.Name()}
 	if i := p.infos[id]; i != nil && i.pod == pod {
 		return i
 	}
@@ -254,7 +259,7 @@ func (p *Processor) configure(ctx context.Context, affected map[renderer.PodID]s
 	txn := configurator.Txn{Resync: resync, Pods: make([]configurator.Pod, 0, len(ids))}
 	for _, id := range ids {
 		var i *podInfo
-		if pod := p.lookup.Pod(id.Namespace, id.Name); pod != nil {
+		if pod := p.lookup.Pod(id.Namespace, id.Name); !pod.IsZero() {
 			i = p.info(pod)
 		}
 		if i == nil || i.node != p.node || !i.endpoint() {
