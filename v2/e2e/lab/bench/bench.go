@@ -7,10 +7,13 @@
 // vcoild is told to leave services alone by the node label
 // vcoil.io/service-proxy=disabled).
 //
-// Both proxies are measured by the same reading of the kernel (Monitor) and
-// of /proc; neither's own metrics are used, since they do not define a sync
-// alike. The package does not bring the lab up or down, and it is no
-// regression test: it prints and writes figures.
+// Both proxies are measured by the same reading of the kernel and of
+// /proc: Monitor decodes the kernel's nftables netlink notices in each
+// node's network namespace, where vcoil's endpoint addresses come as map
+// elements and kube-proxy's in rules, and dates them by the commit of
+// their transaction. Neither proxy's own metrics are used, since they do
+// not define a sync alike. The package does not bring the lab up or down,
+// and it is no regression test: it prints and writes figures.
 package bench
 
 import (
@@ -412,6 +415,10 @@ func fullSync(ctx context.Context, o Options, p *proxyUnderTest, n int) []Record
 	}
 	d := done.Sub(started)
 	o.logf("    %s full sync: %.2fs (process %d), RSS %.0f MB (peak %.0f MB), CPU %.1fs (its nft runs %.1fs)", p.name, d.Seconds(), pid, mb(u.RSS), mb(u.HWM), u.CPU.Seconds(), u.ChildCPU.Seconds())
+	if lost := p.mon.Lost(); lost > 0 {
+		// A lost NEWGEN dates its transaction by the next one's.
+		o.logf("    %s: the monitor's socket overflowed %d times so far: the sync may be dated late", p.name, lost)
+	}
 	return []Record{
 		rec(MetricFullSync, d.Seconds(), "s"),
 		rec(MetricRSS, mb(u.RSS), "MB"),
@@ -469,7 +476,8 @@ func restartKubeProxy(_ context.Context, o Options) (int, error) {
 
 // endpointChanges replaces one endpoint address of a Service at a time and
 // measures, on every synced proxy, from just before the apiserver call to
-// the first line of nft monitor naming the new address.
+// the commit of the transaction that brought the new address into the
+// kernel (Monitor.Expect).
 func endpointChanges(ctx context.Context, o Options, n, first int, proxies []*proxyUnderTest) ([]Record, error) {
 	if len(proxies) == 0 || o.Changes == 0 {
 		return nil, nil

@@ -14,8 +14,8 @@ import (
 
 // The benchmark's objects and addresses. Nothing else in the lab uses 10/8:
 // the Services get ClusterIPs of their own ServiceCIDR (the lab's /20 holds
-// about 4,000), and their endpoints addresses nobody has, so that a line of
-// `nft monitor` naming one of them can only be the proxy writing it.
+// about 4,000), and their endpoints addresses nobody has, so that an
+// nftables notice naming one of them can only be the proxy writing it.
 const (
 	// Namespace holds the benchmark's Services and EndpointSlices.
 	Namespace = "vcoil-bench"

@@ -17,11 +17,12 @@ import (
 
 // kernelWatch tells when an address first appears in an element added to
 // any nftables set or map of a node, from the kernel's own notifications.
-// `nft monitor` (the services benchmark's monitor) prints every event as
-// text and fell minutes behind at this size (30,000 pods' policy sets and
-// the churn): here the raw NEWSETELEM messages are searched for the
-// address's four bytes, which a key (a policy set's address) or a value
-// (a DNAT map's endpoint) holds as they are.
+// `nft monitor` (which the services benchmark's monitor ran before it
+// decoded the notices itself) prints every event as text and fell minutes
+// behind at this size (30,000 pods' policy sets and the churn): here the
+// raw NEWSETELEM messages are searched for the address's four bytes,
+// which a key (a policy set's address) or a value (a DNAT map's endpoint)
+// holds as they are.
 type kernelWatch struct {
 	fd      int
 	mu      sync.Mutex
