@@ -428,15 +428,16 @@ func (a *Agent) nodeChanged(ctx context.Context, obj any) {
 // CacheOptions are the cache settings the agent needs, to merge into the
 // manager's: the Pods of node only, trimmed to what policies read. Every
 // pod of the cluster is a possible peer, but the other nodes' pods come as
-// PodEndpoints, which change less and weigh less than Pods (package
-// podendpoint). The agent reads its own Node from whatever the manager
+// PodEndpoints, which change less and weigh less than Pods, trimmed too
+// (podendpoint.Trim). The agent reads its own Node from whatever the manager
 // caches of Nodes (all of them for direct routing, only this one for the
 // service proxy): it sets nothing for them, since a cache has one setting
 // per type and a narrower one would hide the other nodes from direct
 // routing.
 func CacheOptions(node string) map[client.Object]ctrlcache.ByObject {
 	return map[client.Object]ctrlcache.ByObject{
-		&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", node), Transform: TrimPod},
+		&corev1.Pod{}:          {Field: fields.OneTermEqualSelector("spec.nodeName", node), Transform: TrimPod},
+		&vcoilv2.PodEndpoint{}: {Transform: podendpoint.Trim(node)},
 	}
 }
 
