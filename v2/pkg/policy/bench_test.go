@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	cnp "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	vcoilv2 "github.com/vcoil/vcoil/v2/api/v2"
@@ -360,4 +361,91 @@ func BenchmarkPeerPodHeap(b *testing.B) {
 	}
 	runtime.KeepAlive(endpoints)
 	b.ReportMetric(perPeer, "retained-B/peer")
+}
+
+// BenchmarkPeerLabelChange2000Policies measures what a label change of
+// another node's pod costs the policy stack in a cluster of the scale
+// benchmark's shape: 2,000 policies spread over 100 namespaces, each
+// admitting one app of its own namespace, and one policy of the node's
+// namespace admitting labelled pods of every namespace. The peer's change
+// turns it in and out of that policy and of its namespace's policies.
+func BenchmarkPeerLabelChange2000Policies(b *testing.B) {
+	const node, namespaces, policies, apps = "node-a", 100, 2000, 10
+	ctx := context.Background()
+	conf, err := configurator.New(configurator.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &cacheOnly{cache: tables.New(renderer.Ingress)}
+	conf.Register("acl", r)
+	pc := pcache.New()
+	pc.Watch(processor.New(node, pc, conf, logr.Discard()))
+	feed := pcache.NewFeed(ctx, pc, logr.Discard())
+	nsHandler, peers, pods, pols := feed.NamespaceHandler(), feed.PeerHandler(node), feed.PodHandler(), feed.PolicyHandler()
+	tcp := corev1.ProtocolTCP
+	for n := range namespaces {
+		ns := fmt.Sprintf("ns%03d", n)
+		nsHandler.OnAdd(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kubernetes.io/metadata.name": ns}}}, true)
+		for i := range 10 {
+			k := n*10 + i
+			peers.OnAdd(&vcoilv2.PodEndpoint{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("peer%02d", i)},
+				Spec: vcoilv2.PodEndpointSpec{PodUID: types.UID(fmt.Sprintf("peer-%d", k)), NodeName: "node-b",
+					PodLabels: map[string]string{"app": fmt.Sprintf("a%d", i%apps)},
+					Addresses: []string{fmt.Sprintf("10.2.%d.%d", k/250, k%250+1)}},
+			}, true)
+		}
+	}
+	for i := range policies {
+		ns := fmt.Sprintf("ns%03d", i%namespaces)
+		pols.OnAdd(&networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("np-%05d", i)},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("a%d", i%apps)}},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("a%d", (i+1)%apps)}}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(8080))}},
+				}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			},
+		}, true)
+	}
+	// The node's own pod, isolated by a policy that admits labelled pods
+	// of any namespace.
+	pods.OnAdd(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns000", Name: "target", Labels: map[string]string{"role": "target"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.1.0.1"}}},
+	}, true)
+	pols.OnAdd(&networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns000", Name: "probe"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "target"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"probe": "yes"}},
+			}}}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}, true)
+	if err := feed.Synced(); err != nil {
+		b.Fatal(err)
+	}
+	base := &vcoilv2.PodEndpoint{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns050", Name: "peer03"},
+		Spec: vcoilv2.PodEndpointSpec{PodUID: "peer-503", NodeName: "node-b",
+			PodLabels: map[string]string{"app": "a3"}, Addresses: []string{"10.2.2.4"}},
+	}
+	labelled := base.DeepCopy()
+	labelled.Spec.PodLabels = map[string]string{"app": "a4", "probe": "yes"}
+	versions := []*vcoilv2.PodEndpoint{labelled, base}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		peers.OnUpdate(nil, versions[i%2])
+		i++
+	}
+	if r.pods != 1 {
+		b.Fatalf("the last change configured %d pods, want the node's one", r.pods)
+	}
 }

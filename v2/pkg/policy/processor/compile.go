@@ -317,6 +317,32 @@ func (pp *parsedPolicy) references(x *podInfo, ns *corev1.Namespace) bool {
 	return false
 }
 
+// crossesNamespaces reports whether pp may reference a pod outside its own
+// namespace (references): a peer with a namespaceSelector, or an egress
+// rule with named ports whose peers are every address or address blocks,
+// which reference a pod by its addresses. Any other peer selects pods of
+// pp's namespace only.
+func (pp *parsedPolicy) crossesNamespaces() bool {
+	for _, rules := range [][]parsedRule{pp.ingress, pp.egress} {
+		for _, r := range rules {
+			for _, peer := range r.peers {
+				if peer.block == nil && peer.namespaceSelector != nil {
+					return true
+				}
+			}
+		}
+	}
+	for _, r := range pp.egress {
+		if len(r.named) == 0 {
+			continue
+		}
+		if r.allPeers || slices.ContainsFunc(r.peers, func(peer parsedPeer) bool { return peer.block != nil }) {
+			return true
+		}
+	}
+	return false
+}
+
 // referencesNamespace reports whether a namespaceSelector of pp's peers
 // matches a namespace with these labels.
 func (pp *parsedPolicy) referencesNamespace(nsLabels map[string]string) bool {
