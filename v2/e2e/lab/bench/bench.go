@@ -419,16 +419,39 @@ func fullSync(ctx context.Context, o Options, p *proxyUnderTest, n int) []Record
 		// A lost NEWGEN dates its transaction by the next one's.
 		o.logf("    %s: the monitor's socket overflowed %d times so far: the sync may be dated late", p.name, lost)
 	}
+	// The memory a proxy keeps is read a moment after its sync: vcoild
+	// hands the first sync's memory back to the OS when its processor
+	// reports the sync, a little after the kernel holds everything (with
+	// nft monitor, which printed the sync for seconds, the reading came
+	// after that by itself).
+	kept, err := usageAfter(ctx, pid, done.Add(rssSettle))
+	if err != nil {
+		return fail(StatusError, fmt.Errorf("%s process %d: %w", p.name, pid, err))
+	}
+	o.logf("    %s: RSS %.0f MB %s after its sync", p.name, mb(kept.RSS), rssSettle)
 	return []Record{
 		rec(MetricFullSync, d.Seconds(), "s"),
-		rec(MetricRSS, mb(u.RSS), "MB"),
-		rec(MetricHWM, mb(u.HWM), "MB"),
+		rec(MetricRSS, mb(kept.RSS), "MB"),
+		rec(MetricHWM, mb(kept.HWM), "MB"),
 		rec(MetricCPU, u.CPU.Seconds(), "s"),
 		rec(MetricChildCPU, u.ChildCPU.Seconds(), "s"),
 	}
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// rssSettle is how long after its sync a proxy's memory is read.
+const rssSettle = 3 * time.Second
+
+// usageAfter reads the process's usage at the time at (now if past).
+func usageAfter(ctx context.Context, pid int, at time.Time) (Usage, error) {
+	select {
+	case <-ctx.Done():
+		return Usage{}, ctx.Err()
+	case <-time.After(time.Until(at)):
+	}
+	return ReadUsage(pid)
+}
 
 // restartVcoild empties vcoil's table on the vcoil node and kills vcoild,
 // which its pod restarts: the new process finds no table and writes it

@@ -81,7 +81,7 @@ func Markdown(recs []Record) string {
 		{MetricFullSync, "full sync"},
 		{MetricChangeP50, "endpoint change, p50"},
 		{MetricChangeP99, "endpoint change, p99"},
-		{MetricRSS, "RSS after the full sync"},
+		{MetricRSS, "RSS 3 s after the full sync"},
 		{MetricHWM, "peak RSS"},
 		{MetricCPU, "CPU time until synced"},
 		{MetricChildCPU, "CPU time of its nft runs"},
