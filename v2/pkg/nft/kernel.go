@@ -232,7 +232,11 @@ func encodeOps(layout func(string) (Layout, error), ops []ElementOp) ([]gnft.Set
 	// One element per operation (two for an interval's ends): the list
 	// grown by appends would be garbage of many times its size.
 	elems := make([]gnft.SetElement, 0, len(ops))
-	var a byteArena
+	// The arena's first chunk is sized to the ops (up to a full chunk): a
+	// change of a few elements, as every endpoint change is, would
+	// otherwise allocate and clear 64 KiB per set it touches (under churn
+	// at full size, the largest source of vcoild's garbage).
+	a := byteArena{chunk: make([]byte, 0, min(arenaChunk, len(ops)*l.maxElementBytes()))}
 	for _, op := range ops {
 		value := op.Value
 		if op.Delete {

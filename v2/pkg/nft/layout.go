@@ -110,10 +110,13 @@ func splitConcat(s string) []string {
 // one, or for a single-field interval two (the range's start, and the end
 // marker after it unless it reaches the family's last address).
 func (l Layout) encode(key, value []string) ([]gnft.SetElement, error) {
-	// One element's bytes at most: a key and its interval end, a value.
-	a := byteArena{chunk: make([]byte, 0, 2*width(l.Key)+width(l.Value))}
+	a := byteArena{chunk: make([]byte, 0, l.maxElementBytes())}
 	return l.appendEncoded(nil, &a, key, value)
 }
+
+// maxElementBytes is what one element takes of an arena at most: a key
+// and its interval end, a value.
+func (l Layout) maxElementBytes() int { return 2*width(l.Key) + width(l.Value) }
 
 // byteArena hands out the bytes of many elements from shared chunks: a
 // first sync writes some 100,000 elements, and a slice per field of each

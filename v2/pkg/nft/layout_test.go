@@ -1,7 +1,9 @@
 package nft
 
 import (
+	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 )
 
@@ -57,5 +59,58 @@ func TestIfNameFieldsRoundTrip(t *testing.T) {
 		if _, err := l.encode([]string{bad, "10.0.0.1"}, nil); err == nil {
 			t.Errorf("encode accepted interface name %q", bad)
 		}
+	}
+}
+
+// serviceMapOps are n element changes of a DNAT map as the service
+// renderer writes them (a service's address, protocol and port to an
+// endpoint's address and port).
+func serviceMapOps(n int) []ElementOp {
+	ops := make([]ElementOp, n)
+	for i := range ops {
+		ops[i] = ElementOp{Set: "endpoints", Key: []string{fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), "tcp", "80"},
+			Value: []string{fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), "8080"}}
+	}
+	return ops
+}
+
+var serviceMapLayout = func(string) (Layout, error) {
+	return Layout{Key: []Field{IPv4Addr, Proto, Port}, Value: []Field{IPv4Addr, Port}}, nil
+}
+
+// An endpoint change writes a few elements: their encoding takes bytes in
+// proportion, not a whole arena chunk per set (64 KiB allocated and
+// cleared for every change, under churn most of vcoild's garbage).
+func TestASmallChangeEncodesWithoutAWholeChunk(t *testing.T) {
+	ops := serviceMapOps(3)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const runs = 100
+	for range runs {
+		if _, err := encodeOps(serviceMapLayout, ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 4<<10 {
+		t.Errorf("encoding 3 elements allocated %d bytes", per)
+	}
+	elems, err := encodeOps(serviceMapLayout, serviceMapOps(3000))
+	if err != nil || len(elems) != 3000 {
+		t.Fatalf("3,000 elements: %d encoded, %v", len(elems), err)
+	}
+}
+
+func BenchmarkEncodeOps(b *testing.B) {
+	for _, n := range []int{3, 1000} {
+		ops := serviceMapOps(n)
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := encodeOps(serviceMapLayout, ops); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
