@@ -144,31 +144,15 @@ func (c *Cache) setPod(ctx context.Context, v PodView) error {
 // DeletePod forgets a pod, or endpoint. Deleting an unknown pod does
 // nothing.
 func (c *Cache) DeletePod(ctx context.Context, namespace, name string) error {
-	inner := c.pods[namespace]
-	before, ok := inner[name]
+	before, ok := remove(c.pods, namespace, name)
 	if !ok {
 		return nil
-	}
-	delete(inner, name)
-	if len(inner) == 0 {
-		delete(c.pods, namespace)
 	}
 	return c.notify(func(w Watcher) error { return w.PodChanged(ctx, before, PodView{}) })
 }
 
 // putPod stores v and returns what it replaced (zero: nothing).
-func (c *Cache) putPod(v PodView) PodView {
-	namespace := v.Namespace()
-	inner := c.pods[namespace]
-	if inner == nil {
-		inner = make(map[string]PodView)
-		c.pods[namespace] = inner
-	}
-	name := v.Name()
-	before := inner[name]
-	inner[name] = v
-	return before
-}
+func (c *Cache) putPod(v PodView) PodView { return put(c.pods, v.Namespace(), v.Name(), v) }
 
 // SetNamespace stores a namespace that was added or updated.
 func (c *Cache) SetNamespace(ctx context.Context, ns *corev1.Namespace) error {
@@ -195,8 +179,8 @@ func (c *Cache) SetPolicy(ctx context.Context, policy *networkingv1.NetworkPolic
 
 // DeletePolicy forgets a NetworkPolicy. Deleting an unknown one does nothing.
 func (c *Cache) DeletePolicy(ctx context.Context, namespace, name string) error {
-	before := remove(c.policies, namespace, name)
-	if before == nil {
+	before, ok := remove(c.policies, namespace, name)
+	if !ok {
 		return nil
 	}
 	return c.notify(func(w Watcher) error { return w.PolicyChanged(ctx, before, nil) })
@@ -241,10 +225,12 @@ func (c *Cache) notify(f func(Watcher) error) error {
 	return errors.Join(errs...)
 }
 
-func put[T any](m map[string]map[string]*T, namespace, name string, v *T) *T {
+// put stores v under namespace and name and returns what it replaced (the
+// zero value: nothing).
+func put[V comparable](m map[string]map[string]V, namespace, name string, v V) V {
 	inner := m[namespace]
 	if inner == nil {
-		inner = make(map[string]*T)
+		inner = make(map[string]V)
 		m[namespace] = inner
 	}
 	before := inner[name]
@@ -252,17 +238,19 @@ func put[T any](m map[string]map[string]*T, namespace, name string, v *T) *T {
 	return before
 }
 
-func remove[T any](m map[string]map[string]*T, namespace, name string) *T {
+// remove deletes what is stored under namespace and name and returns it;
+// false when nothing was.
+func remove[V comparable](m map[string]map[string]V, namespace, name string) (V, bool) {
 	inner := m[namespace]
-	before := inner[name]
-	if before == nil {
-		return nil
+	before, ok := inner[name]
+	if !ok {
+		return before, false
 	}
 	delete(inner, name)
 	if len(inner) == 0 {
 		delete(m, namespace)
 	}
-	return before
+	return before, true
 }
 
 // Pod returns a pod, or the zero view.
@@ -289,19 +277,7 @@ func (c *Cache) PodsInNamespace(namespace string, sel labels.Selector) []PodView
 }
 
 // Pods returns every pod, ordered by namespace and name.
-func (c *Cache) Pods() []PodView {
-	n := 0
-	for _, inner := range c.pods {
-		n += len(inner)
-	}
-	out := make([]PodView, 0, n)
-	for _, inner := range c.pods {
-		for _, p := range inner {
-			out = append(out, p)
-		}
-	}
-	return sortPods(out)
-}
+func (c *Cache) Pods() []PodView { return sortPods(flatten(c.pods)) }
 
 // sortPods orders pods by namespace and name (see sortByName).
 func sortPods(pods []PodView) []PodView {
@@ -329,18 +305,21 @@ func (c *Cache) PoliciesInNamespace(namespace string) []*networkingv1.NetworkPol
 }
 
 // Policies returns every NetworkPolicy, ordered by namespace and name.
-func (c *Cache) Policies() []*networkingv1.NetworkPolicy { return flatten(c.policies) }
+func (c *Cache) Policies() []*networkingv1.NetworkPolicy { return sortByName(flatten(c.policies)) }
 
-// flatten lists the objects of every namespace, ordered by namespace and
-// name.
-func flatten[T metav1.Object](byNamespace map[string]map[string]T) []T {
-	var out []T
+// flatten lists what every namespace holds, in no order.
+func flatten[V any](byNamespace map[string]map[string]V) []V {
+	n := 0
 	for _, inner := range byNamespace {
-		for _, o := range inner {
-			out = append(out, o)
+		n += len(inner)
+	}
+	out := make([]V, 0, n)
+	for _, inner := range byNamespace {
+		for _, v := range inner {
+			out = append(out, v)
 		}
 	}
-	return sortByName(out)
+	return out
 }
 
 // sortByName orders objects by namespace and name, so that callers see the
