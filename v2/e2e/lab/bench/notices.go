@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 )
 
@@ -247,52 +246,22 @@ func ReadNotices(ctx context.Context, fd int, lost *atomic.Int64, fn func(now ti
 // 1 s receive timeout (so that a reader sees its context end). A socket
 // stays in the namespace it was made in.
 func NFTablesSocket(nsPath string) (int, error) {
-	type result struct {
-		fd  int
-		err error
+	fd := -1
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		if fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER); err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlGroupNFTables - 1)}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return -1, fmt.Errorf("netfilter netlink socket in %s: %w", nsPath, err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread is thrown away (never unlocked) if it cannot go back
-		// to its namespace.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			ch <- result{-1, err}
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(nsPath)
-		if err != nil {
-			ch <- result{-1, err}
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			ch <- result{-1, fmt.Errorf("enter %s: %w", nsPath, err)}
-			return
-		}
-		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
-		if err == nil {
-			err = unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlGroupNFTables - 1)})
-		}
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		if err != nil {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			ch <- result{-1, fmt.Errorf("netfilter netlink socket in %s: %w", nsPath, err)}
-			return
-		}
-		ch <- result{fd, nil}
-	}()
-	r := <-ch
-	if r.err != nil {
-		return -1, r.err
-	}
-	_ = unix.SetsockoptInt(r.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
-	_ = unix.SetsockoptTimeval(r.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1})
-	return r.fd, nil
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1})
+	return fd, nil
 }
