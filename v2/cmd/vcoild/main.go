@@ -111,7 +111,7 @@ func main() {
 	fs.StringVar(&f.netns, "netns", "", "network namespace (path) holding the node's network, when it is not vcoild's own: for tests and the local cluster, where vcoild runs beside the node")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", constants.DaemonMetricsAddr, "address of the Prometheus /metrics endpoint")
 	fs.StringVar(&f.healthAddr, "health-addr", constants.DaemonHealthAddr, "address of /healthz and /readyz")
-	fs.StringVar(&f.pprofAddr, "pprof-addr", "", "address serving Go's profiles (/debug/pprof/) for finding where vcoild's CPU and memory go; empty (the default) disables it. Bind it to loopback: the profiles show the process's internals")
+	fs.StringVar(&f.pprofAddr, "pprof-addr", "", "loopback address (127.0.0.0/8 or ::1) and port serving Go's profiles (/debug/pprof/), to find where vcoild's CPU and memory go; empty (the default) disables it")
 	fs.StringVar(&f.stateAddr, "state-addr", constants.DaemonStateAddr, "loopback address (127.0.0.0/8 or ::1) and port serving the node's state to kubectl-vcoil through a port-forward; empty disables it")
 	fs.IntVar(&f.mtu, "mtu", 0, "MTU of pod interfaces; 0 takes the node uplink's (a conflist's mtu overrides both)")
 	fs.IntVar(&f.podTable, "pod-table", constants.PodTable, "routing table of the host routes to pods (Linux dataplane)")
